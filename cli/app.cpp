@@ -1,0 +1,78 @@
+#include "cli/app.h"
+
+#include <CLI/CLI.hpp>  // CLI::App, CLI::ParseError
+
+#include <exception>
+#include <functional>
+
+#include "ampcheck_build_info.h"  // AMPCHECK_VERSION
+#include "cli/exit_codes.h"
+#include "cli/fp_command.h"
+#include "cli/usage_error.h"
+#include "engine/dtype/convert.h"  // conversion_isa
+#include "engine/device.h"
+
+
+namespace ampcheck::cli {
+
+namespace {
+std::string version_text() {
+  return std::string("ampcheck ") + AMPCHECK_VERSION + " (" + cuda_build_description() +
+         "; CPU conversions: " + std::string(conversion_isa_name()) + ")";
+}
+}  // namespace
+
+int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  CLI::App app{"ampcheck: is mixed precision really on, where do NaNs come from, what drifted"};
+  app.name("ampcheck");
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::function<std::string()>(version_text));
+  FpOptions fp_options;
+  CLI::App* fp = add_fp_command(app, fp_options);
+
+  try {
+    conversion_isa();  // a bad AMPCHECK_CPU_ISA is the user's to fix: say so up front
+  } catch (const std::invalid_argument& e) {
+    err << "ampcheck: " << e.what() << '\n';
+    return kUsage;
+  }
+
+  if (argc > 1 && argv[1][0] != '-') {
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands({})) known = known || sub->check_name(argv[1]);
+    if (!known) {
+      err << "ampcheck: unknown command \"" << argv[1] << "\"; commands: fp (run `ampcheck --help`)\n";
+      return kUsage;
+    }
+  }
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    out << app.help();
+    return kOk;
+  } catch (const CLI::CallForAllHelp&) {
+    out << app.help("", CLI::AppFormatMode::All);
+    return kOk;
+  } catch (const CLI::CallForVersion&) {
+    out << version_text() << '\n';
+    return kOk;
+  } catch (const CLI::ParseError& e) {
+    err << "ampcheck: " << e.what() << "\n(run `ampcheck --help` or `ampcheck SUBCOMMAND --help`)\n";
+    return kUsage;
+  }
+
+  try {
+    if (fp->parsed()) return run_fp(fp_options, out, err);
+  } catch (const UsageError& e) {
+    err << "ampcheck: " << e.what() << '\n';
+    return kUsage;
+  } catch (const std::exception& e) {
+    err << "ampcheck: internal error: " << e.what() << '\n';
+    return kInternal;
+  }
+  err << "ampcheck: no command given; run `ampcheck --help`\n";
+  return kUsage;
+}
+
+}  // namespace ampcheck::cli

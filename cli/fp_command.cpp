@@ -1,0 +1,236 @@
+#include "cli/fp_command.h"
+
+#include <CLI/CLI.hpp>  // CLI::App
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>  // std::strtod
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/usage_error.h"
+#include "engine/device.h"
+#include "engine/dtype/convert.h"
+#include "engine/dtype/dtype.h"
+#include "engine/dtype/fp_value.h"
+#include "reports/atomic_file.h"
+#include "reports/text_table.h"
+
+namespace ampcheck::cli {
+namespace {
+
+using nlohmann::ordered_json;
+
+double parse_value(const std::string& text) {
+  const char* begin = text.c_str();
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(begin, &end);
+  const bool consumed = end != begin && *end == '\0';
+  if (!consumed)
+    throw UsageError(fmt::format(
+        "cannot read \"{}\" as a number (examples: 70000, -1e-8, 0.1, 0x1p-24, inf, nan)", text));
+  if (errno == ERANGE && std::isinf(v))
+    throw UsageError(fmt::format(
+        "\"{}\" is beyond the range of f64, which ampcheck reads values into (max ~1.8e308)",
+        text));
+  if (errno == ERANGE && v == 0.0)
+    throw UsageError(fmt::format(
+        "\"{}\" is below the smallest f64 subnormal (~4.9e-324), which ampcheck reads values "
+        "into; write 0 if you mean zero",
+        text));
+  return v;
+}
+
+std::vector<DType> parse_dtypes(const std::vector<std::string>& names) {
+  std::vector<DType> out;
+  for (const std::string& n : names) {
+    try {
+      const DType d = parse_dtype(n);
+      if (std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
+    } catch (const DTypeError& e) {
+      throw UsageError(std::string("--dtype: ") + e.what());
+    }
+  }
+  return out;
+}
+
+std::string fmt_g(double v, int precision = 6) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v < 0 ? "-inf" : "inf";
+  return fmt::format("{:.{}g}", v, precision);
+}
+
+// JSON has no Inf or NaN: those become the strings "inf", "-inf", "nan".
+ordered_json json_number(double v) {
+  if (std::isfinite(v)) return v;
+  return fmt_g(v);
+}
+
+// A power of two as "2^-24".
+std::string pow2(double v) {
+  if (!std::isfinite(v)) return "-";
+  return fmt::format("2^{}", std::ilogb(v));
+}
+
+std::string limits_text() {
+  reports::TextTable t({"dtype", "aka", "bits", "exp", "mant", "digits", "max", "min normal",
+                        "min subnormal", "epsilon", "emax", "emin", "digits10"});
+  t.align(0, reports::TextTable::Align::left).align(1, reports::TextTable::Align::left);
+  for (DType d : kAllDTypes) {
+    const DTypeInfo& i = info(d);
+    t.add_row({std::string(i.name), std::string(i.long_name), std::to_string(i.bits),
+               std::to_string(i.exponent_bits), std::to_string(i.mantissa_bits),
+               std::to_string(i.digits()), fmt_g(i.max(), 8), fmt_g(i.min_normal(), 8),
+               fmt_g(i.min_subnormal(), 8), fmt_g(i.epsilon(), 8),
+               std::to_string(i.max_exponent()), std::to_string(i.min_exponent()),
+               std::to_string(i.digits10())});
+  }
+  return t.render() +
+         "\nmax = (2 - 2^-mant) * 2^emax; min normal = 2^emin; min subnormal = 2^(emin - mant);\n"
+         "epsilon = 2^-mant (1 to the next value); digits = mant + 1 (precision in bits);\n"
+         "digits10 = decimal digits that always survive a round trip.\n";
+}
+
+ordered_json limits_json() {
+  ordered_json arr = ordered_json::array();
+  for (DType d : kAllDTypes) {
+    const DTypeInfo& i = info(d);
+    arr.push_back({{"dtype", i.name},
+                   {"long_name", i.long_name},
+                   {"bits", i.bits},
+                   {"exponent_bits", i.exponent_bits},
+                   {"mantissa_bits", i.mantissa_bits},
+                   {"digits", i.digits()},
+                   {"digits10", i.digits10()},
+                   {"max_digits10", i.max_digits10()},
+                   {"max_exponent", i.max_exponent()},
+                   {"min_exponent", i.min_exponent()},
+                   {"max", i.max()},
+                   {"min_normal", i.min_normal()},
+                   {"min_subnormal", i.min_subnormal()},
+                   {"epsilon", i.epsilon()}});
+  }
+  return {{"ampcheck_fp_limits", 1}, {"dtypes", arr}};
+}
+
+struct Row {
+  std::string text;  // as typed
+  std::vector<FpValue> per_dtype;
+};
+
+std::string values_text(const std::vector<Row>& rows) {
+  reports::TextTable t({"input", "dtype", "stored (exact)", "sign exponent mantissa", "hex",
+                        "error", "rel error", "ulp", "class"});
+  for (std::size_t c : {1, 2, 3, 8}) t.align(c, reports::TextTable::Align::left);
+  for (const Row& r : rows) {
+    for (const FpValue& v : r.per_dtype) {
+      t.add_row({v.dtype == r.per_dtype.front().dtype ? r.text : "", std::string(name(v.dtype)),
+                 exact_decimal(v.stored), v.bit_string(), v.hex(), fmt_g(v.abs_error),
+                 fmt_g(v.rel_error, 3), fmt::format("{} ({})", fmt_g(v.ulp, 3), pow2(v.ulp)),
+                 std::string(class_name(v.cls))});
+    }
+    if (r.per_dtype.size() > 1) t.add_separator();
+  }
+  return t.render() +
+         "\nstored: the value kept (round to nearest, ties to even); error: stored - input;\n"
+         "ulp: spacing of the dtype's values at |input|.\n";
+}
+
+ordered_json values_json(const std::vector<Row>& rows, Device device) {
+  ordered_json arr = ordered_json::array();
+  for (const Row& r : rows) {
+    ordered_json results = ordered_json::array();
+    for (const FpValue& v : r.per_dtype) {
+      results.push_back({{"dtype", name(v.dtype)},
+                         {"stored", json_number(v.stored)},
+                         {"stored_exact", exact_decimal(v.stored)},
+                         {"shortest", shortest_decimal(v.bits, v.dtype)},
+                         {"bits", v.bit_string()},
+                         {"hex", v.hex()},
+                         {"sign", v.sign ? 1 : 0},
+                         {"exponent_field", v.exponent_field},
+                         {"mantissa_field", v.mantissa_field},
+                         {"exponent", v.exponent},
+                         {"abs_error", json_number(v.abs_error)},
+                         {"rel_error", json_number(v.rel_error)},
+                         {"ulp", json_number(v.ulp)},
+                         {"class", class_name(v.cls)},
+                         {"exact", v.exact}});
+    }
+    arr.push_back({{"input", r.text},
+                   {"value", json_number(r.per_dtype.front().input)},
+                   {"results", results}});
+  }
+  return {{"ampcheck_fp", 1}, {"device", device_name(device)}, {"values", arr}};
+}
+
+}  // namespace
+
+CLI::App* add_fp_command(CLI::App& app, FpOptions& o) {
+  CLI::App* fp = app.add_subcommand(
+      "fp", "What a number becomes in fp16/bf16/f32/f64: stored value, bits, error, ulp, class");
+  fp->add_option("values", o.values,
+                 "numbers to look at: 70000 1e-8 0.1 -2.5 0x1p-24 inf nan "
+                 "(put -- before a list that starts with a negative number)");
+  fp->add_option("--dtype,-d", o.dtypes,
+                 "dtypes to store into, comma separated (f16, fp16, float16, half, bf16, "
+                 "bfloat16, f32, float, f64, double, ...)")
+      ->delimiter(',')
+      ->capture_default_str();
+  fp->add_flag("--limits", o.limits, "print the limits of every dtype (max, min normal, ...)");
+  fp->add_flag("--json", o.json, "print JSON instead of a table");
+  fp->add_option("--device", o.device,
+                 "where the conversion runs: auto (GPU if usable, else CPU), cpu, cuda")
+      ->capture_default_str();
+  fp->add_option("--output,-o", o.output, "write to this file (atomically) instead of stdout");
+  return fp;
+}
+
+int run_fp(const FpOptions& o, std::ostream& out, std::ostream& err) {
+  if (!o.limits && o.values.empty())
+    throw UsageError("fp: give one or more values (e.g. `ampcheck fp 70000 1e-8`) or --limits");
+  if (o.limits && !o.values.empty())
+    throw UsageError("fp: --limits takes no values; run it separately");
+
+  std::string text;
+  if (o.limits) {
+    text = o.json ? limits_json().dump(2) + "\n" : limits_text();
+  } else {
+    const auto request = parse_device_request(o.device);
+    if (!request)
+      throw UsageError("--device \"" + o.device + "\" is not a device; use auto, cpu or cuda");
+    const std::vector<DType> dtypes = parse_dtypes(o.dtypes);
+    std::vector<double> values;
+    for (const std::string& s : o.values) values.push_back(parse_value(s));
+    Device device;
+    try {
+      device = resolve_device(*request, err);
+    } catch (const DeviceError& e) {
+      throw UsageError(e.what());
+    }
+
+    std::vector<Row> rows(values.size());
+    for (std::size_t i = 0; i < values.size(); ++i) rows[i].text = o.values[i];
+    for (DType d : dtypes) {
+      const std::vector<std::uint64_t> bits = encode_all(values, d, device);
+      for (std::size_t i = 0; i < values.size(); ++i)
+        rows[i].per_dtype.push_back(describe_stored(values[i], bits[i], d));
+    }
+    text = o.json ? values_json(rows, device).dump(2) + "\n" : values_text(rows);
+  }
+
+  if (o.output.empty()) {
+    out << text;
+  } else {
+    try {
+      reports::write_file_atomically(o.output, text);
+    } catch (const reports::WriteError& e) {
+      throw UsageError(e.what());
+    }
+  }
+  return 0;
+}
+
+}  // namespace ampcheck::cli

@@ -1,0 +1,152 @@
+// Bit-exact IEEE 754 conversions between binary64/binary32 and the two 16-bit formats
+// (binary16 "fp16" and bfloat16), rounding to nearest, ties to even.
+//
+// One scalar definition, compiled for the host and (under nvcc) for the device, so the
+// CPU paths, the vector paths and the CUDA kernels agree bit for bit by construction.
+//
+// Semantics, all formats:
+//   - subnormals are produced and consumed (no flush to zero);
+//   - a finite value whose rounded magnitude exceeds the format's max becomes +-Inf;
+//   - +-0 keeps its sign;
+//   - NaN stays NaN: sign kept, the most significant payload bits kept, the quiet bit
+//     set (what x86 F16C does in hardware, and what IEEE 754 recommends).
+#pragma once
+
+#include <cstdint>  // std::uint16_t, std::uint32_t, std::uint64_t
+
+#if defined(__CUDACC__)
+#define AMPCHECK_HD __host__ __device__ __forceinline__
+#else
+#define AMPCHECK_HD inline
+#endif
+
+namespace ampcheck::kernels {
+
+// Raw bit views without aliasing UB, usable on host and device.
+AMPCHECK_HD std::uint32_t bits_of(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  return __builtin_bit_cast(std::uint32_t, f);
+#endif
+}
+AMPCHECK_HD float float_of(std::uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  return __builtin_bit_cast(float, u);
+#endif
+}
+AMPCHECK_HD std::uint64_t bits_of(double d) {
+#if defined(__CUDA_ARCH__)
+  return static_cast<std::uint64_t>(__double_as_longlong(d));
+#else
+  return __builtin_bit_cast(std::uint64_t, d);
+#endif
+}
+AMPCHECK_HD double double_of(std::uint64_t u) {
+#if defined(__CUDA_ARCH__)
+  return __longlong_as_double(static_cast<long long>(u));
+#else
+  return __builtin_bit_cast(double, u);
+#endif
+}
+
+// ---- binary32 -> binary16 -------------------------------------------------------------
+AMPCHECK_HD std::uint16_t f32_to_f16_bits(std::uint32_t x) {
+  const std::uint32_t sign = (x >> 16) & 0x8000u;
+  const std::uint32_t ax = x & 0x7fffffffu;
+  if (ax > 0x7f800000u)  // NaN: top 10 payload bits, quiet bit forced
+    return static_cast<std::uint16_t>(sign | 0x7e00u | ((ax >> 13) & 0x03ffu));
+  if (ax >= 0x477ff000u)  // >= 65520 = 65504 + half an ulp: rounds to Inf (Inf included)
+    return static_cast<std::uint16_t>(sign | 0x7c00u);
+  if (ax >= 0x38800000u) {  // >= 2^-14: an fp16 normal. Rebias 127 -> 15, round 13 bits.
+    const std::uint32_t odd = (ax >> 13) & 1u;
+    return static_cast<std::uint16_t>(sign | ((ax - (112u << 23) + 0x0fffu + odd) >> 13));
+  }
+  if (ax <= 0x33000000u)  // <= 2^-25, half the smallest subnormal: the tie goes to even 0
+    return static_cast<std::uint16_t>(sign);
+  // fp16 subnormal: value = m * 2^(e-150), quantum 2^-24, so keep m >> (126 - e).
+  const std::uint32_t e = ax >> 23;  // 102..112 here
+  const std::uint32_t m = (ax & 0x007fffffu) | 0x00800000u;
+  const std::uint32_t shift = 126u - e;  // 14..24
+  std::uint32_t q = m >> shift;
+  const std::uint32_t rem = m & ((1u << shift) - 1u);
+  const std::uint32_t half = 1u << (shift - 1u);
+  q += (rem > half || (rem == half && (q & 1u))) ? 1u : 0u;
+  return static_cast<std::uint16_t>(sign | q);  // q == 0x400 encodes the min normal
+}
+
+// ---- binary16 -> binary32 (exact) -----------------------------------------------------
+AMPCHECK_HD std::uint32_t f16_bits_to_f32_bits(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  const std::uint32_t e = (h >> 10) & 0x1fu;
+  const std::uint32_t m = h & 0x03ffu;
+  if (e == 0x1fu)
+    return m == 0 ? (sign | 0x7f800000u) : (sign | 0x7fc00000u | (m << 13));
+  if (e != 0) return sign | ((e + 112u) << 23) | (m << 13);
+  if (m == 0) return sign;
+  // subnormal m * 2^-24: exact as a float product (m < 2^10, result a normal binary32)
+  return sign | bits_of(static_cast<float>(m) * 5.9604644775390625e-08f);
+}
+
+// ---- binary32 -> bfloat16 -------------------------------------------------------------
+AMPCHECK_HD std::uint16_t f32_to_bf16_bits(std::uint32_t x) {
+  if ((x & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<std::uint16_t>((x >> 16) | 0x0040u);
+  // Same exponent range as binary32: rounding the low 16 bits is all there is to it, and
+  // a carry out of the mantissa moves to the next binade or to Inf, as it should.
+  return static_cast<std::uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+// ---- bfloat16 -> binary32 (exact) -----------------------------------------------------
+AMPCHECK_HD std::uint32_t bf16_bits_to_f32_bits(std::uint16_t b) {
+  const std::uint32_t x = static_cast<std::uint32_t>(b) << 16;
+  return (x & 0x7fffffffu) > 0x7f800000u ? (x | 0x00400000u) : x;
+}
+
+// ---- binary64 -> a narrower binary format with ExpBits/ManBits ------------------------
+// Used for f64 -> f16 / bf16 with a single rounding (going through binary32 would round
+// twice and can be off by one ulp). Returns the target's bit pattern.
+template <int ExpBits, int ManBits>
+AMPCHECK_HD std::uint32_t f64_to_narrow_bits(std::uint64_t x) {
+  constexpr std::uint32_t kBias = (1u << (ExpBits - 1)) - 1u;
+  constexpr int kEmin = 1 - static_cast<int>(kBias);
+  constexpr int kEmax = static_cast<int>(kBias);
+  constexpr std::uint32_t kInf = ((1u << ExpBits) - 1u) << ManBits;
+  const std::uint32_t sign = static_cast<std::uint32_t>(x >> 63) << (ExpBits + ManBits);
+  const std::uint64_t ax = x & 0x7fffffffffffffffull;
+  if (ax > 0x7ff0000000000000ull)  // NaN
+    return sign | kInf | (1u << (ManBits - 1)) |
+           static_cast<std::uint32_t>((ax >> (52 - ManBits)) & ((1u << ManBits) - 1u));
+  const int e = static_cast<int>(ax >> 52) - 1023;
+  if (e > kEmax) return sign | kInf;  // >= 2^(emax+1), Inf included
+  if (e < kEmin - ManBits - 1) return sign;  // < half the smallest subnormal (f64 subnormals too)
+  const std::uint64_t sig = (ax & 0x000fffffffffffffull) | 0x0010000000000000ull;
+  // value = sig * 2^(e-52); target quantum 2^(max(e, emin) - ManBits)
+  const int shift = 52 - ManBits + (e < kEmin ? kEmin - e : 0);  // <= 52 - ManBits + ManBits + 1
+  std::uint64_t q = sig >> shift;
+  const std::uint64_t rem = sig & ((1ull << shift) - 1ull);
+  const std::uint64_t half = 1ull << (shift - 1);
+  q += (rem > half || (rem == half && (q & 1ull))) ? 1ull : 0ull;
+  if (e < kEmin) return sign | static_cast<std::uint32_t>(q);  // subnormal (or min normal)
+  // q in [2^M, 2^(M+1)]: the carry of q == 2^(M+1) lands in the exponent field.
+  const std::uint32_t bits = ((static_cast<std::uint32_t>(e) + kBias) << ManBits) +
+                             static_cast<std::uint32_t>(q - (1ull << ManBits));
+  return sign | (bits >= kInf ? kInf : bits);
+}
+
+AMPCHECK_HD std::uint16_t f64_to_f16_bits(std::uint64_t x) {
+  return static_cast<std::uint16_t>(f64_to_narrow_bits<5, 10>(x));
+}
+AMPCHECK_HD std::uint16_t f64_to_bf16_bits(std::uint64_t x) {
+  return static_cast<std::uint16_t>(f64_to_narrow_bits<8, 7>(x));
+}
+
+// Typed conveniences.
+AMPCHECK_HD std::uint16_t f32_to_f16(float f) { return f32_to_f16_bits(bits_of(f)); }
+AMPCHECK_HD std::uint16_t f32_to_bf16(float f) { return f32_to_bf16_bits(bits_of(f)); }
+AMPCHECK_HD float f16_to_f32(std::uint16_t h) { return float_of(f16_bits_to_f32_bits(h)); }
+AMPCHECK_HD float bf16_to_f32(std::uint16_t b) { return float_of(bf16_bits_to_f32_bits(b)); }
+
+}  // namespace ampcheck::kernels

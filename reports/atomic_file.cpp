@@ -1,0 +1,35 @@
+#include "reports/atomic_file.h"
+
+#include <unistd.h>  // getpid
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>  // std::strerror
+#include <string>
+
+namespace ampcheck::reports {
+
+void write_file_atomically(const std::filesystem::path& path, std::string_view content) {
+  const auto dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  if (!std::filesystem::is_directory(dir))
+    throw WriteError("cannot write " + path.string() + ": directory " + dir.string() +
+                     " does not exist (create it first)");
+  const std::filesystem::path tmp =
+      dir / ("." + path.filename().string() + ".tmp." + std::to_string(::getpid()));
+  auto fail = [&](const std::string& what) -> WriteError {
+    const std::string reason = std::strerror(errno);
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    return WriteError("cannot write " + path.string() + ": " + what + ": " + reason);
+  };
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (f == nullptr) throw fail("creating " + tmp.string());
+  const bool wrote = std::fwrite(content.data(), 1, content.size(), f) == content.size();
+  const bool flushed = std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
+  const bool closed = std::fclose(f) == 0;
+  if (!wrote || !flushed || !closed) throw fail("writing " + tmp.string());
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw fail("renaming " + tmp.string() + " into place");
+}
+
+}  // namespace ampcheck::reports

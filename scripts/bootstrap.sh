@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs what ampcheck builds against, from Debian packages only, and nothing that is
+# already there: running it twice does nothing the second time.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config
+  libfmt-dev            # fmt: formatting
+  nlohmann-json3-dev    # nlohmann/json: reports and --json output
+  libcli11-dev          # CLI11: the command line
+  libopenblas-dev       # OpenBLAS: CPU GEMM
+  libgtest-dev libgmock-dev googletest  # GoogleTest
+  libbenchmark-dev      # Google Benchmark: bench/
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "bootstrap: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+sudo=()
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || { echo "bootstrap: need root (or sudo) to install: ${missing[*]}" >&2; exit 2; }
+  sudo=(sudo)
+fi
+echo "bootstrap: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -qq
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The first command of the README: installs what is missing, builds, and runs the main
+# job on a sample. Until the engine trains, that is the number explorer on the values
+# AMP users trip over: the fp16 overflow edge and the subnormal range.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+bash "$root/scripts/bootstrap.sh"
+bash "$root/scripts/build.sh" ampcheck >/dev/null
+bin=${AMPCHECK_BUILD_DIR:-$root/build}/cli/ampcheck
+
+"$bin" --version
+echo
+echo '$ ampcheck fp --limits'
+"$bin" fp --limits
+echo
+echo '$ ampcheck fp 65504 65519 65520 6e-8 3e-8 1e-8 0.1 --dtype f16,bf16'
+"$bin" fp 65504 65519 65520 6e-8 3e-8 1e-8 0.1 --dtype f16,bf16

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The ampcheck binary end to end: output, exit codes, environment handling.
+set -u
+bin=${AMPCHECK:?set AMPCHECK to the ampcheck binary}
+fails=0
+expect() {  # expect CODE PATTERN -- ARGS...
+  local code=$1 pattern=$2; shift 3
+  local out rc
+  out=$("$@" 2>&1); rc=$?
+  if [[ $rc -ne $code ]] || ! grep -qF -- "$pattern" <<<"$out"; then
+    echo "FAIL: $* -> exit $rc (want $code), output lacks '$pattern':"; echo "$out" | head -20
+    fails=$((fails + 1))
+  else
+    echo "ok: $*"
+  fi
+}
+expect 0 "overflow -> inf" -- "$bin" fp 65504 65519 65520 6e-8 3e-8 1e-8 --dtype f16
+expect 0 "underflow -> 0" -- "$bin" fp 1e-8 --dtype fp16
+expect 0 "3.3895314e+38" -- "$bin" fp --limits
+expect 0 '"ampcheck_fp_limits": 1' -- "$bin" fp --limits --json
+expect 2 'cannot read "abc"' -- "$bin" fp abc
+expect 2 'did you mean' -- "$bin" fp 1 --dtype bfloat61
+expect 2 'AMPCHECK_CPU_ISA="sse9"' -- env AMPCHECK_CPU_ISA=sse9 "$bin" fp 1
+expect 0 'scalar' -- env AMPCHECK_CPU_ISA=scalar "$bin" --version
+# A CUDA build on a machine without a GPU: one notice line on stderr, results on the CPU.
+if "$bin" --version | grep -q "CUDA 1"; then
+  if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
+    notice=$("$bin" fp 1 2>&1 >/dev/null)
+    if [[ $(grep -c . <<<"$notice") -eq 1 ]] && grep -q "running on the CPU" <<<"$notice"; then
+      echo "ok: one-line CPU notice: $notice"
+    else
+      echo "FAIL: expected one notice line, got: $notice"; fails=$((fails + 1))
+    fi
+  fi
+fi
+echo "cli e2e: $fails failed"
+[[ $fails -eq 0 ]]

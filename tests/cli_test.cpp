@@ -1,0 +1,152 @@
+// `ampcheck fp` in-process: what a user sees, the JSON, and every kind of bad input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/app.h"
+
+namespace ampcheck {
+namespace {
+
+struct Result {
+  int code;
+  std::string out, err;
+};
+
+Result run(std::vector<std::string> args) {
+  args.insert(args.begin(), "ampcheck");
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  std::ostringstream out, err;
+  const int code = cli::run(static_cast<int>(argv.size()), argv.data(), out, err);
+  return {code, out.str(), err.str()};
+}
+
+bool has(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
+
+TEST(CliFp, AcceptanceValuesInF16) {
+  const Result r = run({"fp", "65504", "65519", "65520", "6e-8", "3e-8", "1e-8", "--dtype", "f16", "--device", "cpu"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  // one line per value, in order, with the stored value and the class
+  std::istringstream lines(r.out);
+  std::vector<std::string> rows;
+  for (std::string l; std::getline(lines, l);)
+    if (has(l, " f16 ")) rows.push_back(l);
+  ASSERT_EQ(rows.size(), 6u) << r.out;
+  EXPECT_TRUE(has(rows[0], "65504 ") && has(rows[0], "normal")) << rows[0];
+  EXPECT_TRUE(has(rows[1], "65504 ") && has(rows[1], "normal")) << rows[1];
+  EXPECT_TRUE(has(rows[2], "inf") && has(rows[2], "overflow -> inf")) << rows[2];
+  EXPECT_TRUE(has(rows[3], "5.9604644775390625e-08") && has(rows[3], "subnormal")) << rows[3];
+  EXPECT_TRUE(has(rows[4], "5.9604644775390625e-08") && has(rows[4], "subnormal")) << rows[4];
+  EXPECT_TRUE(has(rows[5], " 0 ") && has(rows[5], "underflow -> 0")) << rows[5];
+}
+
+TEST(CliFp, JsonHasEveryFieldAndNonFiniteAsStrings) {
+  const Result r = run({"fp", "65520", "0.1", "--json", "--device", "cpu"});  // default f16 and bf16
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["values"].size(), 2u);
+  const auto& inf = j["values"][0]["results"][0];
+  EXPECT_EQ(inf["dtype"], "f16");
+  EXPECT_EQ(inf["stored"], "inf");
+  EXPECT_EQ(inf["class"], "overflow -> inf");
+  EXPECT_EQ(inf["hex"], "0x7c00");
+  const auto& bf = j["values"][0]["results"][1];
+  EXPECT_EQ(bf["dtype"], "bf16");
+  EXPECT_EQ(bf["stored"], 65536.0);  // 65520 in bf16: spacing 256 at 2^15, 65520/256 = 255.9375
+  const auto& tenth = j["values"][1]["results"][0];
+  EXPECT_EQ(tenth["stored"], 1638.0 / 16384.0);
+  EXPECT_EQ(tenth["shortest"], "0.1");
+  EXPECT_EQ(tenth["exponent"], -4);
+  EXPECT_EQ(tenth["mantissa_field"], 614);
+}
+
+TEST(CliFp, LimitsTableAndJson) {
+  const Result t = run({"fp", "--limits"});
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_TRUE(has(t.out, "65504")) << t.out;
+  EXPECT_TRUE(has(t.out, "bfloat16")) << t.out;
+  const Result j = run({"fp", "--limits", "--json"});
+  ASSERT_EQ(j.code, 0) << j.err;
+  const auto doc = nlohmann::json::parse(j.out);
+  for (const auto& d : doc["dtypes"]) {
+    if (d["dtype"] == "f16") {
+      EXPECT_EQ(d["max"], 65504.0);
+      EXPECT_EQ(d["min_subnormal"], std::ldexp(1.0, -24));
+    }
+  }
+}
+
+TEST(CliFp, NegativeNumbersAndDtypeAliases) {
+  const Result r = run({"fp", "--device", "cpu", "-d", "half,bfloat16,float", "--", "-2.5", "1e-8"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "-2.5")) << r.out;
+  EXPECT_TRUE(has(r.out, " f32 ")) << r.out;
+}
+
+TEST(CliFp, BadInputIsNamedWithExitCode2) {
+  struct Case { std::vector<std::string> args; std::string says; };
+  const Case cases[] = {
+      {{"fp", "12abc"}, "cannot read \"12abc\" as a number"},
+      {{"fp", "1e999"}, "beyond the range of f64"},
+      {{"fp", "1", "--dtype", "flaot16"}, "did you mean \"float16\"?"},
+      {{"fp"}, "give one or more values"},
+      {{"fp", "1", "--limits"}, "--limits takes no values"},
+      {{"fp", "1", "--device", "tpu"}, "\"tpu\" is not a device"},
+      {{"fp", "1", "--output", "/nonexistent_dir_ampcheck/x.json"}, "does not exist"},
+      {{"fp", "1", "--bogus"}, "--bogus"},
+      {{"frobnicate"}, "frobnicate"},
+      {{}, "ampcheck"},
+  };
+  for (const Case& c : cases) {
+    const Result r = run(c.args);
+    EXPECT_EQ(r.code, 2) << c.says;
+    EXPECT_TRUE(has(r.err, c.says)) << "expected \"" << c.says << "\" in: " << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+}
+
+TEST(CliFp, OutputFileIsWrittenWhole) {
+  const auto path = std::filesystem::temp_directory_path() / "ampcheck_cli_fp_out.json";
+  std::filesystem::remove(path);
+  const Result r = run({"fp", "1", "--json", "--device", "cpu", "-o", path.string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(r.out.empty());
+  std::ifstream in(path);
+  const auto j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["values"][0]["results"][0]["stored"], 1.0);
+  std::filesystem::remove(path);
+}
+
+TEST(CliFp, DeviceChoiceMatchesTheMachine) {
+  // --device cuda without a usable GPU is a usage error naming the fix; with one, the
+  // values come from the GPU and equal the CPU's.
+  const Result cpu = run({"fp", "0.1", "65520", "--json", "--device", "cpu"});
+  const Result gpu = run({"fp", "0.1", "65520", "--json", "--device", "cuda"});
+  if (gpu.code == 0) {
+    auto a = nlohmann::json::parse(cpu.out), b = nlohmann::json::parse(gpu.out);
+    EXPECT_EQ(b["device"], "cuda");
+    EXPECT_EQ(a["values"], b["values"]);
+  } else {
+    EXPECT_EQ(gpu.code, 2);
+    EXPECT_TRUE(has(gpu.err, "--device cpu")) << gpu.err;
+  }
+}
+
+TEST(Cli, VersionAndHelp) {
+  const Result v = run({"--version"});
+  EXPECT_EQ(v.code, 0);
+  EXPECT_TRUE(has(v.out, "ampcheck 0.")) << v.out;
+  const Result h = run({"fp", "--help"});
+  EXPECT_EQ(h.code, 0);
+  EXPECT_TRUE(has(h.out, "--limits")) << h.out;
+}
+
+}  // namespace
+}  // namespace ampcheck
