@@ -46,7 +46,7 @@ Plan make_plan() {
       plan.ranges.emplace_back(static_cast<std::uint32_t>(b), static_cast<std::uint32_t>(b + kChunk));
     return plan;
   }
-  // Sampled: 64 random windows of 64Ki patterns, plus windows around every boundary:
+  // Sampled: 192 random windows of 64Ki patterns, plus windows around every boundary:
   // zero, f16 subnormal range and its underflow edge, min normals, max and the overflow
   // edge of both formats, Inf and the NaNs.
   std::vector<std::uint32_t> starts = {0x00000000u, 0x33000000u - 0x8000u, 0x337fc000u,
@@ -54,7 +54,7 @@ Plan make_plan() {
                                        0x00800000u - 0x8000u, 0x7f7f8000u - 0x8000u,
                                        0x7f800000u - 0x8000u, 0x7fff0000u};
   std::mt19937 rng(20261122);
-  for (int i = 0; i < 64; ++i) starts.push_back(rng() & 0x7fff0000u);
+  for (int i = 0; i < 192; ++i) starts.push_back(rng() & 0x7fff0000u);
   std::sort(starts.begin(), starts.end());
   for (std::uint32_t s : starts)
     plan.ranges.emplace_back(s, static_cast<std::uint32_t>(std::min<std::uint64_t>(s + 0x10000u, 0x80000000ull)));

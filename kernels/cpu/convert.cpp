@@ -138,14 +138,22 @@ __attribute__((target("avx512f,avx512bw"))) void f16_to_f32_avx512(const std::ui
   f16_to_f32_scalar(s + i, d + i, n - i);
 }
 
-__attribute__((target("avx512f,avx512bw"))) __m256i bf16_round_avx512(__m512i x) {
+// Rounded bf16 patterns in the low half of each 32-bit lane.
+__attribute__((target("avx512f,avx512bw"))) __m512i bf16_round_avx512(__m512i x) {
   const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
   const __m512i rounded = _mm512_srli_epi32(
       _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb), 16);
   const __m512i abs = _mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff));
   const __mmask16 nan = _mm512_cmpgt_epu32_mask(abs, _mm512_set1_epi32(0x7f800000));
   const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40));
-  return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, quiet));
+  return _mm512_mask_mov_epi32(rounded, nan, quiet);
+}
+
+// Two vectors of 32-bit lanes holding 16-bit values -> 32 16-bit values in order.
+// packus interleaves 128-bit lanes (a0 b0 a1 b1 ...); the permute puts them back.
+__attribute__((target("avx512f,avx512bw"))) __m512i pack_u32_pairs(__m512i a, __m512i b) {
+  const __m512i order = _mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0);
+  return _mm512_permutexvar_epi64(order, _mm512_packus_epi32(a, b));
 }
 
 __attribute__((target("avx512f,avx512bw"))) void f32_to_bf16_avx512(const float* s,
@@ -153,10 +161,9 @@ __attribute__((target("avx512f,avx512bw"))) void f32_to_bf16_avx512(const float*
                                                                      std::size_t n) {
   std::size_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    const __m256i a = bf16_round_avx512(_mm512_loadu_si512(s + i));
-    const __m256i b = bf16_round_avx512(_mm512_loadu_si512(s + i + 16));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), a);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i + 16), b);
+    const __m512i a = bf16_round_avx512(_mm512_loadu_si512(s + i));
+    const __m512i b = bf16_round_avx512(_mm512_loadu_si512(s + i + 16));
+    _mm512_storeu_si512(d + i, pack_u32_pairs(a, b));
   }
   f32_to_bf16_scalar(s + i, d + i, n - i);
 }
@@ -183,28 +190,28 @@ __attribute__((target("avx512f,avx512bw"))) void bf16_to_f32_avx512(const std::u
 }
 
 // ---- AVX-512-BF16 -------------------------------------------------------------------
-// vcvtneps2bf16 rounds to nearest even and quiets NaNs like the scalar path, but treats
+// vcvtne2ps2bf16 rounds to nearest even and quiets NaNs like the scalar path, but treats
 // subnormal inputs as zero. Blocks holding a subnormal (rare in real data) take the
 // integer rounding instead, so the result stays exact.
-__attribute__((target("avx512f,avx512bw,avx512bf16"))) __m256i bf16_round_avx512bf16(
-    __m512 v) {
-  const __m512i x = _mm512_castps_si512(v);
-  const __m512i exp = _mm512_and_si512(x, _mm512_set1_epi32(0x7f800000));
-  const __m512i mant = _mm512_and_si512(x, _mm512_set1_epi32(0x007fffff));
-  const __mmask16 sub = _mm512_mask_cmpneq_epu32_mask(
-      _mm512_cmpeq_epu32_mask(exp, _mm512_setzero_si512()), mant, _mm512_setzero_si512());
-  if (sub != 0) return bf16_round_avx512(x);
-  return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v));
+__attribute__((target("avx512f,avx512bw"))) __mmask16 subnormal_lanes(__m512 v) {
+  const __m512i abs = _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff));
+  return _mm512_mask_cmplt_epu32_mask(_mm512_test_epi32_mask(abs, abs), abs,
+                                      _mm512_set1_epi32(0x00800000));
 }
 
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) void f32_to_bf16_avx512bf16(
     const float* s, std::uint16_t* d, std::size_t n) {
   std::size_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    const __m256i a = bf16_round_avx512bf16(_mm512_loadu_ps(s + i));
-    const __m256i b = bf16_round_avx512bf16(_mm512_loadu_ps(s + i + 16));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), a);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i + 16), b);
+    const __m512 a = _mm512_loadu_ps(s + i);
+    const __m512 b = _mm512_loadu_ps(s + i + 16);
+    __m512i out;
+    if ((subnormal_lanes(a) | subnormal_lanes(b)) == 0)
+      out = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a));
+    else
+      out = pack_u32_pairs(bf16_round_avx512(_mm512_castps_si512(a)),
+                           bf16_round_avx512(_mm512_castps_si512(b)));
+    _mm512_storeu_si512(d + i, out);
   }
   f32_to_bf16_scalar(s + i, d + i, n - i);
 }
