@@ -6,6 +6,8 @@
 //   ampcheck_bench_convert [--benchmark_repetitions=5 --benchmark_enable_random_interleaving=true]
 #include <benchmark/benchmark.h>  // Google Benchmark: State, RegisterBenchmark, reporters
 
+#include <unistd.h>  // isatty
+
 #include <cstdio>
 #include <cstring>  // std::memcpy
 #include <map>
@@ -73,6 +75,9 @@ void bm_memcpy(benchmark::State& state) {
 // Console output as usual, plus a closing table: each path's bytes/s over memcpy's.
 class SummaryReporter : public benchmark::ConsoleReporter {
  public:
+  // Colours only on a terminal, so saved results stay plain text.
+  SummaryReporter() : ConsoleReporter(isatty(fileno(stdout)) ? OO_Defaults : OO_Tabular) {}
+
   void ReportRuns(const std::vector<Run>& runs) override {
     ConsoleReporter::ReportRuns(runs);
     for (const Run& r : runs) {
