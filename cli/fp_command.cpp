@@ -48,6 +48,8 @@ std::vector<DType> parse_dtypes(const std::vector<std::string>& names) {
   for (const std::string& n : names) {
     try {
       const DType d = parse_dtype(n);
+      if (!is_floating(d))
+        throw UsageError("--dtype " + n + ": fp looks at floating-point dtypes; use f16, bf16, f32 or f64");
       if (std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
     } catch (const DTypeError& e) {
       throw UsageError(std::string("--dtype: ") + e.what());
@@ -78,7 +80,7 @@ std::string limits_text() {
   reports::TextTable t({"dtype", "aka", "bits", "exp", "mant", "digits", "max", "min normal",
                         "min subnormal", "epsilon", "emax", "emin", "digits10"});
   t.align(0, reports::TextTable::Align::left).align(1, reports::TextTable::Align::left);
-  for (DType d : kAllDTypes) {
+  for (DType d : kFloatDTypes) {
     const DTypeInfo& i = info(d);
     t.add_row({std::string(i.name), std::string(i.long_name), std::to_string(i.bits),
                std::to_string(i.exponent_bits), std::to_string(i.mantissa_bits),
@@ -95,7 +97,7 @@ std::string limits_text() {
 
 ordered_json limits_json() {
   ordered_json arr = ordered_json::array();
-  for (DType d : kAllDTypes) {
+  for (DType d : kFloatDTypes) {
     const DTypeInfo& i = info(d);
     arr.push_back({{"dtype", i.name},
                    {"long_name", i.long_name},

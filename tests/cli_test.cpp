@@ -96,6 +96,7 @@ TEST(CliFp, BadInputIsNamedWithExitCode2) {
       {{"fp", "12abc"}, "cannot read \"12abc\" as a number"},
       {{"fp", "1e999"}, "beyond the range of f64"},
       {{"fp", "1", "--dtype", "flaot16"}, "did you mean \"float16\"?"},
+      {{"fp", "1", "--dtype", "int64"}, "floating-point dtypes"},
       {{"fp"}, "give one or more values"},
       {{"fp", "1", "--limits"}, "--limits takes no values"},
       {{"fp", "1", "--device", "tpu"}, "\"tpu\" is not a device"},

@@ -39,8 +39,9 @@ std::uint64_t encode(double x, DType to) {
     case DType::f32: return k::bits_of(static_cast<float>(x));
     case DType::f16: return k::f64_to_f16_bits(k::bits_of(x));
     case DType::bf16: return k::f64_to_bf16_bits(k::bits_of(x));
+    case DType::i64: break;
   }
-  throw std::logic_error("encode: unhandled dtype");
+  throw std::invalid_argument("encode: " + std::string(name(to)) + " is not a floating-point dtype");
 }
 
 double decode(std::uint64_t bits, DType from) {
@@ -49,8 +50,9 @@ double decode(std::uint64_t bits, DType from) {
     case DType::f32: return k::float_of(static_cast<std::uint32_t>(bits));
     case DType::f16: return k::f16_to_f32(static_cast<std::uint16_t>(bits));
     case DType::bf16: return k::bf16_to_f32(static_cast<std::uint16_t>(bits));
+    case DType::i64: break;
   }
-  throw std::logic_error("decode: unhandled dtype");
+  throw std::invalid_argument("decode: " + std::string(name(from)) + " is not a floating-point dtype");
 }
 
 std::vector<std::uint64_t> encode_all(const std::vector<double>& values, DType to,
@@ -69,6 +71,9 @@ std::vector<std::uint64_t> encode_all(const std::vector<double>& values, DType t
 }
 
 void convert(const void* src, DType from, void* dst, DType to, std::size_t n) {
+  if (!is_floating(from) || !is_floating(to))
+    throw std::invalid_argument("convert: " + std::string(name(from)) + " -> " +
+                                std::string(name(to)) + ": only float dtypes convert here");
   const bool narrow_from = from == DType::f16 || from == DType::bf16;
   const bool narrow_to = to == DType::f16 || to == DType::bf16;
   if (from == to) {

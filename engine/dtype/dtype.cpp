@@ -5,10 +5,12 @@
 #include <cmath>
 #include <vector>
 
+#include "engine/util/strings.h"
+
 namespace ampcheck {
 namespace {
 
-constexpr std::array<DTypeInfo, kAllDTypes.size()> kInfos{{
+constexpr std::array<DTypeInfo, kFloatDTypes.size()> kInfos{{
 #define AMPCHECK_INFO(e, n, ln, b, eb, mb, a0, a1, a2, a3) \
   DTypeInfo{DType::e, n, ln, b, eb, mb, {a0, a1, a2, a3}},
     AMPCHECK_FLOAT_DTYPES(AMPCHECK_INFO)
@@ -28,20 +30,7 @@ std::string_view strip_module(std::string_view s) {
   return dot == std::string_view::npos ? s : s.substr(dot + 1);
 }
 
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diag = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
+constexpr std::array<std::string_view, 3> kI64Names{"i64", "int64", "long"};
 
 template <typename F>
 void for_each_spelling(F&& f) {
@@ -50,6 +39,7 @@ void for_each_spelling(F&& f) {
     for (std::string_view a : d.aliases)
       if (!a.empty() && a != d.name) f(d.dtype, a);
   }
+  for (std::string_view a : kI64Names) f(DType::i64, a);
 }
 
 }  // namespace
@@ -69,8 +59,26 @@ double DTypeInfo::min_subnormal() const {
 }
 double DTypeInfo::epsilon() const { return std::ldexp(1.0, -mantissa_bits); }
 
-const DTypeInfo& info(DType dtype) { return kInfos[static_cast<std::size_t>(dtype)]; }
-std::string_view name(DType dtype) { return info(dtype).name; }
+const DTypeInfo& info(DType dtype) {
+  if (!is_floating(dtype))
+    throw std::invalid_argument(std::string(name(dtype)) + " is not a floating-point dtype");
+  return kInfos[static_cast<std::size_t>(dtype)];
+}
+std::string_view name(DType dtype) {
+  return is_floating(dtype) ? kInfos[static_cast<std::size_t>(dtype)].name : kI64Names[0];
+}
+
+std::size_t element_size(DType d) {
+  return is_floating(d) ? static_cast<std::size_t>(info(d).bits / 8) : sizeof(std::int64_t);
+}
+
+DType promote(DType a, DType b) {
+  if (a == b) return a;
+  if (!is_floating(a)) return b;
+  if (!is_floating(b)) return a;
+  if (a == DType::f64 || b == DType::f64) return DType::f64;
+  return DType::f32;  // f32 with anything narrower, or f16 with bf16
+}
 
 std::optional<DType> try_parse_dtype(std::string_view text) {
   const std::string key = lower(strip_module(text));
@@ -83,15 +91,11 @@ std::optional<DType> try_parse_dtype(std::string_view text) {
 
 DType parse_dtype(std::string_view text) {
   if (auto d = try_parse_dtype(text)) return *d;
-  const std::string key = lower(strip_module(text));
-  std::string_view best;
-  std::size_t best_distance = key.size() + 8;
-  for_each_spelling([&](DType, std::string_view s) {
-    const std::size_t dist = edit_distance(key, s);
-    if (dist < best_distance) best_distance = dist, best = s;
-  });
+  std::vector<std::string_view> spellings;
+  for_each_spelling([&](DType, std::string_view s) { spellings.push_back(s); });
+  const std::string_view best = closest(lower(strip_module(text)), spellings);
   std::string msg = "unknown dtype \"" + std::string(text) + "\"";
-  if (best_distance <= 2) msg += " (did you mean \"" + std::string(best) + "\"?)";
+  if (!best.empty()) msg += " (did you mean \"" + std::string(best) + "\"?)";
   msg += "; accepted: " + accepted_dtype_names();
   throw DTypeError(msg);
 }
@@ -104,6 +108,7 @@ std::string accepted_dtype_names() {
     for (std::string_view a : d.aliases)
       if (!a.empty() && a != d.name) out += ", " + std::string(a);
   }
+  out += "; i64, int64, long";
   return out;
 }
 

@@ -19,12 +19,21 @@ namespace ampcheck {
   X(f16, "f16", "float16", 16, 5, 10, "fp16", "float16", "half", "")      \
   X(bf16, "bf16", "bfloat16", 16, 8, 7, "bfloat16", "", "", "")
 
+// The float dtypes, then i64: the integer dtype of class labels and embedding indices.
 enum class DType : std::uint8_t {
 #define AMPCHECK_ENUM(e, ...) e,
   AMPCHECK_FLOAT_DTYPES(AMPCHECK_ENUM)
 #undef AMPCHECK_ENUM
+  i64,
 };
-inline constexpr std::array kAllDTypes{DType::f64, DType::f32, DType::f16, DType::bf16};
+inline constexpr std::array kFloatDTypes{DType::f64, DType::f32, DType::f16, DType::bf16};
+
+constexpr bool is_floating(DType d) { return d != DType::i64; }
+constexpr bool is_low_precision(DType d) { return d == DType::f16 || d == DType::bf16; }
+std::size_t element_size(DType d);
+// The dtype of an elementwise result of a and b: the wider float (f16 with bf16 gives
+// f32, since neither holds the other).
+DType promote(DType a, DType b);
 
 // An IEEE 754 binary format described by its field widths; every limit follows from them.
 struct DTypeInfo {
@@ -48,13 +57,13 @@ struct DTypeInfo {
   double epsilon() const;  // 2^-M: distance from 1 to the next value
 };
 
-static_assert(static_cast<int>(DType::bf16) + 1 == static_cast<int>(kAllDTypes.size()),
-              "every DType must appear in kAllDTypes and AMPCHECK_FLOAT_DTYPES");
+static_assert(static_cast<int>(DType::bf16) + 1 == static_cast<int>(kFloatDTypes.size()),
+              "every float DType must appear in kFloatDTypes and AMPCHECK_FLOAT_DTYPES");
 
-const DTypeInfo& info(DType dtype);
+const DTypeInfo& info(DType dtype);  // floats only: throws std::invalid_argument for i64
 std::string_view name(DType dtype);
 
-// Accepts every spelling users type (f16, fp16, float16, half, torch.float16, ...).
+// Accepts every spelling users type (f16, fp16, float16, half, torch.float16, int64, ...).
 std::optional<DType> try_parse_dtype(std::string_view text);
 
 // Thrown for a dtype name nobody knows; the message names the closest known spelling.
