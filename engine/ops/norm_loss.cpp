@@ -621,7 +621,7 @@ std::vector<Tensor> cross_entropy_backward(const BackwardArgs& args) {
     parallel_for(n, row_grain(c), [&](std::int64_t rb, std::int64_t re) {
       for (std::int64_t r = rb; r < re; ++r)
         for (std::int64_t k = 0; k < c; ++k) {
-          const T q = (k == y[r] ? hit : T(0));
+          const T q = (k == y[r] ? hit : T(0)) + per_class;
           dx[r * c + k] = gn * (std::exp(x[r * c + k] - lse[r]) - q);
         }
     });

@@ -1,0 +1,135 @@
+#include "engine/nn/layers.h"
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+namespace ampcheck::nn {
+namespace {
+Tensor uniform_bound(const Shape& shape, double bound, Generator& gen) {
+  return Tensor::uniform(shape, gen, -bound, bound);
+}
+}  // namespace
+
+Linear::Linear(std::int64_t in, std::int64_t out, Generator& gen, bool with_bias) : Module("Linear") {
+  if (in <= 0 || out <= 0)
+    throw std::invalid_argument("Linear(" + std::to_string(in) + ", " + std::to_string(out) + "): sizes must be positive");
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in));
+  weight = register_parameter("weight", uniform_bound({out, in}, bound, gen));
+  if (with_bias) bias = register_parameter("bias", uniform_bound({out}, bound, gen));
+}
+Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
+
+Conv2d::Conv2d(std::int64_t in, std::int64_t out, std::array<std::int64_t, 2> kernel, Generator& gen,
+               Conv2dOptions opts, bool with_bias)
+    : Module("Conv2d"), options(opts) {
+  if (opts.groups <= 0 || in % opts.groups != 0 || out % opts.groups != 0)
+    throw std::invalid_argument("Conv2d: channels " + std::to_string(in) + " -> " + std::to_string(out) +
+                                " must both divide by groups " + std::to_string(opts.groups));
+  const std::int64_t fan_in = in / opts.groups * kernel[0] * kernel[1];
+  const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
+  weight = register_parameter("weight", uniform_bound({out, in / opts.groups, kernel[0], kernel[1]}, bound, gen));
+  if (with_bias) bias = register_parameter("bias", uniform_bound({out}, bound, gen));
+}
+Tensor Conv2d::forward(const Tensor& x) { return conv2d(x, weight, bias, options); }
+
+BatchNorm2d::BatchNorm2d(std::int64_t channels, double eps_, double momentum_)
+    : Module("BatchNorm2d"), eps(eps_), momentum(momentum_) {
+  weight = register_parameter("weight", Tensor::ones({channels}));
+  bias = register_parameter("bias", Tensor::zeros({channels}));
+  running_mean = register_buffer("running_mean", Tensor::zeros({channels}));
+  running_var = register_buffer("running_var", Tensor::ones({channels}));
+}
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  return batch_norm(x, weight, bias, running_mean, running_var, training(), momentum, eps);
+}
+
+LayerNorm::LayerNorm(Shape normalized_shape, double eps_) : Module("LayerNorm"), eps(eps_) {
+  weight = register_parameter("weight", Tensor::ones(normalized_shape));
+  bias = register_parameter("bias", Tensor::zeros(normalized_shape));
+}
+Tensor LayerNorm::forward(const Tensor& x) { return layer_norm(x, weight.dim(), weight, bias, eps); }
+
+Embedding::Embedding(std::int64_t num, std::int64_t dim, Generator& gen) : Module("Embedding") {
+  weight = register_parameter("weight", Tensor::randn({num, dim}, gen));
+}
+Tensor Embedding::forward(const Tensor& indices) { return embedding(indices, weight); }
+
+Dropout::Dropout(double p_, std::uint64_t seed) : Module("Dropout"), p(p_), gen(seed) {}
+Tensor Dropout::forward(const Tensor& x) { return dropout(x, p, training(), gen); }
+
+MultiHeadAttention::MultiHeadAttention(std::int64_t dim, std::int64_t heads_, Generator& gen)
+    : Module("MultiHeadAttention"), heads(heads_) {
+  if (heads <= 0 || dim % heads != 0)
+    throw std::invalid_argument("MultiHeadAttention: dim " + std::to_string(dim) + " must divide by heads " +
+                                std::to_string(heads));
+  q = register_module("q", std::make_shared<Linear>(dim, dim, gen));
+  k = register_module("k", std::make_shared<Linear>(dim, dim, gen));
+  v = register_module("v", std::make_shared<Linear>(dim, dim, gen));
+  out = register_module("out", std::make_shared<Linear>(dim, dim, gen));
+}
+
+Tensor MultiHeadAttention::forward(const Tensor& x) { return forward(x, x, x); }
+
+Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
+                                   const Tensor& mask) {
+  if (query.dim() != 3 || key.dim() != 3 || value.dim() != 3)
+    throw std::invalid_argument("MultiHeadAttention: expects [batch, time, dim] inputs, got " +
+                                to_string(query.shape()));
+  const std::int64_t b = query.size(0), tq = query.size(1), tk = key.size(1), d = query.size(2);
+  const std::int64_t dh = d / heads;
+  // [B, T, D] -> [B, H, T, dh]
+  auto split = [&](const Tensor& t, std::int64_t len) { return permute(reshape(t, {b, len, heads, dh}), {0, 2, 1, 3}); };
+  const Tensor qh = split((*q)(query), tq), kh = split((*k)(key), tk), vh = split((*v)(value), tk);
+  Tensor scores = matmul(qh, transpose(kh, -2, -1)) * (1.0 / std::sqrt(static_cast<double>(dh)));
+  if (mask.defined()) scores = masked_fill(scores, mask, -std::numeric_limits<double>::infinity());
+  const Tensor attended = matmul(softmax(scores, -1), vh);  // [B, H, Tq, dh]
+  return (*out)(reshape(permute(attended, {0, 2, 1, 3}), {b, tq, d}));
+}
+
+Sequential& Sequential::add(ModulePtr m, const std::string& name) {
+  register_module(name.empty() ? std::to_string(layers_.size()) : name, m);
+  layers_.push_back(std::move(m));
+  return *this;
+}
+
+Tensor Sequential::forward(const Tensor& x) {
+  Tensor y = x;
+  for (const ModulePtr& m : layers_) y = m->forward(y);
+  return y;
+}
+
+namespace {
+const char* activation_type(Activation a) {
+  switch (a) {
+    case Activation::relu: return "ReLU";
+    case Activation::gelu: return "GELU";
+    case Activation::gelu_tanh: return "GELU(tanh)";
+    case Activation::silu: return "SiLU";
+    case Activation::sigmoid: return "Sigmoid";
+    case Activation::tanh: return "Tanh";
+    case Activation::hardswish: return "Hardswish";
+    case Activation::hardsigmoid: return "Hardsigmoid";
+  }
+  return "?";
+}
+}  // namespace
+
+Act::Act(Activation k) : Module(activation_type(k)), kind(k) {}
+
+Tensor Act::forward(const Tensor& x) {
+  switch (kind) {
+    case Activation::relu: return relu(x);
+    case Activation::gelu: return gelu(x);
+    case Activation::gelu_tanh: return gelu(x, true);
+    case Activation::silu: return silu(x);
+    case Activation::sigmoid: return sigmoid(x);
+    case Activation::tanh: return ampcheck::tanh(x);
+    case Activation::hardswish: return hardswish(x);
+    case Activation::hardsigmoid: return hardsigmoid(x);
+  }
+  throw std::logic_error("Act: unknown activation");
+}
+
+}  // namespace ampcheck::nn

@@ -1,0 +1,108 @@
+// The layers users build models from. Initialisation follows PyTorch's defaults, drawn
+// from the caller's seeded Generator, so a model is the same for the same seed.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/nn/module.h"
+#include "engine/random.h"
+
+namespace ampcheck::nn {
+
+// y = x W^T + b; W [out, in] and b [out] ~ U(-1/sqrt(in), 1/sqrt(in))
+class Linear : public Module {
+ public:
+  Linear(std::int64_t in, std::int64_t out, Generator& gen, bool bias = true);
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias;
+};
+
+// weight [out, in/groups, kH, kW] ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+class Conv2d : public Module {
+ public:
+  Conv2d(std::int64_t in, std::int64_t out, std::array<std::int64_t, 2> kernel, Generator& gen,
+         Conv2dOptions options = {}, bool bias = true);
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias;
+  Conv2dOptions options;
+};
+
+// Over dim 1 of [N, C, ...]: weight 1, bias 0, running mean 0 and var 1.
+class BatchNorm2d : public Module {
+ public:
+  explicit BatchNorm2d(std::int64_t channels, double eps = 1e-5, double momentum = 0.1);
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias, running_mean, running_var;
+  double eps, momentum;
+};
+
+// Over the trailing dims `normalized_shape`.
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(Shape normalized_shape, double eps = 1e-5);
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias;
+  double eps;
+};
+
+// weight [num, dim] ~ N(0, 1); forward takes i64 indices.
+class Embedding : public Module {
+ public:
+  Embedding(std::int64_t num, std::int64_t dim, Generator& gen);
+  Tensor forward(const Tensor& indices) override;
+  Tensor weight;
+};
+
+// Its own generator, seeded at construction: masks are the same for the same seed.
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p, std::uint64_t seed = 0);
+  Tensor forward(const Tensor& x) override;
+  double p;
+  Generator gen;
+};
+
+// Multi-head scaled dot-product attention from registry ops, on [B, T, D]:
+// softmax(Q K^T / sqrt(D/H) + mask) V per head, then an output projection.
+class MultiHeadAttention : public Module {
+ public:
+  MultiHeadAttention(std::int64_t dim, std::int64_t heads, Generator& gen);
+  Tensor forward(const Tensor& x) override;  // self-attention, no mask
+  // mask: broadcastable to [B, H, Tq, Tk]; nonzero = masked out (attends nowhere)
+  Tensor forward(const Tensor& query, const Tensor& key, const Tensor& value,
+                 const Tensor& mask = {});
+  std::shared_ptr<Linear> q, k, v, out;
+  std::int64_t heads;
+};
+
+class Sequential : public Module {
+ public:
+  Sequential() : Module("Sequential") {}
+  // Appends a module named by its position ("0", "1", ...) or by `name`.
+  Sequential& add(ModulePtr m, const std::string& name = "");
+  Tensor forward(const Tensor& x) override;
+  const std::vector<ModulePtr>& layers() const { return layers_; }
+
+ private:
+  std::vector<ModulePtr> layers_;
+};
+
+// Activations and flatten as modules, for Sequential.
+enum class Activation { relu, gelu, gelu_tanh, silu, sigmoid, tanh, hardswish, hardsigmoid };
+class Act : public Module {
+ public:
+  explicit Act(Activation kind);
+  Tensor forward(const Tensor& x) override;
+  Activation kind;
+};
+class Flatten : public Module {
+ public:
+  explicit Flatten(std::int64_t from_dim = 1) : Module("Flatten"), start_dim(from_dim) {}
+  Tensor forward(const Tensor& x) override { return flatten(x, start_dim); }
+  std::int64_t start_dim;
+};
+
+}  // namespace ampcheck::nn

@@ -1,0 +1,61 @@
+// Modules: parameters and buffers with hierarchical names ("encoder.layers.2.attn.q"),
+// children, train/eval mode. The names are what reports show for each op instance.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/ops/ops.h"
+
+namespace ampcheck::nn {
+
+class Module {
+ public:
+  explicit Module(std::string type) : type_(std::move(type)) {}
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  virtual Tensor forward(const Tensor& x) = 0;
+  Tensor operator()(const Tensor& x) { return forward(x); }
+
+  const std::string& type() const { return type_; }  // "Linear", "Conv2d", ...
+  const std::string& path() const { return path_; }  // full dotted name; "" for the root
+
+  // (full name, tensor), depth first in registration order.
+  std::vector<std::pair<std::string, Tensor>> named_parameters() const;
+  std::vector<Tensor> parameters() const;
+  std::vector<std::pair<std::string, Tensor>> named_buffers() const;  // running stats
+  std::vector<std::pair<std::string, const Module*>> named_modules() const;  // self first
+  std::int64_t parameter_count() const;
+
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool training() const { return training_; }
+  void zero_grad();
+
+ protected:
+  Tensor register_parameter(const std::string& name, Tensor t);  // requires grad
+  Tensor register_buffer(const std::string& name, Tensor t);
+  template <typename M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
+    adopt(name, m);
+    return m;
+  }
+
+ private:
+  void adopt(const std::string& name, std::shared_ptr<Module> child);
+  void set_path(const std::string& path);
+
+  std::string type_;
+  std::string path_;
+  bool training_ = true;
+  std::vector<std::pair<std::string, Tensor>> params_, buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+};
+
+using ModulePtr = std::shared_ptr<Module>;
+
+}  // namespace ampcheck::nn
