@@ -107,6 +107,7 @@ std::vector<Case> other_cases() {
       c("concat_dim1", [](auto& x) { return concat({x[0], x[1]}, 1); }, {{2, 3}, {2, 2}}, true),
       c("slice_step2", [](auto& x) { return slice(x[0], 1, 1, 6, 2); }, {{3, 7}}, true),
       c("slice_negative", [](auto& x) { return slice(x[0], 0, -2, 100); }, {{4, 2}}, true),
+      c("slice_rows_view", [](auto& x) { return slice(x[0], 0, 1, 3); }, {{4, 3}}, true),
       c("where", [](auto& x) { return where(x[0], x[1], x[2]); }, {{3, 4}, {3, 4}, {4}}, true),
       c("masked_fill", [](auto& x) { return masked_fill(x[0], x[1], -2.5); }, {{3, 4}, {4}}, true),
   };
@@ -225,6 +226,9 @@ TEST(OpsCore, KnownValues) {
   EXPECT_EQ(transpose(m, 0, 1).to_f64(), (std::vector<double>{1, 4, 2, 5, 3, 6}));
   EXPECT_EQ(slice(m, 1, 0, 3, 2).to_f64(), (std::vector<double>{1, 3, 4, 6}));
   EXPECT_EQ(concat({m, m}, 0).shape(), (Shape{4, 3}));
+  EXPECT_TRUE(slice(m, 0, 1, 2).shares_storage(m));  // leading rows: a view
+  EXPECT_EQ(slice(m, 0, 1, 2).to_f64(), (std::vector<double>{4, 5, 6}));
+  EXPECT_TRUE(reshape(m, {3, 2}).shares_storage(m));
   EXPECT_EQ(sum(m, {0}).to_f64(), (std::vector<double>{5, 7, 9}));
   EXPECT_EQ(mean(m, {1}, true).to_f64(), (std::vector<double>{2, 5}));
   EXPECT_EQ(mean(m, {1}, true).shape(), (Shape{2, 1}));

@@ -39,6 +39,28 @@ void store_any(Tensor& t, std::int64_t start, std::int64_t n, const T* in, DType
   convert(in, as, at(t, start), t.dtype(), static_cast<std::size_t>(n));
 }
 
+// Raw elements gathered into one contiguous block, then one conversion for all of them.
+template <typename T>
+void gather_any(const Tensor& t, const std::int64_t* offsets, std::int64_t n, T* out, DType as) {
+  const std::size_t es = element_size(t.dtype());
+  alignas(64) unsigned char raw[kChunk * sizeof(std::int64_t)];
+  for (std::int64_t done = 0; done < n; done += kChunk) {
+    const std::int64_t m = std::min(kChunk, n - done);
+    const char* base = at(t, 0);
+    for (std::int64_t i = 0; i < m; ++i)
+      std::memcpy(raw + static_cast<std::size_t>(i) * es, base + static_cast<std::size_t>(offsets[done + i]) * es, es);
+    if (t.dtype() == DType::i64) {
+      for (std::int64_t i = 0; i < m; ++i) {
+        std::int64_t v;
+        std::memcpy(&v, raw + static_cast<std::size_t>(i) * es, sizeof v);
+        out[done + i] = static_cast<T>(v);
+      }
+    } else {
+      convert(raw, t.dtype(), out + done, as, static_cast<std::size_t>(m));
+    }
+  }
+}
+
 int blas_int(std::int64_t v, const char* what) {
   if (v > INT_MAX) throw std::invalid_argument(std::string("gemm: ") + what + " too large for BLAS");
   return static_cast<int>(v);
@@ -51,6 +73,12 @@ void load(const Tensor& t, std::int64_t start, std::int64_t n, float* out) {
 }
 void load(const Tensor& t, std::int64_t start, std::int64_t n, double* out) {
   load_any(t, start, n, out, DType::f64);
+}
+void load_gather(const Tensor& t, const std::int64_t* offsets, std::int64_t n, float* out) {
+  gather_any(t, offsets, n, out, DType::f32);
+}
+void load_gather(const Tensor& t, const std::int64_t* offsets, std::int64_t n, double* out) {
+  gather_any(t, offsets, n, out, DType::f64);
 }
 void store(Tensor& t, std::int64_t start, std::int64_t n, const float* in) {
   store_any(t, start, n, in, DType::f32);

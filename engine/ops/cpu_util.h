@@ -32,6 +32,10 @@ void load(const Tensor& t, std::int64_t start, std::int64_t n, double* out);
 void store(Tensor& t, std::int64_t start, std::int64_t n, const float* in);
 void store(Tensor& t, std::int64_t start, std::int64_t n, const double* in);
 
+// The values of t at element offsets[0..n), converted to T exactly.
+void load_gather(const Tensor& t, const std::int64_t* offsets, std::int64_t n, float* out);
+void load_gather(const Tensor& t, const std::int64_t* offsets, std::int64_t n, double* out);
+
 // Whole tensors in the compute type (for kernels that want a plain buffer).
 template <typename T>
 std::vector<T> values(const Tensor& t) {
@@ -91,7 +95,7 @@ void load_broadcast(const Tensor& t, const Shape& out_shape, std::int64_t b, std
   } else {
     std::int64_t offsets[kChunk];
     broadcast_offsets(t.shape(), out_shape, b, e - b, offsets);
-    for (std::int64_t i = 0; i < e - b; ++i) load(t, offsets[i], 1, buf + i);
+    load_gather(t, offsets, e - b, buf);
   }
 }
 

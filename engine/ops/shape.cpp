@@ -172,10 +172,12 @@ std::vector<Tensor> concat_backward(const BackwardArgs& a) {
   return grads;
 }
 
-// slice: a copy of every step-th index in [start, end); d x = g scattered into zeros
+// slice: every step-th index in [start, end) (a view for leading rows, else a copy);
+// d x = g scattered into zeros
 Tensor slice_forward(const ForwardArgs& a) {
   const Tensor& x = a.in[0];
   const SliceRange r = slice_range(x, std::get<SliceParams>(a.params));
+  if (r.dim == 0 && r.step == 1) return x.rows(r.start, r.count);  // contiguous: a view
   Shape shape = x.shape();
   shape[static_cast<std::size_t>(r.dim)] = r.count;
   Tensor out = Tensor::empty(shape, x.dtype());

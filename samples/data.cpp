@@ -1,0 +1,135 @@
+#include "samples/data.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/random.h"
+
+namespace ampcheck::samples {
+namespace {
+
+void require(bool ok, const std::string& what) {
+  if (!ok) throw std::invalid_argument(what);
+}
+
+std::size_t usize(std::int64_t n) { return static_cast<std::size_t>(n); }
+
+// An index in [0, m) from a uniform draw in [0, 1).
+std::int64_t pick(double u, std::int64_t m) {
+  return std::min(m - 1, static_cast<std::int64_t>(u * static_cast<double>(m)));
+}
+
+// Draws in f64, so the host values are exactly the generator's.
+std::vector<double> uniform_values(const Shape& shape, Generator& gen) {
+  return Tensor::uniform(shape, gen, 0.0, 1.0, DType::f64).to_f64();
+}
+std::vector<double> normal_values(const Shape& shape, Generator& gen, double stddev) {
+  return Tensor::randn(shape, gen, DType::f64, 0.0, stddev).to_f64();
+}
+
+std::vector<std::int64_t> interleaved_labels(std::int64_t n, std::int64_t classes) {
+  std::vector<std::int64_t> y(usize(n));
+  for (std::int64_t i = 0; i < n; ++i) y[usize(i)] = i % classes;
+  return y;
+}
+
+}  // namespace
+
+Dataset batch(const Dataset& data, std::int64_t start, std::int64_t count) {
+  const std::int64_t n = data.size();
+  require(start >= 0 && start < n && count > 0,
+          "batch: rows [" + std::to_string(start) + ", +" + std::to_string(count) +
+              ") is outside a data set of " + std::to_string(n) + " rows");
+  count = std::min(count, n - start);
+  return {data.x.rows(start, count), data.y.rows(start, count)};
+}
+
+Dataset spiral(std::int64_t n_per_class, std::int64_t classes, double noise, std::uint64_t seed) {
+  require(n_per_class >= 1 && classes >= 1,
+          "spiral: expects n_per_class >= 1 and classes >= 1, got " + std::to_string(n_per_class) +
+              " and " + std::to_string(classes));
+  require(noise >= 0, "spiral: noise must be >= 0");
+  Generator gen(seed);
+  const std::int64_t n = n_per_class * classes;
+  const std::vector<double> eps = normal_values({n}, gen, 1.0);
+  std::vector<float> x(usize(2 * n));
+  // Row i is point i / classes along arm i % classes.
+  const double last = static_cast<double>(std::max<std::int64_t>(n_per_class - 1, 1));
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto arm = static_cast<double>(i % classes);
+    const double along = static_cast<double>(i / classes) / last;  // linspace(0, 1)
+    const double r = along;
+    const double theta = 4.0 * arm + 4.0 * along + noise * eps[usize(i)];
+    x[usize(2 * i)] = static_cast<float>(r * std::sin(theta));
+    x[usize(2 * i + 1)] = static_cast<float>(r * std::cos(theta));
+  }
+  return {Tensor::from(x, {n, 2}), Tensor::from(interleaved_labels(n, classes), {n})};
+}
+
+Dataset images(std::int64_t n, std::int64_t classes, std::int64_t channels, std::int64_t size,
+               std::uint64_t seed) {
+  require(n >= 1 && classes >= 1 && channels >= 1 && size >= 8,
+          "images: expects n, classes, channels >= 1 and size >= 8, got n " + std::to_string(n) +
+              ", classes " + std::to_string(classes) + ", channels " + std::to_string(channels) +
+              ", size " + std::to_string(size));
+  Generator gen(seed);
+  constexpr std::int64_t kDraws = 4;  // phase, centre y, centre x, amplitude; then gains
+  const std::int64_t per_sample = kDraws + channels;
+  const std::vector<double> u = uniform_values({n, per_sample}, gen);
+  const std::vector<double> noise = normal_values({n, channels, size, size}, gen, 0.3);
+  const double pi = std::numbers::pi;
+  const double freq = 2.0 * pi / 4.0;  // period 4 px: resolvable by 3x3 kernels at every angle
+  const double sigma = static_cast<double>(size) / 5.0;
+  const double lo = static_cast<double>(size) / 4.0, span = static_cast<double>(size) / 2.0;
+  std::vector<float> x(usize(n * channels * size * size));
+  for (std::int64_t s = 0; s < n; ++s) {
+    const double* d = u.data() + s * per_sample;
+    const double angle = pi * static_cast<double>(s % classes) / static_cast<double>(classes);
+    const double c = std::cos(angle), sn = std::sin(angle);
+    const double phase = 2.0 * pi * d[0];
+    const double cy = lo + span * d[1], cx = lo + span * d[2];
+    const double amplitude = 0.5 + d[3];
+    for (std::int64_t ch = 0; ch < channels; ++ch) {
+      const double gain = amplitude * (0.5 + 0.5 * d[kDraws + ch]);
+      for (std::int64_t i = 0; i < size; ++i) {
+        for (std::int64_t j = 0; j < size; ++j) {
+          const double dy = static_cast<double>(i) - cy, dx = static_cast<double>(j) - cx;
+          const double window = std::exp(-(dx * dx + dy * dy) / (2.0 * sigma * sigma));
+          const std::size_t at = usize(((s * channels + ch) * size + i) * size + j);
+          x[at] = static_cast<float>(gain * window * std::cos(freq * (dx * c + dy * sn) + phase) +
+                                     noise[at]);
+        }
+      }
+    }
+  }
+  return {Tensor::from(x, {n, channels, size, size}),
+          Tensor::from(interleaved_labels(n, classes), {n})};
+}
+
+Dataset sequences(std::int64_t n, std::int64_t length, std::int64_t vocab, std::uint64_t seed) {
+  require(n >= 1 && length >= 2 && vocab >= 2,
+          "sequences: expects n >= 1, length >= 2 and vocab >= 2, got n " + std::to_string(n) +
+              ", length " + std::to_string(length) + ", vocab " + std::to_string(vocab));
+  Generator gen(seed);
+  // Per row: the first token, the other positions, and where the repeat goes.
+  const std::int64_t per_row = length + 1;
+  const std::vector<double> u = uniform_values({n, per_row}, gen);
+  std::vector<std::int64_t> x(usize(n * length));
+  const std::vector<std::int64_t> y = interleaved_labels(n, 2);
+  for (std::int64_t r = 0; r < n; ++r) {
+    const double* d = u.data() + r * per_row;
+    std::int64_t* row = x.data() + r * length;
+    const std::int64_t first = pick(d[0], vocab);
+    row[0] = first;
+    for (std::int64_t t = 1; t < length; ++t)  // any token but the first
+      row[t] = (first + 1 + pick(d[t], vocab - 1)) % vocab;
+    if (y[usize(r)] == 1) row[1 + pick(d[length], length - 1)] = first;
+  }
+  return {Tensor::from(x, {n, length}), Tensor::from(y, {n})};
+}
+
+}  // namespace ampcheck::samples

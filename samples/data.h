@@ -1,0 +1,49 @@
+// Deterministic synthetic data sets for the sample models, generated from a seed through
+// the engine's counter-based Generator: the same seed gives the same tensors on every
+// machine and for every thread count.
+//
+// Rows interleave the classes (row i has label i % classes), so any contiguous range of
+// rows — a mini-batch taken with batch() — is close to balanced without shuffling.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/tensor.h"
+
+namespace ampcheck::samples {
+
+struct Dataset {
+  Tensor x;  // inputs, leading dim N
+  Tensor y;  // i64 labels [N]
+  std::int64_t size() const { return y.defined() ? y.size(0) : 0; }
+};
+
+// Rows [start, start + count) of x and y as views (no copy); count is clipped at the end.
+Dataset batch(const Dataset& data, std::int64_t start, std::int64_t count);
+
+// The classic spiral (CS231n): `classes` arms of n_per_class points each, arm k at
+// radius r = linspace(0, 1) and angle theta = linspace(4k, 4(k+1)) + noise * N(0, 1),
+// point (r sin theta, r cos theta). x f32 [N, 2], y i64 [N], N = n_per_class * classes.
+Dataset spiral(std::int64_t n_per_class, std::int64_t classes = 3, double noise = 0.2,
+               std::uint64_t seed = 0);
+
+// Oriented stripe patches: class k is a grating at angle pi * k / classes (period 4 px)
+// under a Gaussian window of width size / 5, at a random position, with random phase,
+// amplitude and per-channel gain, plus N(0, 0.3) noise. The random phase makes every
+// class's mean image nearly zero, so a linear model on the pixels stays near chance,
+// while a convolution + ReLU + global pooling reads the orientation directly.
+// x f32 [N, channels, size, size], y i64 [N]. Needs size >= 8.
+Dataset images(std::int64_t n, std::int64_t classes = 4, std::int64_t channels = 3,
+               std::int64_t size = 16, std::uint64_t seed = 0);
+
+// "Does the first token occur again?": tokens in [0, vocab), label 1 when x[0] recurs at
+// some later position (exactly once) and 0 when it does not occur again; the other
+// positions are uniform over the remaining vocab - 1 tokens (and may repeat among
+// themselves), and the labels alternate 0, 1. Mean-pooled token embeddings cannot tell
+// (they lose which token came first), nor can per-position features: a position has to
+// look at position 0, which is what attention does. x i64 [N, length], y i64 [N].
+// Needs length >= 2 and vocab >= 2.
+Dataset sequences(std::int64_t n, std::int64_t length = 12, std::int64_t vocab = 10,
+                  std::uint64_t seed = 0);
+
+}  // namespace ampcheck::samples
