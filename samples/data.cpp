@@ -61,9 +61,8 @@ Dataset spiral(std::int64_t n_per_class, std::int64_t classes, double noise, std
   const double last = static_cast<double>(std::max<std::int64_t>(n_per_class - 1, 1));
   for (std::int64_t i = 0; i < n; ++i) {
     const auto arm = static_cast<double>(i % classes);
-    const double along = static_cast<double>(i / classes) / last;  // linspace(0, 1)
-    const double r = along;
-    const double theta = 4.0 * arm + 4.0 * along + noise * eps[usize(i)];
+    const double r = static_cast<double>(i / classes) / last;  // linspace(0, 1)
+    const double theta = 4.0 * arm + 4.0 * r + noise * eps[usize(i)];
     x[usize(2 * i)] = static_cast<float>(r * std::sin(theta));
     x[usize(2 * i + 1)] = static_cast<float>(r * std::cos(theta));
   }

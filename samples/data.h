@@ -30,8 +30,9 @@ Dataset spiral(std::int64_t n_per_class, std::int64_t classes = 3, double noise 
 // Oriented stripe patches: class k is a grating at angle pi * k / classes (period 4 px)
 // under a Gaussian window of width size / 5, at a random position, with random phase,
 // amplitude and per-channel gain, plus N(0, 0.3) noise. The random phase makes every
-// class's mean image nearly zero, so a linear model on the pixels stays near chance,
-// while a convolution + ReLU + global pooling reads the orientation directly.
+// class's mean image nearly zero: a linear model on the pixels can only memorise a small
+// training set (it stays at chance on fresh samples), while a convolution + ReLU +
+// global pooling reads the orientation and generalises.
 // x f32 [N, channels, size, size], y i64 [N]. Needs size >= 8.
 Dataset images(std::int64_t n, std::int64_t classes = 4, std::int64_t channels = 3,
                std::int64_t size = 16, std::uint64_t seed = 0);
@@ -39,11 +40,12 @@ Dataset images(std::int64_t n, std::int64_t classes = 4, std::int64_t channels =
 // "Does the first token occur again?": tokens in [0, vocab), label 1 when x[0] recurs at
 // some later position (exactly once) and 0 when it does not occur again; the other
 // positions are uniform over the remaining vocab - 1 tokens (and may repeat among
-// themselves), and the labels alternate 0, 1. Mean-pooled token embeddings cannot tell
-// (they lose which token came first), nor can per-position features: a position has to
-// look at position 0, which is what attention does. x i64 [N, length], y i64 [N].
+// themselves), and the labels alternate 0, 1. Mean-pooled token embeddings lose which
+// token came first and per-position features see one token, so without attention a
+// model can only memorise the training rows; with it, each position compares its token
+// with position 0's. x i64 [N, length], y i64 [N].
 // Needs length >= 2 and vocab >= 2.
-Dataset sequences(std::int64_t n, std::int64_t length = 12, std::int64_t vocab = 10,
+Dataset sequences(std::int64_t n, std::int64_t length = 8, std::int64_t vocab = 8,
                   std::uint64_t seed = 0);
 
 }  // namespace ampcheck::samples

@@ -1,8 +1,11 @@
 #include "samples/models.h"
 
+#include <array>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace ampcheck::samples {
 namespace {
