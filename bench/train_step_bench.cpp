@@ -12,8 +12,9 @@
 // input gradient of the first layer too). Elementwise ops, norms, softmax, the loss and
 // the optimizer are not counted, so the figures are a floor on the arithmetic done.
 //
-// f16 storage: the models' set_dtype(f16) — f32 master weights cast to f16 each forward,
-// f16 inputs and activations, every op computing in f32 — so the casts are in the step.
+// f16 storage: AMP O2 as a user runs it (amp::decorate: f16 parameters except the
+// norms', f32 masters; amp::Autocast; dynamic loss scaling): f16 activations, every op
+// computing in f32, the casts and the master updates inside the timed step.
 //
 //   ampcheck_bench_train [--benchmark_repetitions=5 --benchmark_enable_random_interleaving=true]
 #include <benchmark/benchmark.h>  // Google Benchmark: State, RegisterBenchmark, reporters
@@ -29,6 +30,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/amp/decorate.h"
+#include "engine/amp/grad_scaler.h"
+#include "engine/amp/policy.h"
 #include "engine/optim/optimizer.h"
 #include "engine/parallel.h"
 #include "samples/data.h"
@@ -51,7 +55,7 @@ double conv_flops(i64 batch, i64 c_in, i64 c_out, i64 k, i64 out_hw) {
 
 struct Config {
   const char* name;
-  std::function<std::unique_ptr<samples::SampleModel>(Generator&)> build;
+  std::function<std::unique_ptr<nn::Module>(Generator&)> build;
   std::function<samples::Dataset()> data;
   double forward_flops;
 };
@@ -103,16 +107,28 @@ std::vector<Config> configs() {
 
 void bm_train_step(benchmark::State& state, const Config& config, DType dtype) {
   Generator gen(0);
-  std::unique_ptr<samples::SampleModel> model = config.build(gen);
-  model->set_dtype(dtype);
+  std::unique_ptr<nn::Module> model = config.build(gen);
   samples::Dataset data = config.data();
-  if (is_floating(data.x.dtype())) data.x = data.x.to(dtype);
   optim::Adam opt(model->named_parameters(), 1e-3);
+  // f16: AMP O2 as a user runs it: f16 parameters (norms f32), f32 masters, autocast,
+  // dynamic loss scaling. f32: the plain step.
+  amp::AmpOptions o;
+  o.level = dtype == DType::f32 ? amp::Level::O0 : amp::Level::O2;
+  o.dtype = DType::f16;
+  amp::decorate(*model, &opt, o);
+  const amp::Policy policy(o);
+  amp::GradScaler scaler(dtype == DType::f32 ? amp::ScalingOptions{amp::StaticScaling{1.0}}
+                                             : amp::ScalingOptions{amp::TorchScaling{}});
   auto step = [&] {
     opt.zero_grad();
-    const Tensor loss = cross_entropy((*model)(data.x), data.y);
-    loss.backward();
-    opt.step();
+    Tensor loss;
+    {
+      amp::Autocast on(dtype == DType::f32 ? nullptr : &policy);
+      loss = cross_entropy((*model)(data.x), data.y);
+    }
+    scaler.scale(loss).backward();
+    scaler.step(opt);
+    scaler.update();
     return loss;
   };
   step();  // outside the timing: Adam allocates its moments on the first step

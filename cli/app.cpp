@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "ampcheck_build_info.h"  // AMPCHECK_VERSION
+#include "cli/config_command.h"
 #include "cli/exit_codes.h"
 #include "cli/fp_command.h"
 #include "cli/usage_error.h"
@@ -29,6 +30,8 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   app.set_version_flag("--version", std::function<std::string()>(version_text));
   FpOptions fp_options;
   CLI::App* fp = add_fp_command(app, fp_options);
+  ConfigOptions config_options;
+  CLI::App* config = add_config_command(app, config_options);
 
   try {
     conversion_isa();  // a bad AMPCHECK_CPU_ISA is the user's to fix: say so up front
@@ -41,7 +44,7 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
     bool known = false;
     for (const CLI::App* sub : app.get_subcommands({})) known = known || sub->check_name(argv[1]);
     if (!known) {
-      err << "ampcheck: unknown command \"" << argv[1] << "\"; commands: fp (run `ampcheck --help`)\n";
+      err << "ampcheck: unknown command \"" << argv[1] << "\"; commands: fp, config (run `ampcheck --help`)\n";
       return kUsage;
     }
   }
@@ -64,6 +67,7 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
 
   try {
     if (fp->parsed()) return run_fp(fp_options, out, err);
+    if (config->parsed()) return run_config(config_options, out, err);
   } catch (const UsageError& e) {
     err << "ampcheck: " << e.what() << '\n';
     return kUsage;

@@ -267,6 +267,17 @@ void Tensor::copy_from(const Tensor& src) {
   }
 }
 
+void Tensor::convert_(DType target) {
+  if (target == dtype()) return;
+  if (impl().grad_fn) throw std::logic_error("convert_: only leaf tensors change dtype in place");
+  const Tensor converted = to(target);
+  Impl& i = impl();
+  i.storage = converted.impl().storage;
+  i.offset = 0;
+  i.dtype = target;
+  i.grad = Tensor();
+}
+
 void Tensor::fill(double value) {
   const std::vector<double> v(static_cast<std::size_t>(numel()), value);
   store_f64(*this, v.data());

@@ -76,6 +76,9 @@ class Tensor {
   Tensor to(DType dtype) const;                                // new storage, converted
   bool shares_storage(const Tensor& other) const;
   void copy_from(const Tensor& src);  // same shape; converts dtype; in place, no autograd
+  // Changes this tensor's dtype in place (new storage, rounded once), keeping the handle:
+  // every holder of it (a module field, an optimizer) sees the new dtype. Drops .grad.
+  void convert_(DType dtype);
   void fill(double value);            // in place, no autograd
 
   // ---- autograd ----
@@ -93,6 +96,7 @@ class Tensor {
   void backward(const Tensor& grad = {}, bool retain_graph = false) const;
 
   bool same(const Tensor& other) const { return impl_ == other.impl_; }
+  const void* id() const { return impl_.get(); }  // identity of the handle's tensor
 
  private:
   struct Impl;

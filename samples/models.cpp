@@ -10,28 +10,6 @@
 namespace ampcheck::samples {
 namespace {
 
-// For one forward, points each tracked weight field at a cast of its master; the
-// destructor puts the masters back, also when the forward throws. The recorded graph
-// keeps the casts, so a later backward still reaches the masters.
-class WorkingCopies {
- public:
-  WorkingCopies(const std::vector<Tensor*>& fields, DType dtype) {
-    for (Tensor* field : fields) {
-      if (!field->defined() || field->dtype() == dtype) continue;
-      saved_.emplace_back(field, *field);
-      *field = cast(*field, dtype);
-    }
-  }
-  ~WorkingCopies() {
-    for (auto& [field, master] : saved_) *field = master;
-  }
-  WorkingCopies(const WorkingCopies&) = delete;
-  WorkingCopies& operator=(const WorkingCopies&) = delete;
-
- private:
-  std::vector<std::pair<Tensor*, Tensor>> saved_;
-};
-
 void require_positive(std::int64_t v, const char* model, const char* what) {
   if (v <= 0)
     throw std::invalid_argument(std::string(model) + ": " + what + " must be positive, got " +
@@ -40,41 +18,11 @@ void require_positive(std::int64_t v, const char* model, const char* what) {
 
 }  // namespace
 
-// ---- SampleModel ----
-
-void SampleModel::set_dtype(DType dtype) {
-  if (!is_floating(dtype))
-    throw std::invalid_argument(type() + ".set_dtype: expects a float dtype, got i64");
-  dtype_ = dtype;
-}
-
-Tensor SampleModel::forward(const Tensor& x) {
-  WorkingCopies copies(tracked_, dtype_);
-  if (is_floating(x.dtype()) && x.dtype() != dtype_) return run(cast(x, dtype_));
-  return run(x);
-}
-
-void SampleModel::track(nn::Linear& m) { tracked_.insert(tracked_.end(), {&m.weight, &m.bias}); }
-void SampleModel::track(nn::Conv2d& m) { tracked_.insert(tracked_.end(), {&m.weight, &m.bias}); }
-void SampleModel::track(nn::BatchNorm2d& m) {
-  tracked_.insert(tracked_.end(), {&m.weight, &m.bias});
-}
-void SampleModel::track(nn::LayerNorm& m) {
-  tracked_.insert(tracked_.end(), {&m.weight, &m.bias});
-}
-void SampleModel::track(nn::Embedding& m) { tracked_.push_back(&m.weight); }
-void SampleModel::track(nn::MultiHeadAttention& m) {
-  track(*m.q);
-  track(*m.k);
-  track(*m.v);
-  track(*m.out);
-}
-
 // ---- Mlp ----
 
 Mlp::Mlp(std::int64_t in, std::int64_t hidden, std::int64_t classes, Generator& gen,
          nn::Activation activation)
-    : SampleModel("Mlp") {
+    : nn::Module("Mlp") {
   require_positive(in, "Mlp", "in");
   require_positive(hidden, "Mlp", "hidden");
   require_positive(classes, "Mlp", "classes");
@@ -83,12 +31,9 @@ Mlp::Mlp(std::int64_t in, std::int64_t hidden, std::int64_t classes, Generator& 
   fc2 = register_module("fc2", std::make_shared<nn::Linear>(hidden, hidden, gen));
   act2 = register_module("act2", std::make_shared<nn::Act>(activation));
   head = register_module("head", std::make_shared<nn::Linear>(hidden, classes, gen));
-  track(*fc1);
-  track(*fc2);
-  track(*head);
 }
 
-Tensor Mlp::run(const Tensor& x) { return (*head)((*act2)((*fc2)((*act1)((*fc1)(x))))); }
+Tensor Mlp::forward(const Tensor& x) { return (*head)((*act2)((*fc2)((*act1)((*fc1)(x))))); }
 
 // ---- ResidualBlock ----
 
@@ -131,7 +76,7 @@ Tensor ResidualBlock::forward(const Tensor& x) {
 
 SmallCnn::SmallCnn(std::int64_t in_channels, std::int64_t classes, Generator& gen,
                    std::int64_t width, int num_blocks)
-    : SampleModel("SmallCnn") {
+    : nn::Module("SmallCnn") {
   require_positive(in_channels, "SmallCnn", "in_channels");
   require_positive(classes, "SmallCnn", "classes");
   require_positive(width, "SmallCnn", "width");
@@ -144,25 +89,18 @@ SmallCnn::SmallCnn(std::int64_t in_channels, std::int64_t classes, Generator& ge
                                                 in_channels, width, std::array<std::int64_t, 2>{3, 3},
                                                 gen, same, false));
   stem_bn = register_module("stem_bn", std::make_shared<nn::BatchNorm2d>(width));
-  track(*stem_conv);
-  track(*stem_bn);
   std::int64_t channels = width;
   for (int b = 0; b < num_blocks; ++b) {
     const std::int64_t out = b == 0 ? width : 2 * width;
     auto block = register_module("block" + std::to_string(b + 1),
                                  std::make_shared<ResidualBlock>(channels, out, b == 0 ? 1 : 2, gen));
-    for (auto* conv : {block->conv1.get(), block->conv2.get(), block->shortcut_conv.get()})
-      if (conv) track(*conv);
-    for (auto* bn : {block->bn1.get(), block->bn2.get(), block->shortcut_bn.get()})
-      if (bn) track(*bn);
     blocks.push_back(std::move(block));
     channels = out;
   }
   head = register_module("head", std::make_shared<nn::Linear>(channels, classes, gen));
-  track(*head);
 }
 
-Tensor SmallCnn::run(const Tensor& x) {
+Tensor SmallCnn::forward(const Tensor& x) {
   Tensor h = relu((*stem_bn)((*stem_conv)(x)));
   for (const auto& block : blocks) h = (*block)(h);
   return (*head)(flatten(adaptive_avg_pool2d(h, {1, 1}), 1));
@@ -197,7 +135,7 @@ Tensor EncoderLayer::forward(const Tensor& x) {
 TinyTransformer::TinyTransformer(std::int64_t vocab, std::int64_t max_len, std::int64_t dim,
                                  std::int64_t heads, std::int64_t ffn, std::int64_t classes,
                                  Generator& gen, bool pre_norm)
-    : SampleModel("TinyTransformer") {
+    : nn::Module("TinyTransformer") {
   require_positive(vocab, "TinyTransformer", "vocab");
   require_positive(max_len, "TinyTransformer", "max_len");
   require_positive(classes, "TinyTransformer", "classes");
@@ -206,18 +144,9 @@ TinyTransformer::TinyTransformer(std::int64_t vocab, std::int64_t max_len, std::
   encoder = register_module("encoder", std::make_shared<EncoderLayer>(dim, heads, ffn, gen, pre_norm));
   if (pre_norm) norm = register_module("norm", std::make_shared<nn::LayerNorm>(Shape{dim}));
   head = register_module("head", std::make_shared<nn::Linear>(dim, classes, gen));
-  track(*tok_embed);
-  track(*pos_embed);
-  track(*encoder->ln1);
-  track(*encoder->attn);
-  track(*encoder->ln2);
-  track(*encoder->ff1);
-  track(*encoder->ff2);
-  if (norm) track(*norm);
-  track(*head);
 }
 
-Tensor TinyTransformer::run(const Tensor& x) {
+Tensor TinyTransformer::forward(const Tensor& x) {
   if (x.dtype() != DType::i64 || x.dim() != 2)
     throw std::invalid_argument("TinyTransformer: expects i64 token indices [B, T], got " +
                                 std::string(name(x.dtype())) + " " + to_string(x.shape()));

@@ -22,6 +22,20 @@ expect 2 'cannot read "abc"' -- "$bin" fp abc
 expect 2 'did you mean' -- "$bin" fp 1 --dtype bfloat61
 expect 2 'AMPCHECK_CPU_ISA="sse9"' -- env AMPCHECK_CPU_ISA=sse9 "$bin" fp 1
 expect 0 'scalar' -- env AMPCHECK_CPU_ISA=scalar "$bin" --version
+# AMP configs: every sample explained with its style; every bad config exits 2 naming
+# its key (tests/data/bad_configs/expected.tsv lists file and key).
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+for sample in paddle_amp_configs:paddle paddle_strategy:paddle pytorch:pytorch deepspeed:deepspeed \
+              apex_o2:apex ampcheck_o2:ampcheck; do
+  expect 0 "style:         ${sample#*:}" -- "$bin" config explain "$root/samples/configs/${sample%%:*}.json"
+done
+expect 0 '"converted_from": "deepspeed"' -- "$bin" config explain --json "$root/samples/configs/deepspeed.json"
+while IFS=$'\t' read -r file key; do
+  [[ -z $file || $file == \#* ]] && continue
+  expect 2 "$key" -- "$bin" config explain "$root/tests/data/bad_configs/$file"
+done <"$root/tests/data/bad_configs/expected.tsv"
+expect 2 'no such file' -- "$bin" config explain "$root/samples/configs/none.json"
+expect 2 'commands: fp, config' -- "$bin" confg
 # A CUDA build on a machine without a GPU: one notice line on stderr, results on the CPU.
 if "$bin" --version | grep -q "CUDA 1"; then
   if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then

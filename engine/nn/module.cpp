@@ -76,6 +76,13 @@ std::int64_t Module::parameter_count() const {
   return n;
 }
 
+void Module::cast_parameters(DType dtype, const std::function<bool(const Module&)>& keep) {
+  if (!keep || !keep(*this))
+    for (auto& [name, t] : params_)
+      if (t.defined()) t.convert_(dtype);
+  for (auto& [name, child] : children_) child->cast_parameters(dtype, keep);
+}
+
 void Module::train(bool on) {
   training_ = on;
   for (auto& [name, child] : children_) child->train(on);

@@ -2,6 +2,7 @@
 // children, train/eval mode. The names are what reports show for each op instance.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -30,6 +31,10 @@ class Module {
   std::vector<std::pair<std::string, Tensor>> named_buffers() const;  // running stats
   std::vector<std::pair<std::string, const Module*>> named_modules() const;  // self first
   std::int64_t parameter_count() const;
+
+  // Converts in place the parameters of every module for which keep(module) is false
+  // (AMP O2's decorate: keep(m) is true for normalisation layers). Buffers keep theirs.
+  void cast_parameters(DType dtype, const std::function<bool(const Module&)>& keep = {});
 
   void train(bool on = true);
   void eval() { train(false); }

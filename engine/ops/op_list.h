@@ -19,7 +19,7 @@
   X(bmm, 2, lower)                   \
   X(conv2d, -1, lower)               \
   /* normalisation */                \
-  X(batch_norm, 5, fp32)             \
+  X(batch_norm, 5, follow)           \
   X(layer_norm, -1, fp32)            \
   /* activations */                  \
   X(relu, 1, follow)                 \

@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/amp/policy.h"
 #include "engine/autograd.h"
 #include "engine/ops/impl.h"
 #include "engine/util/strings.h"
@@ -66,6 +67,8 @@ Tensor call(Op op, std::vector<Tensor> inputs, Params params) {
                                 " tensor inputs, got " + std::to_string(inputs.size()));
   if (inputs.empty() || !inputs[0].defined())
     throw std::invalid_argument(std::string(info.name) + ": the first input is undefined");
+  // AMP: inside an autocast scope the policy casts the inputs first (as cast ops).
+  if (const amp::Policy* policy = amp::active_policy()) inputs = policy->apply(op, std::move(inputs));
 
   bool record = false;
   if (grad_enabled())

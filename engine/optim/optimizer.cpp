@@ -63,24 +63,52 @@ std::string read_string(std::ifstream& in) {
 
 }  // namespace
 
-Optimizer::Optimizer(NamedParams params, double lr) : params_(std::move(params)), lr_(lr) {
+Optimizer::Optimizer(NamedParams params, double lr)
+    : params_(std::move(params)), overrides_(params_.size()), lr_(lr) {
   if (!(lr >= 0)) throw std::invalid_argument("optimizer: learning rate must be >= 0, got " + std::to_string(lr));
   for (const auto& [name, p] : params_)
     if (!p.defined() || !is_floating(p.dtype()))
       throw std::invalid_argument("optimizer: parameter \"" + name + "\" is not a float tensor");
 }
 
+Tensor Optimizer::gradient(std::size_t i) const {
+  return overrides_.at(i).defined() ? overrides_[i] : params_.at(i).second.grad();
+}
+
+void Optimizer::set_gradient(std::size_t i, const Tensor& g) {
+  const Tensor& p = params_.at(i).second;
+  if (g.defined() && g.shape() != p.shape())
+    throw std::invalid_argument("set_gradient: " + params_[i].first + " is " + to_string(p.shape()) +
+                                ", the gradient " + to_string(g.shape()));
+  overrides_[i] = g;
+}
+
+void Optimizer::enable_master_weights() {
+  if (has_master_weights()) return;
+  for (const auto& [name, p] : params_)
+    masters_.push_back(p.to(p.dtype() == DType::f64 ? DType::f64 : DType::f32));
+}
+
 void Optimizer::step() {
   ++state_.step;
   NoGradGuard no_grad;
-  for (auto& [name, p] : params_) {
-    if (!p.grad().defined()) continue;
-    update(p, p.grad(), state_.buffers[name], state_.step);
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const Tensor g = gradient(i);
+    if (!g.defined()) continue;
+    auto& [name, p] = params_[i];
+    if (masters_.empty()) {
+      update(p, g, state_.buffers[name], state_.step);
+      continue;
+    }
+    Tensor& m = masters_[i];
+    update(m, g.dtype() == m.dtype() ? g : g.to(m.dtype()), state_.buffers[name], state_.step);
+    p.copy_from(m);  // the low-precision copy, re-derived from the master
   }
 }
 
 void Optimizer::zero_grad() {
   for (auto& [name, p] : params_) p.zero_grad();
+  for (Tensor& o : overrides_) o = Tensor();
 }
 
 State Optimizer::state() const {
@@ -217,6 +245,20 @@ void Adam::update(Tensor& p, const Tensor& g, std::map<std::string, Tensor>& buf
     vv = T(b2) * vv + T(1 - b2) * gv * gv;
     pv -= T(lr_d / bc1) * mv / (std::sqrt(vv) / T(bc2_sqrt) + T(eps));
   });
+}
+
+double clip_grad_norm(Optimizer& optimizer, double max_norm) {
+  // Each gradient carried as the .grad of a stand-in tensor: the clipping below scales
+  // .grad in place, so it scales the optimizer's own gradient tensors.
+  NamedParams grads;
+  for (std::size_t i = 0; i < optimizer.size(); ++i) {
+    const Tensor g = optimizer.gradient(i);
+    if (!g.defined()) continue;
+    Tensor carrier = Tensor::empty(g.shape(), g.dtype());
+    carrier.set_grad(g);
+    grads.emplace_back(optimizer.params()[i].first, carrier);
+  }
+  return clip_grad_norm(grads, max_norm);
 }
 
 double clip_grad_norm(const NamedParams& params, double max_norm) {

@@ -27,10 +27,23 @@ class Optimizer {
   virtual ~Optimizer() = default;
 
   void step();       // one update of every parameter that has a gradient
-  void zero_grad();  // drops the gradients
+  void zero_grad();  // drops the gradients (and any set with set_gradient)
   double lr() const { return lr_; }
   void set_lr(double lr) { lr_ = lr; }
   const NamedParams& params() const { return params_; }
+  std::size_t size() const { return params_.size(); }
+
+  // The gradient step() uses for parameter i: the one given to set_gradient (the loss
+  // scaler's unscaled f32 gradient), else the parameter's own .grad().
+  Tensor gradient(std::size_t i) const;
+  void set_gradient(std::size_t i, const Tensor& g);
+
+  // Master weights (AMP O2): an f32 copy of every parameter, taken now; step() updates
+  // the copy in f32 and writes it back, rounded once, into the parameter (which the
+  // caller may then convert to f16/bf16). Call before converting the parameters.
+  void enable_master_weights();
+  bool has_master_weights() const { return !masters_.empty(); }
+  const Tensor& master(std::size_t i) const { return masters_.at(i); }
 
   // A deep copy of the state, and back: load checks names, shapes and dtypes.
   State state() const;
@@ -46,6 +59,8 @@ class Optimizer {
 
  private:
   NamedParams params_;
+  std::vector<Tensor> masters_;    // empty, or one f32/f64 copy per parameter
+  std::vector<Tensor> overrides_;  // set_gradient's gradients, per parameter
   double lr_;
   State state_;
 };
@@ -95,5 +110,7 @@ class AdamW : public Adam {
 // Scales all gradients so their global L2 norm is at most max_norm (PyTorch's
 // clip_grad_norm_: coefficient max_norm / (norm + 1e-6)); returns the norm before.
 double clip_grad_norm(const NamedParams& params, double max_norm);
+// The same over the gradients the optimizer will use (after the scaler's unscale_).
+double clip_grad_norm(Optimizer& optimizer, double max_norm);
 
 }  // namespace ampcheck::optim

@@ -1,0 +1,210 @@
+#include "engine/amp/policy.h"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "engine/util/strings.h"
+
+namespace ampcheck::amp {
+namespace {
+
+// Framework op names users paste into custom lists, mapped to ours. PaddlePaddle names
+// its kernels (matmul_v2, elementwise_add, reduce_sum, lookup_table_v2, ...), PyTorch
+// its ATen functions (mm, addmm, cat, ...). Our own names win: Paddle's legacy "mul"
+// (a matmul) is our elementwise "mul".
+const std::map<std::string_view, Op>& aliases() {
+  static const std::map<std::string_view, Op> table = {
+      {"matmul_v2", Op::matmul},       {"mm", Op::matmul},
+      {"addmm", Op::linear},
+      {"fc", Op::linear},              {"baddbmm", Op::bmm},
+      {"depthwise_conv2d", Op::conv2d}, {"elementwise_add", Op::add},
+      {"elementwise_sub", Op::sub},    {"elementwise_mul", Op::mul},
+      {"elementwise_div", Op::div},    {"elementwise_pow", Op::pow},
+      {"reduce_sum", Op::sum},         {"reduce_mean", Op::mean},
+      {"reduce_max", Op::max},         {"softmax_with_cross_entropy", Op::cross_entropy},
+      {"nll_loss", Op::cross_entropy}, {"lookup_table_v2", Op::embedding},
+      {"lookup_table", Op::embedding}, {"cat", Op::concat},
+      {"hard_swish", Op::hardswish},   {"hard_sigmoid", Op::hardsigmoid},
+      {"swish", Op::silu},             {"masked_fill_", Op::masked_fill},
+      {"transpose2", Op::permute},     {"reshape2", Op::reshape},
+      {"square_error_cost", Op::mse_loss},
+  };
+  return table;
+}
+
+Reason default_reason(AmpCategory c) {
+  switch (c) {
+    case AmpCategory::lower: return Reason::white;
+    case AmpCategory::fp32: return Reason::black;
+    case AmpCategory::promote: return Reason::promote;
+    case AmpCategory::follow: return Reason::follow;
+  }
+  return Reason::follow;
+}
+
+bool is_norm(Op op) { return op == Op::batch_norm || op == Op::layer_norm; }
+
+// The outermost autocast scope owns the cast cache.
+struct ScopeState {
+  const Policy* policy = nullptr;
+  int depth = 0;
+  std::map<std::pair<const void*, DType>, std::pair<Tensor, Tensor>> cache;  // id -> (source, cast)
+};
+thread_local ScopeState t_scope;
+
+}  // namespace
+
+std::string_view level_name(Level level) {
+  switch (level) {
+    case Level::O0: return "O0";
+    case Level::O1: return "O1";
+    case Level::O2: return "O2";
+    case Level::O3: return "O3";
+  }
+  return "?";
+}
+
+std::optional<Level> parse_level(std::string_view text) {
+  if (text.size() == 2 && (text[0] == 'O' || text[0] == 'o')) text.remove_prefix(1);
+  if (text.size() == 1 && text[0] >= '0' && text[0] <= '3') return static_cast<Level>(text[0] - '0');
+  return std::nullopt;
+}
+
+std::string_view reason_name(Reason r) {
+  switch (r) {
+    case Reason::off: return "off";
+    case Reason::white: return "white";
+    case Reason::black: return "black";
+    case Reason::promote: return "promote";
+    case Reason::follow: return "follow";
+    case Reason::custom_white: return "custom white";
+    case Reason::custom_black: return "custom black";
+    case Reason::unsupported: return "unsupported";
+  }
+  return "?";
+}
+
+Op resolve_op_name(std::string_view name, std::string_view list_name) {
+  if (auto op = op_from_name(name)) return *op;
+  if (auto it = aliases().find(name); it != aliases().end()) return it->second;
+  std::string msg = std::string(list_name) + ": unknown op \"" + std::string(name) + "\"";
+  std::string_view best = closest_op_name(name);
+  if (best.empty()) {
+    std::vector<std::string_view> alias_names;
+    for (const auto& [alias, op] : aliases()) alias_names.push_back(alias);
+    best = closest(name, alias_names, 3);
+  }
+  if (!best.empty()) msg += " (did you mean \"" + std::string(best) + "\"?)";
+  throw PolicyError(msg + "; ops are named as in engine/ops/op_list.h");
+}
+
+Policy::Policy(AmpOptions options) : options_(std::move(options)), reasons_(kOpCount, Reason::off) {
+  if (!is_low_precision(options_.dtype))
+    throw PolicyError("amp dtype must be float16 or bfloat16, got " + std::string(name(options_.dtype)));
+  std::vector<Op> white, black;
+  for (const std::string& n : options_.custom_white_list) white.push_back(resolve_op_name(n, "custom_white_list"));
+  for (const std::string& n : options_.custom_black_list) black.push_back(resolve_op_name(n, "custom_black_list"));
+  for (Op w : white)
+    if (std::find(black.begin(), black.end(), w) != black.end())
+      throw PolicyError("op \"" + std::string(op_name(w)) +
+                        "\" is in both custom_white_list and custom_black_list; keep it in one");
+  if (options_.level == Level::O0) return;
+  for (int i = 0; i < kOpCount; ++i) {
+    const Op op = static_cast<Op>(i);
+    Reason r = default_reason(op_info(op).amp);
+    if (options_.level == Level::O2 && r != Reason::black) r = Reason::white;
+    if (options_.level == Level::O3) r = Reason::white;
+    if (op == Op::cast) r = Reason::follow;  // the policy's own tool: never re-cast a cast
+    reasons_[static_cast<std::size_t>(i)] = r;
+  }
+  for (Op w : white) reasons_[static_cast<std::size_t>(w)] = Reason::custom_white;
+  for (Op b : black) reasons_[static_cast<std::size_t>(b)] = Reason::custom_black;
+}
+
+Reason Policy::reason(Op op) const { return reasons_[static_cast<std::size_t>(op)]; }
+
+std::optional<DType> Policy::cast_target(Op op) const {
+  switch (reason(op)) {
+    case Reason::white:
+    case Reason::custom_white: return options_.dtype;
+    case Reason::black:
+    case Reason::custom_black:
+    case Reason::unsupported: return DType::f32;
+    default: return std::nullopt;
+  }
+}
+
+bool Policy::casts_input(Op op, std::size_t index) const {
+  const auto target = cast_target(op);
+  if (!target) return false;
+  // Normalisation runs its low-precision data with fp32 weights (kept so by decorate).
+  if (is_norm(op) && is_low_precision(*target)) return index == 0;
+  return true;
+}
+
+DType Policy::compute_dtype(Op op, const std::vector<DType>& in) const {
+  std::vector<DType> d = in;
+  const auto target = cast_target(op);
+  for (std::size_t i = 0; i < d.size(); ++i) {
+    if (!is_floating(d[i]) || !target || !casts_input(op, i)) continue;
+    if (is_low_precision(*target) ? d[i] == DType::f32 : is_low_precision(d[i])) d[i] = *target;
+  }
+  // The op's own result dtype from its (cast) inputs.
+  switch (op) {
+    case Op::batch_norm:
+    case Op::layer_norm:
+    case Op::masked_fill:
+    case Op::cross_entropy: return d.at(0);
+    case Op::embedding: return d.at(1);
+    default: break;
+  }
+  DType out = d.at(0);
+  bool first = true;
+  for (DType x : d) {
+    if (!is_floating(x)) continue;
+    out = first ? x : promote(out, x);
+    first = false;
+  }
+  return out;
+}
+
+std::vector<Tensor> Policy::apply(Op op, std::vector<Tensor> inputs) const {
+  const auto target = cast_target(op);
+  if (!target) return inputs;
+  const bool down = is_low_precision(*target);
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    Tensor& t = inputs[i];
+    if (!t.defined() || !is_floating(t.dtype()) || !casts_input(op, i)) continue;
+    if (down ? t.dtype() != DType::f32 : !is_low_precision(t.dtype())) continue;
+    // Parameters are cast once per autocast scope (PyTorch's cast cache).
+    const bool cacheable = down && t.is_leaf() && t.requires_grad() && grad_enabled();
+    if (cacheable) {
+      const auto key = std::make_pair(t.id(), *target);
+      if (auto it = t_scope.cache.find(key); it != t_scope.cache.end()) {
+        t = it->second.second;
+        continue;
+      }
+      Tensor cast_t = call(Op::cast, {t}, CastParams{*target});
+      t_scope.cache.emplace(key, std::make_pair(t, cast_t));
+      t = cast_t;
+      continue;
+    }
+    t = call(Op::cast, {t}, CastParams{*target});
+  }
+  return inputs;
+}
+
+Autocast::Autocast(const Policy* policy) : previous_(t_scope.policy) {
+  t_scope.policy = policy;
+  ++t_scope.depth;
+}
+
+Autocast::~Autocast() {
+  t_scope.policy = previous_;
+  if (--t_scope.depth == 0) t_scope.cache.clear();
+}
+
+const Policy* active_policy() { return t_scope.policy; }
+
+}  // namespace ampcheck::amp

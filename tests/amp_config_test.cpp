@@ -1,0 +1,428 @@
+// AMP config import: every sample in samples/configs/ against the values each framework
+// documents (defaults cited from its source, not read back from ours), every bad config
+// in tests/data/bad_configs/ against the key its message must name, and the round trip
+// through ampcheck's own JSON form.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "engine/amp/config.h"
+#include "engine/amp/grad_scaler.h"
+#include "engine/amp/policy.h"
+
+namespace ampcheck::amp {
+namespace {
+
+const std::string kRoot = AMPCHECK_SOURCE_DIR;
+
+Config sample(const std::string& name) { return load_config(kRoot + "/samples/configs/" + name); }
+
+// The ConfigError's message, or a failure if none was thrown.
+std::string error_of(const std::string& json_text) {
+  try {
+    parse_config(json_text, "test");
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no ConfigError for " << json_text;
+  return {};
+}
+
+bool has_note(const Config& c, const std::string& part) {
+  for (const std::string& n : c.notes)
+    if (n.find(part) != std::string::npos) return true;
+  return false;
+}
+
+void expect_same(const Config& a, const Config& b) {
+  EXPECT_EQ(a.style, b.style);
+  EXPECT_EQ(a.amp.level, b.amp.level);
+  EXPECT_EQ(a.amp.dtype, b.amp.dtype);
+  EXPECT_EQ(a.amp.custom_white_list, b.amp.custom_white_list);
+  EXPECT_EQ(a.amp.custom_black_list, b.amp.custom_black_list);
+  EXPECT_EQ(a.amp.keep_norm_fp32, b.amp.keep_norm_fp32);
+  EXPECT_EQ(a.amp.master_weight, b.amp.master_weight);
+  EXPECT_EQ(a.notes, b.notes);
+  ASSERT_EQ(a.scaling.index(), b.scaling.index());
+  if (const auto* x = std::get_if<StaticScaling>(&a.scaling)) {
+    EXPECT_EQ(x->scale, std::get<StaticScaling>(b.scaling).scale);
+  } else if (const auto* t = std::get_if<TorchScaling>(&a.scaling)) {
+    const auto& u = std::get<TorchScaling>(b.scaling);
+    EXPECT_EQ(t->init_scale, u.init_scale);
+    EXPECT_EQ(t->growth_factor, u.growth_factor);
+    EXPECT_EQ(t->backoff_factor, u.backoff_factor);
+    EXPECT_EQ(t->growth_interval, u.growth_interval);
+  } else if (const auto* p = std::get_if<PaddleScaling>(&a.scaling)) {
+    const auto& q = std::get<PaddleScaling>(b.scaling);
+    EXPECT_EQ(p->init_loss_scaling, q.init_loss_scaling);
+    EXPECT_EQ(p->incr_ratio, q.incr_ratio);
+    EXPECT_EQ(p->decr_ratio, q.decr_ratio);
+    EXPECT_EQ(p->incr_every_n_steps, q.incr_every_n_steps);
+    EXPECT_EQ(p->decr_every_n_nan_or_inf, q.decr_every_n_nan_or_inf);
+    EXPECT_EQ(p->use_dynamic_loss_scaling, q.use_dynamic_loss_scaling);
+  } else if (const auto* d = std::get_if<DeepSpeedScaling>(&a.scaling)) {
+    const auto& e = std::get<DeepSpeedScaling>(b.scaling);
+    EXPECT_EQ(d->initial_scale_power, e.initial_scale_power);
+    EXPECT_EQ(d->loss_scale_window, e.loss_scale_window);
+    EXPECT_EQ(d->hysteresis, e.hysteresis);
+    EXPECT_EQ(d->min_loss_scale, e.min_loss_scale);
+    EXPECT_EQ(d->consecutive_hysteresis, e.consecutive_hysteresis);
+    EXPECT_EQ(d->raise_error_at_min_scale, e.raise_error_at_min_scale);
+  } else {
+    const auto& m = std::get<ApexScaling>(a.scaling);
+    const auto& n = std::get<ApexScaling>(b.scaling);
+    EXPECT_EQ(m.dynamic, n.dynamic);
+    EXPECT_EQ(m.loss_scale, n.loss_scale);
+    EXPECT_EQ(m.min_loss_scale, n.min_loss_scale);
+    EXPECT_EQ(m.max_loss_scale, n.max_loss_scale);
+    EXPECT_EQ(m.scale_window, n.scale_window);
+  }
+}
+
+const std::vector<std::string> kSamples = {"paddle_amp_configs.json", "paddle_strategy.json", "pytorch.json",
+                                           "deepspeed.json",          "apex_o2.json",         "ampcheck_o2.json"};
+
+using Strings = std::vector<std::string>;
+
+// ---- the samples ---------------------------------------------------------------------
+
+TEST(AmpConfigSamples, PaddleAmpConfigs) {
+  const Config c = sample("paddle_amp_configs.json");
+  EXPECT_EQ(c.style, ConfigStyle::paddle);
+  // No use_pure_fp16: fleet's static AMP O1 in float16.
+  EXPECT_EQ(c.amp.level, Level::O1);
+  EXPECT_EQ(c.amp.dtype, DType::f16);
+  // Paddle's kernel names: matmul_v2 and elementwise_add, reduce_mean.
+  EXPECT_EQ(c.amp.custom_white_list, (Strings{"matmul", "add"}));
+  EXPECT_EQ(c.amp.custom_black_list, (Strings{"mean", "softmax"}));
+  const auto& s = std::get<PaddleScaling>(c.scaling);
+  EXPECT_EQ(s.init_loss_scaling, 32768.0);
+  EXPECT_EQ(s.incr_every_n_steps, 1000);
+  EXPECT_EQ(s.decr_every_n_nan_or_inf, 2);
+  EXPECT_EQ(s.incr_ratio, 2.0);
+  EXPECT_EQ(s.decr_ratio, 0.5);
+  EXPECT_TRUE(s.use_dynamic_loss_scaling);
+}
+
+TEST(AmpConfigSamples, PaddleStrategy) {
+  const Config c = sample("paddle_strategy.json");
+  EXPECT_EQ(c.style, ConfigStyle::paddle);
+  EXPECT_EQ(c.amp.level, Level::O2);  // use_pure_fp16
+  EXPECT_EQ(c.amp.dtype, DType::f16);
+  EXPECT_TRUE(c.amp.custom_white_list.empty());
+  EXPECT_EQ(c.amp.custom_black_list, (Strings{"layer_norm"}));
+  EXPECT_TRUE(c.amp.keep_norm_fp32);
+  EXPECT_TRUE(c.amp.master_weight);
+  const auto& s = std::get<PaddleScaling>(c.scaling);
+  EXPECT_EQ(s.init_loss_scaling, 65536.0);  // given
+  EXPECT_EQ(s.incr_every_n_steps, 2000);    // given
+  // Not given: distributed_strategy.proto's AMPConfig defaults.
+  EXPECT_EQ(s.decr_every_n_nan_or_inf, 2);
+  EXPECT_EQ(s.incr_ratio, 2.0);
+  EXPECT_EQ(s.decr_ratio, 0.8);
+  EXPECT_TRUE(s.use_dynamic_loss_scaling);
+  EXPECT_TRUE(has_note(c, "\"sharding_configs\""));  // the strategy's other fields: named, ignored
+}
+
+TEST(AmpConfigSamples, PyTorch) {
+  const Config c = sample("pytorch.json");
+  EXPECT_EQ(c.style, ConfigStyle::pytorch);
+  EXPECT_EQ(c.amp.level, Level::O1);
+  EXPECT_EQ(c.amp.dtype, DType::f16);
+  const auto& s = std::get<TorchScaling>(c.scaling);
+  EXPECT_EQ(s.init_scale, 1024.0);
+  EXPECT_EQ(s.growth_factor, 2.0);
+  EXPECT_EQ(s.backoff_factor, 0.5);
+  EXPECT_EQ(s.growth_interval, 500);
+}
+
+TEST(AmpConfigSamples, DeepSpeed) {
+  const Config c = sample("deepspeed.json");
+  EXPECT_EQ(c.style, ConfigStyle::deepspeed);
+  // fp16 mode: module.half() (norms too), fp32 masters in DeepSpeed's fp16 optimizer.
+  EXPECT_EQ(c.amp.level, Level::O2);
+  EXPECT_EQ(c.amp.dtype, DType::f16);
+  EXPECT_FALSE(c.amp.keep_norm_fp32);
+  EXPECT_TRUE(c.amp.master_weight);
+  const auto& s = std::get<DeepSpeedScaling>(c.scaling);
+  EXPECT_EQ(s.initial_scale_power, 12);
+  EXPECT_EQ(s.loss_scale_window, 500);
+  EXPECT_EQ(s.hysteresis, 2);
+  EXPECT_EQ(s.min_loss_scale, 1.0);
+  EXPECT_FALSE(s.consecutive_hysteresis);  // DeepSpeedFP16Config default
+  EXPECT_TRUE(has_note(c, "\"train_batch_size\""));
+}
+
+TEST(AmpConfigSamples, ApexO2) {
+  const Config c = sample("apex_o2.json");
+  EXPECT_EQ(c.style, ConfigStyle::apex);
+  EXPECT_EQ(c.amp.level, Level::O2);
+  EXPECT_EQ(c.amp.dtype, DType::f16);  // apex O2: cast_model_type torch.float16
+  EXPECT_TRUE(c.amp.keep_norm_fp32);
+  EXPECT_TRUE(c.amp.master_weight);  // apex O2 properties: master_weights True
+  const auto& s = std::get<ApexScaling>(c.scaling);
+  EXPECT_TRUE(s.dynamic);
+  EXPECT_EQ(s.loss_scale, 65536.0);  // apex/amp/scaler.py init_scale=2.**16
+  EXPECT_EQ(s.min_loss_scale, 1.0);
+  EXPECT_EQ(s.max_loss_scale, 16777216.0);
+  EXPECT_EQ(s.scale_window, 2000);
+}
+
+TEST(AmpConfigSamples, AmpcheckO2) {
+  const Config c = sample("ampcheck_o2.json");
+  EXPECT_EQ(c.style, ConfigStyle::ampcheck);
+  EXPECT_EQ(c.amp.level, Level::O2);
+  EXPECT_EQ(c.amp.dtype, DType::bf16);
+  EXPECT_EQ(c.amp.custom_black_list, (Strings{"softmax", "cross_entropy"}));
+  EXPECT_EQ(std::get<StaticScaling>(c.scaling).scale, 1.0);
+}
+
+TEST(AmpConfigSamples, EveryOneBuildsAPolicyAndAScaler) {
+  for (const std::string& name : kSamples) {
+    SCOPED_TRACE(name);
+    const Config c = sample(name);
+    EXPECT_NO_THROW(Policy{c.amp});
+    EXPECT_NO_THROW(GradScaler{c.scaling});
+    const std::string text = explain(c);
+    EXPECT_NE(text.find(std::string("style:         ") + std::string(style_name(c.style))), std::string::npos) << text;
+    EXPECT_NE(text.find(behaviour_name(c.scaling)), std::string::npos) << text;
+  }
+}
+
+TEST(AmpConfigSamples, RoundTripThroughAmpcheckForm) {
+  for (const std::string& name : kSamples) {
+    SCOPED_TRACE(name);
+    const Config c = sample(name);
+    const std::string json = to_json(c);
+    const Config back = parse_config(json, name + " as json");
+    expect_same(c, back);
+    EXPECT_EQ(to_json(back), json);
+  }
+}
+
+// ---- each framework's defaults, from its source ----------------------------------------
+
+TEST(AmpConfigPaddle, FleetDefaults) {
+  // distributed_strategy.proto, message AMPConfig.
+  const Config c = parse_config(R"({"amp": true})");
+  EXPECT_EQ(c.amp.level, Level::O1);
+  const auto& s = std::get<PaddleScaling>(c.scaling);
+  EXPECT_EQ(s.init_loss_scaling, 32768.0);
+  EXPECT_EQ(s.incr_every_n_steps, 1000);
+  EXPECT_EQ(s.decr_every_n_nan_or_inf, 2);
+  EXPECT_EQ(s.incr_ratio, 2.0);
+  EXPECT_EQ(s.decr_ratio, 0.8);
+  EXPECT_TRUE(s.use_dynamic_loss_scaling);
+}
+
+TEST(AmpConfigPaddle, AmpFalseIsFp32) {
+  const Config c = parse_config(R"({"amp": false, "amp_configs": {"use_pure_fp16": true}})");
+  EXPECT_EQ(c.amp.level, Level::O0);
+  EXPECT_EQ(std::get<StaticScaling>(c.scaling).scale, 1.0);
+}
+
+TEST(AmpConfigPaddle, PureBf16HasNoLossScaling) {
+  const Config c = parse_config(R"({"use_pure_bf16": true, "init_loss_scaling": 1024})");
+  EXPECT_EQ(c.amp.level, Level::O2);
+  EXPECT_EQ(c.amp.dtype, DType::bf16);
+  EXPECT_EQ(std::get<StaticScaling>(c.scaling).scale, 1.0);
+}
+
+TEST(AmpConfigPaddle, DygraphGradScalerDefaults) {
+  // python/paddle/amp/grad_scaler.py GradScaler.__init__ (Paddle >= 2.5).
+  const Config c = parse_config(R"({"auto_cast": {"level": "O2"}, "decorate": {"level": "O2"}})");
+  EXPECT_EQ(c.amp.level, Level::O2);
+  EXPECT_EQ(c.amp.dtype, DType::f16);
+  const auto& s = std::get<PaddleScaling>(c.scaling);
+  EXPECT_EQ(s.init_loss_scaling, 65536.0);
+  EXPECT_EQ(s.incr_ratio, 2.0);
+  EXPECT_EQ(s.decr_ratio, 0.5);
+  EXPECT_EQ(s.incr_every_n_steps, 2000);
+  EXPECT_EQ(s.decr_every_n_nan_or_inf, 1);
+}
+
+TEST(AmpConfigPaddle, DygraphBf16AndDisabled) {
+  const Config bf = parse_config(R"({"auto_cast": {"dtype": "bfloat16"}, "grad_scaler": {"init_loss_scaling": 8}})");
+  EXPECT_EQ(bf.amp.level, Level::O1);
+  EXPECT_EQ(bf.amp.dtype, DType::bf16);
+  EXPECT_EQ(std::get<StaticScaling>(bf.scaling).scale, 1.0);
+  const Config off = parse_config(R"({"auto_cast": {"enable": false}})");
+  EXPECT_EQ(off.amp.level, Level::O0);
+  const Config no_masters = parse_config(R"({"auto_cast": {"level": "O2"}, "decorate": {"level": "O2", "master_weight": false}})");
+  EXPECT_FALSE(no_masters.amp.master_weight);
+}
+
+TEST(AmpConfigPaddle, LegacyMulIsNotedAndAliasesMeetInBothLists) {
+  const Config c = parse_config(R"({"custom_white_list": ["mul"]})");
+  EXPECT_EQ(c.amp.custom_white_list, (Strings{"mul"}));
+  EXPECT_TRUE(has_note(c, "legacy \"mul\""));
+  const std::string e = error_of(R"({"amp": true, "amp_configs": {"custom_white_list": ["matmul_v2"],
+                                    "custom_black_list": ["matmul"]}})");
+  EXPECT_NE(e.find("amp_configs.custom_white_list"), std::string::npos) << e;
+  EXPECT_NE(e.find("amp_configs.custom_black_list"), std::string::npos) << e;
+  EXPECT_NE(e.find("\"matmul_v2\""), std::string::npos) << e;
+}
+
+TEST(AmpConfigPyTorch, DefaultsFollowTheDevice) {
+  // aten/src/ATen/autocast_mode.cpp: autocast_dtype is bfloat16 for CPU, float16 for CUDA.
+  const Config cpu = parse_config(R"({"autocast": {"device_type": "cpu"}})");
+  EXPECT_EQ(cpu.amp.level, Level::O1);
+  EXPECT_EQ(cpu.amp.dtype, DType::bf16);
+  EXPECT_EQ(std::get<StaticScaling>(cpu.scaling).scale, 1.0);
+  // torch/amp/grad_scaler.py: init_scale=2.**16, growth_factor=2.0, backoff_factor=0.5,
+  // growth_interval=2000.
+  const Config cuda = parse_config(R"({"autocast": {"device_type": "cuda"}})");
+  EXPECT_EQ(cuda.amp.dtype, DType::f16);
+  const auto& s = std::get<TorchScaling>(cuda.scaling);
+  EXPECT_EQ(s.init_scale, 65536.0);
+  EXPECT_EQ(s.growth_factor, 2.0);
+  EXPECT_EQ(s.backoff_factor, 0.5);
+  EXPECT_EQ(s.growth_interval, 2000);
+}
+
+TEST(AmpConfigPyTorch, DisabledPieces) {
+  const Config c = parse_config(R"({"autocast": {"device_type": "cuda", "enabled": false},
+                                    "grad_scaler": {"enabled": false}})");
+  EXPECT_EQ(c.amp.level, Level::O0);
+  EXPECT_EQ(std::get<StaticScaling>(c.scaling).scale, 1.0);
+  const Config scaler_only = parse_config(R"({"grad_scaler": {"init_scale": 256}})");
+  EXPECT_EQ(scaler_only.style, ConfigStyle::pytorch);
+  EXPECT_EQ(scaler_only.amp.level, Level::O0);  // no autocast: the model runs in fp32
+  EXPECT_EQ(std::get<TorchScaling>(scaler_only.scaling).init_scale, 256.0);
+}
+
+TEST(AmpConfigDeepSpeed, Fp16Defaults) {
+  // deepspeed/runtime/precision_config.py, DeepSpeedFP16Config.
+  const Config c = parse_config(R"({"fp16": {"enabled": true}})");
+  const auto& s = std::get<DeepSpeedScaling>(c.scaling);
+  EXPECT_EQ(s.initial_scale_power, 16);
+  EXPECT_EQ(s.loss_scale_window, 1000);
+  EXPECT_EQ(s.hysteresis, 2);
+  EXPECT_EQ(s.min_loss_scale, 1.0);
+  EXPECT_FALSE(s.consecutive_hysteresis);
+  EXPECT_TRUE(s.raise_error_at_min_scale);  // DynamicLossScaler(raise_error_at_min_scale=True)
+}
+
+TEST(AmpConfigDeepSpeed, StaticBf16AndOff) {
+  const Config st = parse_config(R"({"fp16": {"enabled": true, "loss_scale": 128}})");
+  EXPECT_EQ(std::get<StaticScaling>(st.scaling).scale, 128.0);
+  const Config bf = parse_config(R"({"bf16": {"enabled": true}, "fp16": {"enabled": false}})");
+  EXPECT_EQ(bf.amp.level, Level::O2);
+  EXPECT_EQ(bf.amp.dtype, DType::bf16);
+  EXPECT_TRUE(bf.amp.master_weight);
+  EXPECT_EQ(std::get<StaticScaling>(bf.scaling).scale, 1.0);
+  const Config masters_off = parse_config(R"({"fp16": {"enabled": true, "fp16_master_weights_and_grads": true}})");
+  EXPECT_FALSE(masters_off.amp.master_weight);
+  const Config off = parse_config(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1}})");
+  EXPECT_EQ(off.style, ConfigStyle::deepspeed);
+  EXPECT_EQ(off.amp.level, Level::O0);
+}
+
+TEST(AmpConfigDeepSpeed, AmpBlockIsApexAndModesExcludeEachOther) {
+  const Config c = parse_config(R"({"train_batch_size": 8, "amp": {"enabled": true, "opt_level": "O1"}})");
+  EXPECT_EQ(c.style, ConfigStyle::apex);
+  EXPECT_EQ(c.amp.level, Level::O1);
+  EXPECT_TRUE(std::get<ApexScaling>(c.scaling).dynamic);
+  const std::string e = error_of(R"({"fp16": {"enabled": true}, "bf16": {"enabled": true}})");
+  EXPECT_NE(e.find("fp16.enabled"), std::string::npos) << e;
+  EXPECT_NE(e.find("bf16.enabled"), std::string::npos) << e;
+  // A bad value in a block that is off is still an error.
+  const std::string off = error_of(R"({"fp16": {"enabled": false, "hysteresis": 0}})");
+  EXPECT_NE(off.find("fp16.hysteresis"), std::string::npos) << off;
+}
+
+TEST(AmpConfigApex, OptLevelProperties) {
+  // apex/amp/frontend.py, classes O0..O3.
+  const Config o0 = parse_config(R"({"opt_level": "O0"})");
+  EXPECT_EQ(o0.amp.level, Level::O0);
+  EXPECT_FALSE(std::get<ApexScaling>(o0.scaling).dynamic);
+  EXPECT_EQ(std::get<ApexScaling>(o0.scaling).loss_scale, 1.0);
+  const Config o1 = parse_config(R"({"opt_level": "O1"})");
+  EXPECT_EQ(o1.amp.level, Level::O1);
+  EXPECT_TRUE(std::get<ApexScaling>(o1.scaling).dynamic);
+  const Config o3 = parse_config(R"({"opt_level": "O3"})");
+  EXPECT_EQ(o3.amp.level, Level::O3);
+  EXPECT_FALSE(o3.amp.keep_norm_fp32);
+  EXPECT_FALSE(o3.amp.master_weight);
+  EXPECT_FALSE(std::get<ApexScaling>(o3.scaling).dynamic);  // O3: loss_scale 1.0
+  const Config o2 = parse_config(R"({"opt_level": "O2", "keep_batchnorm_fp32": "False", "loss_scale": "128.0"})");
+  EXPECT_FALSE(o2.amp.keep_norm_fp32);
+  EXPECT_FALSE(std::get<ApexScaling>(o2.scaling).dynamic);
+  EXPECT_EQ(std::get<ApexScaling>(o2.scaling).loss_scale, 128.0);
+  const Config off = parse_config(R"({"opt_level": "O2", "enabled": false})");
+  EXPECT_EQ(off.amp.level, Level::O0);
+}
+
+TEST(AmpConfigApex, WhatAmpcheckCannotHoldIsAnError) {
+  const std::string e = error_of(R"({"opt_level": "O3", "keep_batchnorm_fp32": true})");
+  EXPECT_NE(e.find("keep_batchnorm_fp32"), std::string::npos) << e;
+  const std::string m = error_of(R"({"opt_level": "O2", "min_loss_scale": 1024, "max_loss_scale": 16})");
+  EXPECT_NE(m.find("min_loss_scale"), std::string::npos) << m;
+}
+
+TEST(AmpConfigAmpcheck, Defaults) {
+  const Config c = parse_config(R"({"framework": "ampcheck"})");
+  EXPECT_EQ(c.amp.level, Level::O1);
+  EXPECT_EQ(c.amp.dtype, DType::f16);
+  EXPECT_TRUE(std::holds_alternative<TorchScaling>(c.scaling));
+  const Config ds = parse_config(R"({"framework": "ampcheck", "loss_scaling": {"behaviour": "deepspeed"}})");
+  EXPECT_EQ(std::get<DeepSpeedScaling>(ds.scaling).initial_scale_power, 16);
+}
+
+// ---- detection and plain JSON errors ---------------------------------------------------
+
+TEST(AmpConfigErrors, DetectionAndJson) {
+  EXPECT_NE(error_of("{}").find("cannot tell which framework"), std::string::npos);
+  const std::string mixed = error_of(R"({"fp16": {"enabled": true}, "amp_configs": {}})");
+  EXPECT_NE(mixed.find("\"fp16\""), std::string::npos) << mixed;
+  EXPECT_NE(mixed.find("\"amp_configs\""), std::string::npos) << mixed;
+  const std::string fw = error_of(R"({"framework": "deepspeeed"})");
+  EXPECT_NE(fw.find("did you mean \"deepspeed\""), std::string::npos) << fw;
+  const std::string dup = error_of(R"({"amp": true, "amp_configs": {"decr_ratio": 0.5, "decr_ratio": 0.9}})");
+  EXPECT_NE(dup.find("duplicate key \"amp_configs.decr_ratio\""), std::string::npos) << dup;
+  const std::string bad = error_of("{\n  \"opt_level\": \"O1\",\n}");
+  EXPECT_NE(bad.find("line 3"), std::string::npos) << bad;
+  EXPECT_NE(error_of("[1, 2]").find("not a JSON object"), std::string::npos);
+  EXPECT_THROW(load_config(kRoot + "/samples/configs/no_such_file.json"), ConfigError);
+}
+
+TEST(AmpConfigErrors, EveryBadConfigNamesItsKey) {
+  const std::string dir = kRoot + "/tests/data/bad_configs/";
+  std::ifstream list(dir + "expected.tsv");
+  ASSERT_TRUE(list) << dir << "expected.tsv";
+  std::set<std::string> listed;
+  std::string line;
+  while (std::getline(list, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const auto tab = line.find('\t');
+    ASSERT_NE(tab, std::string::npos) << line;
+    const std::string file = line.substr(0, tab), key = line.substr(tab + 1);
+    listed.insert(file);
+    SCOPED_TRACE(file);
+    try {
+      load_config(dir + file);
+      ADD_FAILURE() << "no ConfigError";
+    } catch (const ConfigError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(key), std::string::npos) << msg;
+      EXPECT_EQ(msg.rfind(dir + file + ": ", 0), 0u) << msg;  // names the file first
+    }
+  }
+  // One per style at least, and none left untested.
+  for (const std::string style : {"paddle_", "pytorch_", "deepspeed_", "apex_", "ampcheck_"})
+    EXPECT_TRUE(std::any_of(listed.begin(), listed.end(), [&](const std::string& f) { return f.rfind(style, 0) == 0; }))
+        << style;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".json") continue;
+    EXPECT_TRUE(listed.count(entry.path().filename().string())) << entry.path() << " is not in expected.tsv";
+  }
+}
+
+}  // namespace
+}  // namespace ampcheck::amp
