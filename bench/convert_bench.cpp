@@ -4,9 +4,7 @@
 // summary prints each path as a fraction of memcpy at the same working-set size.
 //
 //   ampcheck_bench_convert [--benchmark_repetitions=5 --benchmark_enable_random_interleaving=true]
-#include <benchmark/benchmark.h>  // Google Benchmark: State, RegisterBenchmark, reporters
-
-#include <unistd.h>  // isatty
+#include <benchmark/benchmark.h>  // Google Benchmark: State, RegisterBenchmark
 
 #include <cstdio>
 #include <cstring>  // std::memcpy
@@ -15,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/median_reporter.h"
 #include "engine/dtype/convert.h"
 #include "kernels/cpu/convert.h"
 
@@ -72,23 +71,13 @@ void bm_memcpy(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * n * 8));
 }
 
-// Console output as usual, plus a closing table: each path's bytes/s over memcpy's.
-class SummaryReporter : public benchmark::ConsoleReporter {
- public:
-  // Colours only on a terminal, so saved results stay plain text.
-  SummaryReporter() : ConsoleReporter(isatty(fileno(stdout)) ? OO_Defaults : OO_Tabular) {}
+std::string run_name(const Direction& d, cpu::Isa isa) {
+  return std::string(d.name) + "/" + std::string(cpu::isa_name(isa));
+}
 
-  void ReportRuns(const std::vector<Run>& runs) override {
-    ConsoleReporter::ReportRuns(runs);
-    for (const Run& r : runs) {
-      if (r.error_occurred || (r.run_type == Run::RT_Aggregate && r.aggregate_name != "median")) continue;
-      if (r.run_type == Run::RT_Iteration && r.repetitions > 1) continue;
-      const auto it = r.counters.find("bytes_per_second");
-      if (it != r.counters.end()) rate_[r.run_name.str()] = it->second.value;
-    }
-  }
-  void Finalize() override {
-    ConsoleReporter::Finalize();
+// A closing table: each path's bytes/s over memcpy's at the same size.
+class SummaryReporter : public ampcheck::bench::MedianReporter {
+  void summary() override {
     std::printf("\nThroughput as a fraction of memcpy (bytes read + written per second):\n");
     std::printf("%-10s %-12s %12s %12s\n", "direction", "path", "L2 (32Ki)", "DRAM (16Mi)");
     for (const Direction& d : kDirections) {
@@ -97,20 +86,14 @@ class SummaryReporter : public benchmark::ConsoleReporter {
         if (!cpu::isa_supported(isa)) continue;
         std::printf("%-10s %-12s", d.name, std::string(cpu::isa_name(isa)).c_str());
         for (std::size_t n : kSizes) {
-          const double conv = rate_[name(d, isa) + "/" + std::to_string(n)];
-          const double copy = rate_["memcpy/" + std::to_string(n)];
+          const double conv = counter(run_name(d, isa) + "/" + std::to_string(n), "bytes_per_second");
+          const double copy = counter("memcpy/" + std::to_string(n), "bytes_per_second");
           std::printf(" %12.2f", copy > 0 ? conv / copy : 0.0);
         }
         std::printf("\n");
       }
     }
   }
-  static std::string name(const Direction& d, cpu::Isa isa) {
-    return std::string(d.name) + "/" + std::string(cpu::isa_name(isa));
-  }
-
- private:
-  std::map<std::string, double> rate_;
 };
 
 }  // namespace
@@ -122,7 +105,7 @@ int main(int argc, char** argv) {
       for (int i = 0; i < cpu::kIsaCount; ++i) {
         const auto isa = static_cast<cpu::Isa>(i);
         if (!cpu::isa_supported(isa)) continue;
-        benchmark::RegisterBenchmark(SummaryReporter::name(d, isa).c_str(), bm_convert, d, isa)
+        benchmark::RegisterBenchmark(run_name(d, isa).c_str(), bm_convert, d, isa)
             ->Arg(static_cast<std::int64_t>(n));
       }
   }

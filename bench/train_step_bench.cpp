@@ -20,8 +20,6 @@
 #include <benchmark/benchmark.h>  // Google Benchmark: State, RegisterBenchmark, reporters
 #include <cblas.h>                // cblas_sgemm (OpenBLAS)
 
-#include <unistd.h>  // isatty
-
 #include <cstdint>
 #include <cstdio>
 #include <functional>
@@ -30,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/median_reporter.h"
 #include "engine/amp/decorate.h"
 #include "engine/amp/grad_scaler.h"
 #include "engine/amp/policy.h"
@@ -162,52 +161,25 @@ std::string run_name(const Config& c, DType dtype) {
 }
 const char* const kSgemmName = "sgemm/1024";
 
-// Console output as usual, plus a closing table: time per step, GFLOP/s and the
-// fraction of sgemm's GFLOP/s, from the medians when repeated.
-class SummaryReporter : public benchmark::ConsoleReporter {
- public:
-  // Colours only on a terminal, so saved results stay plain text.
-  SummaryReporter() : ConsoleReporter(isatty(fileno(stdout)) ? OO_Defaults : OO_Tabular) {}
-
-  void ReportRuns(const std::vector<Run>& runs) override {
-    ConsoleReporter::ReportRuns(runs);
-    for (const Run& r : runs) {
-      if (r.error_occurred || (r.run_type == Run::RT_Aggregate && r.aggregate_name != "median")) continue;
-      if (r.run_type == Run::RT_Iteration && r.repetitions > 1) continue;
-      const auto it = r.counters.find("FLOP");
-      if (it == r.counters.end()) continue;
-      Result& res = results_[r.run_name.function_name];  // the registered name
-      res.flop_per_s = it->second.value;
-      // Per iteration, in seconds, whatever the time unit.
-      res.seconds = r.GetAdjustedRealTime() / benchmark::GetTimeUnitMultiplier(r.time_unit);
-    }
-  }
-
-  void Finalize() override {
-    ConsoleReporter::Finalize();
-    const auto sgemm = results_.find(kSgemmName);
-    const double ceiling = sgemm == results_.end() ? 0.0 : sgemm->second.flop_per_s;
+// A closing table: time per step, GFLOP/s and the fraction of sgemm's GFLOP/s.
+class SummaryReporter : public ampcheck::bench::MedianReporter {
+  void summary() override {
+    const double ceiling = counter(kSgemmName, "FLOP");
     std::printf("\nThreads: %d. OpenBLAS sgemm %dx%dx%d: %.1f GFLOP/s\n", num_threads(),
                 kSgemmSize, kSgemmSize, kSgemmSize, ceiling / 1e9);
     std::printf("%-12s %-6s %12s %14s %10s %12s\n", "model", "dtype", "ms/step", "GFLOP/step",
                 "GFLOP/s", "of sgemm");
     for (const Config& c : configs()) {
       for (DType dtype : {DType::f32, DType::f16}) {
-        const auto it = results_.find(run_name(c, dtype));
-        if (it == results_.end()) continue;
-        const Result& r = it->second;
+        const std::string run = run_name(c, dtype);
+        if (!has(run)) continue;
+        const double flops = counter(run, "FLOP");
         std::printf("%-12s %-6s %12.2f %14.3f %10.1f %12.2f\n", c.name,
-                    std::string(name(dtype)).c_str(), r.seconds * 1e3, 3.0 * c.forward_flops / 1e9,
-                    r.flop_per_s / 1e9, ceiling > 0 ? r.flop_per_s / ceiling : 0.0);
+                    std::string(name(dtype)).c_str(), seconds(run) * 1e3, 3.0 * c.forward_flops / 1e9,
+                    flops / 1e9, ceiling > 0 ? flops / ceiling : 0.0);
       }
     }
   }
-
- private:
-  struct Result {
-    double flop_per_s = 0, seconds = 0;
-  };
-  std::map<std::string, Result> results_;
 };
 
 }  // namespace

@@ -10,6 +10,15 @@ Tensor random(const Shape& shape, Generator& gen, double lo, double hi, DType dt
   return Tensor::uniform(shape, gen, lo, hi, dtype);
 }
 
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
 std::vector<Tensor> as_dtype(const std::vector<Tensor>& inputs, DType dtype) {
   std::vector<Tensor> out;
   for (const Tensor& t : inputs)

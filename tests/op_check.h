@@ -39,6 +39,9 @@ double nmse_f32_vs_f64(const OpFn& f, const std::vector<Tensor>& inputs);
 std::int64_t low_precision_mismatches(const OpFn& f, const std::vector<Tensor>& inputs,
                                       DType dtype);
 
+// The message of the std::invalid_argument f throws, or "" when it throws none.
+std::string error_of(const std::function<void()>& f);
+
 // Inputs converted: every float tensor to `dtype`, others unchanged.
 std::vector<Tensor> as_dtype(const std::vector<Tensor>& inputs, DType dtype);
 

@@ -21,6 +21,8 @@
 namespace ampcheck {
 namespace {
 
+using test::error_of;
+
 using i64 = std::int64_t;
 using Pair = std::array<i64, 2>;
 
@@ -77,15 +79,6 @@ void check_precision(const test::OpFn& f, Op op, const Params& params,
   }
 }
 
-// The message of the std::invalid_argument f throws, or "" when it throws none.
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "";
-}
 
 void expect_error(const std::function<void()>& f, std::initializer_list<const char*> parts) {
   const std::string msg = error_of(f);

@@ -251,14 +251,7 @@ TEST(OpsCore, PromotesMixedDtypes) {
 
 TEST(OpsCore, BadInputsNameTheOpAndTheShapes) {
   const Tensor a = Tensor::zeros({2, 3}), b = Tensor::zeros({4, 5});
-  auto message = [](auto&& fn) {
-    try {
-      fn();
-    } catch (const std::invalid_argument& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  auto message = [](const std::function<void()>& fn) { return test::error_of(fn); };
   EXPECT_NE(message([&] { add(a, b); }).find("add: shapes [2, 3] and [4, 5] do not broadcast"), std::string::npos);
   EXPECT_NE(message([&] { matmul(a, b); }).find("matmul: shapes [2, 3] and [4, 5] cannot be multiplied"), std::string::npos);
   EXPECT_NE(message([&] { reshape(a, {4, 2}); }).find("[4, 2]"), std::string::npos);

@@ -19,6 +19,8 @@
 namespace ampcheck {
 namespace {
 
+using test::error_of;
+
 using test::gradcheck;
 using test::low_precision_mismatches;
 using test::nmse_f32_vs_f64;
@@ -28,15 +30,6 @@ using test::random;
 constexpr double kGradTol = 1e-6;
 constexpr double kNmseTol = 1e-8;
 
-// The message of the std::invalid_argument f throws, or "" when it throws none.
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "";
-}
 #define EXPECT_ERROR_MENTIONS(statement, ...)                                   \
   do {                                                                          \
     const std::string msg_ = error_of([&] { (void)(statement); });              \

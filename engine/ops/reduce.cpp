@@ -41,10 +41,10 @@ Plan plan(const Tensor& x, const ReduceParams& p, const char* op) {
   return pl;
 }
 
-// out[j] = fold over the inputs i that reduce into j, in increasing i.
-template <typename T, typename Fold>
-std::vector<T> fold(const Tensor& x, const Plan& pl, T init, Fold f) {
-  std::vector<T> acc(static_cast<std::size_t>(numel(pl.keep_shape)), init);
+// out[j] = fold over the inputs i that reduce into j, in increasing i; f(acc, value, i).
+template <typename T, typename Acc, typename Fold>
+std::vector<Acc> fold(const Tensor& x, const Plan& pl, Acc init, Fold f) {
+  std::vector<Acc> acc(static_cast<std::size_t>(numel(pl.keep_shape)), init);
   T v[cpu::kChunk];
   std::int64_t off[cpu::kChunk];
   for (std::int64_t b = 0; b < x.numel(); b += cpu::kChunk) {
@@ -71,7 +71,7 @@ Tensor sum_forward(const ForwardArgs& a) {
   const Plan pl = plan(x, std::get<ReduceParams>(a.params), "sum");
   return cpu::with_compute_type(cpu::float_dtype(x, "sum"), [&](auto zero) {
     using T = decltype(zero);
-    auto acc = fold(x, pl, T(0), [](T& s, T v, std::int64_t) { s += v; });
+    auto acc = fold<T>(x, pl, T(0), [](T& s, T v, std::int64_t) { s += v; });
     return cpu::from_values(acc, pl.out_shape, x.dtype());
   });
 }
@@ -85,7 +85,7 @@ Tensor mean_forward(const ForwardArgs& a) {
   const Plan pl = plan(x, std::get<ReduceParams>(a.params), "mean");
   return cpu::with_compute_type(cpu::float_dtype(x, "mean"), [&](auto zero) {
     using T = decltype(zero);
-    auto acc = fold(x, pl, T(0), [](T& s, T v, std::int64_t) { s += v; });
+    auto acc = fold<T>(x, pl, T(0), [](T& s, T v, std::int64_t) { s += v; });
     for (T& s : acc) s /= static_cast<T>(pl.count);
     return cpu::from_values(acc, pl.out_shape, x.dtype());
   });
@@ -103,24 +103,16 @@ Tensor max_forward(const ForwardArgs& a) {
   if (pl.count == 0) throw std::invalid_argument("max: reducing an empty dim has no maximum");
   return cpu::with_compute_type(cpu::float_dtype(x, "max"), [&](auto zero) {
     using T = decltype(zero);
-    std::vector<std::int64_t> arg(static_cast<std::size_t>(numel(pl.keep_shape)), -1);
-    std::vector<T> best(arg.size(), -std::numeric_limits<T>::infinity());
-    {
-      T v[cpu::kChunk];
-      std::int64_t off[cpu::kChunk];
-      for (std::int64_t b = 0; b < x.numel(); b += cpu::kChunk) {
-        const std::int64_t n = std::min(cpu::kChunk, x.numel() - b);
-        cpu::load(x, b, n, v);
-        cpu::broadcast_offsets(pl.keep_shape, x.shape(), b, n, off);
-        for (std::int64_t i = 0; i < n; ++i) {
-          const auto j = static_cast<std::size_t>(off[i]);
-          if (arg[j] < 0 || (!std::isnan(best[j]) && (v[i] > best[j] || std::isnan(v[i])))) {
-            best[j] = v[i];
-            arg[j] = b + i;
-          }
-        }
-      }
-    }
+    struct Best {
+      T value;
+      std::int64_t index;
+    };
+    const auto acc = fold<T>(x, pl, Best{-std::numeric_limits<T>::infinity(), -1}, [](Best& b, T v, std::int64_t i) {
+      if (b.index < 0 || (!std::isnan(b.value) && (v > b.value || std::isnan(v)))) b = {v, i};
+    });
+    std::vector<std::int64_t> arg(acc.size());
+    std::vector<T> best(acc.size());
+    for (std::size_t j = 0; j < acc.size(); ++j) arg[j] = acc[j].index, best[j] = acc[j].value;
     a.saved.tensors.push_back(Tensor::from(arg, pl.keep_shape));
     return cpu::from_values(best, pl.out_shape, x.dtype());
   });
