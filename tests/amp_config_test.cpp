@@ -85,8 +85,9 @@ void expect_same(const Config& a, const Config& b) {
   }
 }
 
-const std::vector<std::string> kSamples = {"paddle_amp_configs.json", "paddle_strategy.json", "pytorch.json",
-                                           "deepspeed.json",          "apex_o2.json",         "ampcheck_o2.json"};
+const std::vector<std::string> kSamples = {
+    "paddle_amp_configs.json", "paddle_strategy.json", "pytorch.json",
+    "deepspeed.json",          "apex_o2.json",         "ampcheck_o2.json"};
 
 using Strings = std::vector<std::string>;
 
@@ -190,7 +191,8 @@ TEST(AmpConfigSamples, EveryOneBuildsAPolicyAndAScaler) {
     EXPECT_NO_THROW(Policy{c.amp});
     EXPECT_NO_THROW(GradScaler{c.scaling});
     const std::string text = explain(c);
-    EXPECT_NE(text.find(std::string("style:         ") + std::string(style_name(c.style))), std::string::npos) << text;
+    EXPECT_NE(text.find(std::string("style:         ") + std::string(style_name(c.style))), std::string::npos)
+        << text;
     EXPECT_NE(text.find(behaviour_name(c.scaling)), std::string::npos) << text;
   }
 }
@@ -248,13 +250,15 @@ TEST(AmpConfigPaddle, DygraphGradScalerDefaults) {
 }
 
 TEST(AmpConfigPaddle, DygraphBf16AndDisabled) {
-  const Config bf = parse_config(R"({"auto_cast": {"dtype": "bfloat16"}, "grad_scaler": {"init_loss_scaling": 8}})");
+  const Config bf =
+      parse_config(R"({"auto_cast": {"dtype": "bfloat16"}, "grad_scaler": {"init_loss_scaling": 8}})");
   EXPECT_EQ(bf.amp.level, Level::O1);
   EXPECT_EQ(bf.amp.dtype, DType::bf16);
   EXPECT_EQ(std::get<StaticScaling>(bf.scaling).scale, 1.0);
   const Config off = parse_config(R"({"auto_cast": {"enable": false}})");
   EXPECT_EQ(off.amp.level, Level::O0);
-  const Config no_masters = parse_config(R"({"auto_cast": {"level": "O2"}, "decorate": {"level": "O2", "master_weight": false}})");
+  const Config no_masters =
+      parse_config(R"({"auto_cast": {"level": "O2"}, "decorate": {"level": "O2", "master_weight": false}})");
   EXPECT_FALSE(no_masters.amp.master_weight);
 }
 
@@ -317,7 +321,8 @@ TEST(AmpConfigDeepSpeed, StaticBf16AndOff) {
   EXPECT_EQ(bf.amp.dtype, DType::bf16);
   EXPECT_TRUE(bf.amp.master_weight);
   EXPECT_EQ(std::get<StaticScaling>(bf.scaling).scale, 1.0);
-  const Config masters_off = parse_config(R"({"fp16": {"enabled": true, "fp16_master_weights_and_grads": true}})");
+  const Config masters_off =
+      parse_config(R"({"fp16": {"enabled": true, "fp16_master_weights_and_grads": true}})");
   EXPECT_FALSE(masters_off.amp.master_weight);
   const Config off = parse_config(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1}})");
   EXPECT_EQ(off.style, ConfigStyle::deepspeed);
@@ -351,7 +356,8 @@ TEST(AmpConfigApex, OptLevelProperties) {
   EXPECT_FALSE(o3.amp.keep_norm_fp32);
   EXPECT_FALSE(o3.amp.master_weight);
   EXPECT_FALSE(std::get<ApexScaling>(o3.scaling).dynamic);  // O3: loss_scale 1.0
-  const Config o2 = parse_config(R"({"opt_level": "O2", "keep_batchnorm_fp32": "False", "loss_scale": "128.0"})");
+  const Config o2 =
+      parse_config(R"({"opt_level": "O2", "keep_batchnorm_fp32": "False", "loss_scale": "128.0"})");
   EXPECT_FALSE(o2.amp.keep_norm_fp32);
   EXPECT_FALSE(std::get<ApexScaling>(o2.scaling).dynamic);
   EXPECT_EQ(std::get<ApexScaling>(o2.scaling).loss_scale, 128.0);
@@ -416,8 +422,9 @@ TEST(AmpConfigErrors, EveryBadConfigNamesItsKey) {
   }
   // One per style at least, and none left untested.
   for (const std::string style : {"paddle_", "pytorch_", "deepspeed_", "apex_", "ampcheck_"})
-    EXPECT_TRUE(std::any_of(listed.begin(), listed.end(), [&](const std::string& f) { return f.rfind(style, 0) == 0; }))
-        << style;
+    EXPECT_TRUE(std::any_of(listed.begin(), listed.end(), [&](const std::string& f) {
+      return f.rfind(style, 0) == 0;
+    })) << style;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     if (entry.path().extension() != ".json") continue;
     EXPECT_TRUE(listed.count(entry.path().filename().string())) << entry.path() << " is not in expected.tsv";

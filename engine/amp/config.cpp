@@ -87,8 +87,7 @@ class Obj {
  public:
   Obj(const json& j, std::string path, Keys known, std::string accepted_text = {})
       : j_(j), path_(std::move(path)), known_(std::move(known)) {
-    if (!j_.is_object())
-      fail_path(path_, j_, "a JSON object { ... }");
+    if (!j_.is_object()) fail_path(path_, j_, "a JSON object { ... }");
     for (const auto& [key, value] : j_.items()) {
       if (std::find(known_.begin(), known_.end(), key) != known_.end()) continue;
       std::string msg = "unknown key \"" + at(key) + "\"";
@@ -100,7 +99,9 @@ class Obj {
   }
 
   const std::string& path() const { return path_; }
-  std::string at(std::string_view key) const { return path_.empty() ? std::string(key) : path_ + "." + std::string(key); }
+  std::string at(std::string_view key) const {
+    return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
+  }
   std::string where() const { return path_.empty() ? "" : " in " + path_; }
 
   bool has(std::string_view key) const {
@@ -146,7 +147,8 @@ class Obj {
     if (!v) return std::nullopt;
     return check_number(key, *v, lo, hi, why);
   }
-  double check_number(std::string_view key, const json& v, Bound lo, Bound hi, std::string_view why = {}) const {
+  double check_number(std::string_view key, const json& v, Bound lo, Bound hi,
+                      std::string_view why = {}) const {
     if (!v.is_number()) {
       if (v.is_string() && v.get<std::string>() == "auto") auto_placeholder(key);
       fail(key, v, range_text(lo, hi), why);
@@ -162,12 +164,14 @@ class Obj {
                                       std::string_view why = {}) const {
     const json* v = raw(key);
     if (!v) return std::nullopt;
-    const std::string accepted = hi == kInt64Max ? "an integer >= " + std::to_string(lo)
-                                                 : "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+    const std::string accepted =
+        hi == kInt64Max ? "an integer >= " + std::to_string(lo)
+                        : "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
     if (v->is_string() && v->get<std::string>() == "auto") auto_placeholder(key);
     if (v->is_number_unsigned()) {
       const auto u = v->get<std::uint64_t>();
-      if (u > static_cast<std::uint64_t>(hi) || static_cast<std::int64_t>(u) < lo) fail(key, *v, accepted, why);
+      if (u > static_cast<std::uint64_t>(hi) || static_cast<std::int64_t>(u) < lo)
+        fail(key, *v, accepted, why);
       return static_cast<std::int64_t>(u);
     }
     if (!v->is_number_integer()) fail(key, *v, accepted, why);
@@ -218,8 +222,9 @@ Level read_level(const Obj& o, std::string_view key, Level fallback, bool od_kno
   const auto text = o.string(key, "\"O0\", \"O1\", \"O2\" or \"O3\"");
   if (!text) return fallback;
   if (od_known && (*text == "OD" || *text == "od"))
-    o.fail(key, *o.raw(key), "\"O0\", \"O1\" or \"O2\"",
-           "Paddle's OD runs only the white list low and everything else in fp32; ampcheck has no such level");
+    o.fail(
+        key, *o.raw(key), "\"O0\", \"O1\" or \"O2\"",
+        "Paddle's OD runs only the white list low and everything else in fp32; ampcheck has no such level");
   const auto level = parse_level(*text);
   if (!level) o.fail(key, *o.raw(key), "\"O0\", \"O1\", \"O2\" or \"O3\"");
   return *level;
@@ -251,12 +256,14 @@ std::vector<ListedOp> read_op_list(const Obj& o, std::string_view key, ConfigSty
     }
     const std::string_view ours = op_name(op);
     if (std::any_of(out.begin(), out.end(), [op](const ListedOp& l) { return l.op == op; })) {
-      notes.push_back(path + ": \"" + given + "\" listed twice (as ampcheck's \"" + std::string(ours) + "\"); kept once");
+      notes.push_back(path + ": \"" + given + "\" listed twice (as ampcheck's \"" + std::string(ours) +
+                      "\"); kept once");
       continue;
     }
     if (style == ConfigStyle::paddle && given == "mul")
-      notes.push_back(path + ": \"mul\" is read as the elementwise mul; Paddle's legacy \"mul\" op is a matrix "
-                             "multiply, which ampcheck calls \"matmul\"");
+      notes.push_back(path +
+                      ": \"mul\" is read as the elementwise mul; Paddle's legacy \"mul\" op is a matrix "
+                      "multiply, which ampcheck calls \"matmul\"");
     else if (ours != given)
       notes.push_back(path + ": \"" + given + "\" is ampcheck's \"" + std::string(ours) + "\"");
     out.push_back({op, given});
@@ -315,11 +322,13 @@ PaddleScaling read_paddle_scaling(const Obj& o, PaddleScaling s) {
   if (auto v = o.number("decr_ratio", {0, false}, {1, false},
                         "the scale is multiplied by it after Inf/NaN, so it must shrink it")) {
     const float f = static_cast<float>(*v);
-    if (!(f > 0.0f && f < 1.0f)) o.fail("decr_ratio", *o.raw("decr_ratio"), "a number in (0, 1) as a float32");
+    if (!(f > 0.0f && f < 1.0f))
+      o.fail("decr_ratio", *o.raw("decr_ratio"), "a number in (0, 1) as a float32");
     s.decr_ratio = *v;
   }
   s.incr_every_n_steps = o.integer("incr_every_n_steps", 1, kInt32Max).value_or(s.incr_every_n_steps);
-  s.decr_every_n_nan_or_inf = o.integer("decr_every_n_nan_or_inf", 1, kInt32Max).value_or(s.decr_every_n_nan_or_inf);
+  s.decr_every_n_nan_or_inf =
+      o.integer("decr_every_n_nan_or_inf", 1, kInt32Max).value_or(s.decr_every_n_nan_or_inf);
   s.use_dynamic_loss_scaling = o.boolean("use_dynamic_loss_scaling", s.use_dynamic_loss_scaling);
   return s;
 }
@@ -327,9 +336,10 @@ PaddleScaling read_paddle_scaling(const Obj& o, PaddleScaling s) {
 // deepspeed/runtime/precision_config.py (DeepSpeedFP16Config) and
 // deepspeed/runtime/fp16/loss_scaler.py (positive window, hysteresis and min_scale).
 DeepSpeedScaling read_deepspeed_scaling(const Obj& o, DeepSpeedScaling s) {
-  s.initial_scale_power = static_cast<int>(
-      o.integer("initial_scale_power", -1074, 1023, "the initial scale 2^power must be a positive finite double")
-          .value_or(s.initial_scale_power));
+  s.initial_scale_power =
+      static_cast<int>(o.integer("initial_scale_power", -1074, 1023,
+                                 "the initial scale 2^power must be a positive finite double")
+                           .value_or(s.initial_scale_power));
   s.loss_scale_window = o.integer("loss_scale_window", 1, kInt64Max).value_or(s.loss_scale_window);
   s.hysteresis = o.integer("hysteresis", 1, kInt64Max).value_or(s.hysteresis);
   s.min_loss_scale = o.number("min_loss_scale", {0, false}, {kInf, false}).value_or(s.min_loss_scale);
@@ -343,9 +353,9 @@ ScalingOptions no_scaling() { return StaticScaling{1.0}; }
 
 // paddle/fluid/framework/distributed_strategy.proto, message AMPConfig.
 const Keys kPaddleAmpConfigKeys = {
-    "init_loss_scaling", "incr_every_n_steps", "decr_every_n_nan_or_inf", "incr_ratio",
-    "decr_ratio",        "use_dynamic_loss_scaling", "custom_white_list", "custom_black_list",
-    "custom_black_varnames", "use_pure_fp16", "use_fp16_guard", "use_optimizer_fp16", "use_pure_bf16"};
+    "init_loss_scaling", "incr_every_n_steps", "decr_every_n_nan_or_inf", "incr_ratio", "decr_ratio",
+    "use_dynamic_loss_scaling", "custom_white_list", "custom_black_list", "custom_black_varnames",
+    "use_pure_fp16", "use_fp16_guard", "use_optimizer_fp16", "use_pure_bf16"};
 // The same message's defaults (decr_ratio is 0.8 there, unlike GradScaler's 0.5).
 constexpr PaddleScaling kFleetDefaults{32768.0, 2.0, 0.8, 1000, 2, true};
 // paddle.amp.GradScaler's defaults (python/paddle/amp/grad_scaler.py, Paddle >= 2.5).
@@ -376,16 +386,18 @@ void read_paddle_amp_configs(const Obj& o, Config& c) {
   c.amp.level = pure_fp16 || pure_bf16 ? Level::O2 : Level::O1;
   c.amp.dtype = pure_bf16 ? DType::bf16 : DType::f16;
   if (pure_fp16 || pure_bf16) {
-    c.notes.push_back(o.at(pure_fp16 ? "use_pure_fp16" : "use_pure_bf16") +
-                      ": pure training is ampcheck's O2: parameters low except BatchNorm/LayerNorm (Paddle keeps "
-                      "their parameters fp32), fp32 master weights (Paddle keeps them when the optimizer has "
-                      "multi_precision=True, as fleet's pure-fp16 examples set)");
+    c.notes.push_back(
+        o.at(pure_fp16 ? "use_pure_fp16" : "use_pure_bf16") +
+        ": pure training is ampcheck's O2: parameters low except BatchNorm/LayerNorm (Paddle keeps "
+        "their parameters fp32), fp32 master weights (Paddle keeps them when the optimizer has "
+        "multi_precision=True, as fleet's pure-fp16 examples set)");
     if (o.boolean("use_fp16_guard", true))
-      c.notes.push_back(o.at("use_fp16_guard") +
-                        " (default true): ampcheck has no fp16_guard regions; O2 applies to the whole model");
+      c.notes.push_back(o.at("use_fp16_guard") + (o.has("use_fp16_guard") ? "" : " (default true)") +
+                        ": ampcheck has no fp16_guard regions; O2 applies to the whole model");
   } else {
-    c.notes.push_back("amp_configs without use_pure_fp16/use_pure_bf16: Paddle's O1 (per-op casts from the "
-                      "white/black lists, parameters fp32)");
+    c.notes.push_back(
+        "amp_configs without use_pure_fp16/use_pure_bf16: Paddle's O1 (per-op casts from the "
+        "white/black lists, parameters fp32)");
     o.boolean("use_fp16_guard");
   }
   if (o.boolean("use_optimizer_fp16", false))
@@ -406,13 +418,15 @@ void read_paddle_amp_configs(const Obj& o, Config& c) {
   const PaddleScaling s = read_paddle_scaling(o, kFleetDefaults);
   if (pure_bf16) {
     c.scaling = no_scaling();
-    c.notes.push_back("bf16: no loss scaling (Paddle turns dynamic loss scaling off for bfloat16); the "
-                      "scaling keys are not used");
+    c.notes.push_back(
+        "bf16: no loss scaling (Paddle turns dynamic loss scaling off for bfloat16); the "
+        "scaling keys are not used");
   } else {
     c.scaling = s;
-    c.notes.push_back("loss scaling: Paddle's rules; keys not given take fleet's AMPConfig defaults "
-                      "(init_loss_scaling 32768, incr_every_n_steps 1000, decr_every_n_nan_or_inf 2, "
-                      "incr_ratio 2, decr_ratio 0.8)");
+    c.notes.push_back(
+        "loss scaling: Paddle's rules; keys not given take fleet's AMPConfig defaults "
+        "(init_loss_scaling 32768, incr_every_n_steps 1000, decr_every_n_nan_or_inf 2, "
+        "incr_ratio 2, decr_ratio 0.8)");
   }
 }
 
@@ -420,27 +434,29 @@ void read_paddle_amp_configs(const Obj& o, Config& c) {
 void read_paddle_dygraph(const Obj& top, Config& c) {
   // python/paddle/amp/auto_cast.py: auto_cast(enable=True, custom_white_list=None,
   // custom_black_list=None, level='O1', dtype='float16', use_promote=True).
-  const auto ac = top.object("auto_cast", {"enable", "custom_white_list", "custom_black_list", "level", "dtype",
-                                           "use_promote"});
-  const auto dec = top.object("decorate", {"level", "dtype", "master_weight", "save_dtype", "master_grad",
-                                           "excluded_layers"});
-  const auto gs = top.object("grad_scaler", {"enable", "init_loss_scaling", "incr_ratio", "decr_ratio",
-                                             "incr_every_n_steps", "decr_every_n_nan_or_inf",
-                                             "use_dynamic_loss_scaling"});
+  const auto ac = top.object(
+      "auto_cast", {"enable", "custom_white_list", "custom_black_list", "level", "dtype", "use_promote"});
+  const auto dec = top.object(
+      "decorate", {"level", "dtype", "master_weight", "save_dtype", "master_grad", "excluded_layers"});
+  const auto gs = top.object("grad_scaler",
+                             {"enable", "init_loss_scaling", "incr_ratio", "decr_ratio", "incr_every_n_steps",
+                              "decr_every_n_nan_or_inf", "use_dynamic_loss_scaling"});
   bool enabled = true;
   Level level = Level::O1;
   DType dtype = DType::f16;
   if (ac) {
     enabled = ac->boolean("enable", true);
     level = read_level(*ac, "level", Level::O1, true);
-    if (level == Level::O3) ac->fail("level", *ac->raw("level"), "\"O0\", \"O1\" or \"O2\"", "Paddle has no O3");
+    if (level == Level::O3)
+      ac->fail("level", *ac->raw("level"), "\"O0\", \"O1\" or \"O2\"", "Paddle has no O3");
     dtype = read_amp_dtype(*ac, "dtype", DType::f16);
     const auto white = read_op_list(*ac, "custom_white_list", ConfigStyle::paddle, c.notes);
     const auto black = read_op_list(*ac, "custom_black_list", ConfigStyle::paddle, c.notes);
     set_lists(c.amp, white, black, ac->at("custom_white_list"), ac->at("custom_black_list"));
     if (!ac->boolean("use_promote", true))
-      c.notes.push_back(ac->at("use_promote") +
-                        ": false: ampcheck always promotes mixed inputs to the widest dtype (use_promote=True)");
+      c.notes.push_back(
+          ac->at("use_promote") +
+          ": false: ampcheck always promotes mixed inputs to the widest dtype (use_promote=True)");
   } else {
     c.notes.push_back("no auto_cast block: paddle.amp.auto_cast defaults (enable=True, level O1, float16)");
   }
@@ -449,12 +465,13 @@ void read_paddle_dygraph(const Obj& top, Config& c) {
     const DType dd = read_amp_dtype(*dec, "dtype", DType::f16);
     if (dl == Level::O3) dec->fail("level", *dec->raw("level"), "\"O1\" or \"O2\"", "Paddle has no O3");
     if (ac && dl != level)
-      throw ConfigError(dec->at("level") + " \"" + std::string(level_name(dl)) + "\" differs from " + ac->at("level") +
-                        " \"" + std::string(level_name(level)) +
+      throw ConfigError(dec->at("level") + " \"" + std::string(level_name(dl)) + "\" differs from " +
+                        ac->at("level") + " \"" + std::string(level_name(level)) +
                         "\"; decorate and auto_cast must agree (O2 decorates the model and casts per op)");
     if (ac && dd != dtype)
       throw ConfigError(dec->at("dtype") + " \"" + std::string(dtype_long_name(dd)) + "\" differs from " +
-                        ac->at("dtype") + " \"" + std::string(dtype_long_name(dtype)) + "\"; they must agree");
+                        ac->at("dtype") + " \"" + std::string(dtype_long_name(dtype)) +
+                        "\"; they must agree");
     if (!ac) level = dl, dtype = dd;
     // decorate(master_weight=None): at O2 the optimizer keeps fp32 masters (multi_precision).
     if (auto mw = dec->boolean("master_weight")) c.amp.master_weight = *mw;
@@ -468,8 +485,9 @@ void read_paddle_dygraph(const Obj& top, Config& c) {
       c.notes.push_back(dec->at("excluded_layers") +
                         ": ignored; ampcheck's O2 keeps only normalisation layers fp32 (keep_norm_fp32)");
   } else if (level == Level::O2) {
-    c.notes.push_back("auto_cast level O2 without a decorate block: ampcheck's O2 decorates the model "
-                      "(Paddle would cast the fp32 parameters at every op instead)");
+    c.notes.push_back(
+        "auto_cast level O2 without a decorate block: ampcheck's O2 decorates the model "
+        "(Paddle would cast the fp32 parameters at every op instead)");
   }
   c.amp.level = enabled ? level : Level::O0;
   c.amp.dtype = dtype;
@@ -489,7 +507,8 @@ void read_paddle_dygraph(const Obj& top, Config& c) {
     c.notes.push_back(gs->at("enable") + " is false: no loss scaling");
   } else if (dtype == DType::bf16) {
     c.scaling = no_scaling();
-    c.notes.push_back("bf16: no loss scaling (paddle.amp.GradScaler turns dynamic loss scaling off for bfloat16)");
+    c.notes.push_back(
+        "bf16: no loss scaling (paddle.amp.GradScaler turns dynamic loss scaling off for bfloat16)");
   } else {
     c.scaling = s;
     c.notes.push_back(std::string(gs ? "loss scaling: paddle.amp.GradScaler; keys not given take its defaults"
@@ -506,8 +525,9 @@ void read_paddle(const json& j, Config& c) {
   if (is_one_of({"amp", "amp_configs"})) {
     Keys known = kPaddleStrategyOtherKeys;
     known.insert(known.end(), {"framework", "amp", "amp_configs"});
-    const Obj top(j, "", known,
-                  "accepted in a fleet DistributedStrategy: amp, amp_configs (and its other fields, ignored)");
+    const Obj top(
+        j, "", known,
+        "accepted in a fleet DistributedStrategy: amp, amp_configs (and its other fields, ignored)");
     std::optional<bool> amp = top.boolean("amp");
     const auto cfg = top.object("amp_configs", kPaddleAmpConfigKeys);
     if (cfg) {
@@ -517,7 +537,8 @@ void read_paddle(const json& j, Config& c) {
       read_paddle_amp_configs(Obj(json::object(), "amp_configs", kPaddleAmpConfigKeys), c);
     }
     if (!amp) {
-      c.notes.push_back("no \"amp\" key: taken as amp=true (fleet's default is false, which would ignore amp_configs)");
+      c.notes.push_back(
+          "no \"amp\" key: taken as amp=true (fleet's default is false, which would ignore amp_configs)");
     } else if (!*amp) {
       c.amp.level = Level::O0;
       c.scaling = no_scaling();
@@ -563,19 +584,23 @@ void read_pytorch(const json& j, Config& c) {
   if (ac) {
     const std::string device = ac->string("device_type", devices).value_or("cuda");
     const auto device_dtype = torch_default_dtype(device);
-    if (!device_dtype) ac->fail("device_type", *ac->raw("device_type"), devices, "a device type, without an index");
-    if (!ac->has("device_type")) c.notes.push_back("autocast.device_type not given: \"cuda\" (torch.cuda.amp.autocast)");
+    if (!device_dtype)
+      ac->fail("device_type", *ac->raw("device_type"), devices, "a device type, without an index");
+    if (!ac->has("device_type"))
+      c.notes.push_back("autocast.device_type not given: \"cuda\" (torch.cuda.amp.autocast)");
     c.amp.dtype = read_amp_dtype(*ac, "dtype", *device_dtype);
     if (!ac->has("dtype"))
       c.notes.push_back("autocast.dtype not given: " + std::string(dtype_long_name(*device_dtype)) +
                         ", torch.autocast's default for device_type \"" + device + "\"");
     const bool enabled = ac->boolean("enabled", true);
     c.amp.level = enabled ? Level::O1 : Level::O0;
-    c.notes.push_back(enabled ? "autocast: PyTorch's autocast is ampcheck's O1 (per-op casts, parameters fp32)"
-                              : "autocast.enabled is false: O0, everything in fp32");
+    c.notes.push_back(enabled
+                          ? "autocast: PyTorch's autocast is ampcheck's O1 (per-op casts, parameters fp32)"
+                          : "autocast.enabled is false: O0, everything in fp32");
     if (ac->boolean("cache_enabled") == false)
-      c.notes.push_back("autocast.cache_enabled is false: ampcheck still casts each fp32 parameter once per "
-                        "autocast scope (PyTorch's default, cache_enabled=True)");
+      c.notes.push_back(
+          "autocast.cache_enabled is false: ampcheck still casts each fp32 parameter once per "
+          "autocast scope (PyTorch's default, cache_enabled=True)");
   } else {
     c.amp.level = Level::O0;
     c.notes.push_back("no autocast block: PyTorch runs the model in fp32 (O0)");
@@ -592,14 +617,16 @@ void read_pytorch(const json& j, Config& c) {
       c.notes.push_back("grad_scaler.enabled is false: no loss scaling (GradScaler's methods become no-ops)");
     } else {
       c.scaling = s;
-      c.notes.push_back("loss scaling: torch.amp.GradScaler; keys not given take its defaults (init_scale 65536, "
-                        "growth_factor 2, backoff_factor 0.5, growth_interval 2000)");
+      c.notes.push_back(
+          "loss scaling: torch.amp.GradScaler; keys not given take its defaults (init_scale 65536, "
+          "growth_factor 2, backoff_factor 0.5, growth_interval 2000)");
       if (c.amp.dtype == DType::bf16 && c.amp.level != Level::O0)
         c.notes.push_back("bf16 with a GradScaler: allowed, though bf16's range rarely needs loss scaling");
     }
   } else if (c.amp.dtype == DType::f16 && c.amp.level != Level::O0) {
     c.scaling = TorchScaling{};
-    c.notes.push_back("no grad_scaler block: torch.amp.GradScaler defaults (fp16 gradients need loss scaling)");
+    c.notes.push_back(
+        "no grad_scaler block: torch.amp.GradScaler defaults (fp16 gradients need loss scaling)");
   } else {
     c.scaling = no_scaling();
     c.notes.push_back("no grad_scaler block: no loss scaling");
@@ -612,9 +639,9 @@ void read_pytorch(const json& j, Config& c) {
 // patch_torch_functions=None, keep_batchnorm_fp32=None, master_weights=None,
 // loss_scale=None, cast_model_outputs=None, num_losses=1, verbosity=1,
 // min_loss_scale=None, max_loss_scale=2.**24).
-const Keys kApexKeys = {"opt_level", "cast_model_type", "patch_torch_functions", "keep_batchnorm_fp32",
-                        "master_weights", "loss_scale", "cast_model_outputs", "num_losses", "verbosity",
-                        "min_loss_scale", "max_loss_scale"};
+const Keys kApexKeys = {
+    "opt_level", "cast_model_type", "patch_torch_functions", "keep_batchnorm_fp32", "master_weights",
+    "loss_scale", "cast_model_outputs", "num_losses", "verbosity", "min_loss_scale", "max_loss_scale"};
 
 // `o` holds amp.initialize's keyword arguments; its "enabled" was read by the caller.
 void read_apex_args(const Obj& o, bool enabled, Config& c) {
@@ -622,7 +649,8 @@ void read_apex_args(const Obj& o, bool enabled, Config& c) {
   const std::string opt_level = o.string("opt_level", levels).value_or("O1");
   if (opt_level.size() != 2 || opt_level[0] != 'O' || opt_level[1] < '0' || opt_level[1] > '3')
     o.fail("opt_level", *o.raw("opt_level"), levels);
-  if (!o.has("opt_level")) c.notes.push_back(o.at("opt_level") + " not given: \"O1\", amp.initialize's default");
+  if (!o.has("opt_level"))
+    c.notes.push_back(o.at("opt_level") + " not given: \"O1\", amp.initialize's default");
   const Level level = *parse_level(opt_level);
 
   // The O0-O3 property sets (frontend.py, classes O0..O3), then the user's overrides,
@@ -646,7 +674,8 @@ void read_apex_args(const Obj& o, bool enabled, Config& c) {
     } else {
       if (level == Level::O1)
         o.fail("cast_model_type", *v, "null (not set) or \"torch.float32\" at O1",
-               "Apex: O1 inserts casts around functions and keeps the weights fp32; use O2 or O3 to cast the model");
+               "Apex: O1 inserts casts around functions and keeps the weights fp32; use O2 or O3 to cast the "
+               "model");
       if (level == Level::O0)
         o.fail("cast_model_type", *v, "null (not set) or \"torch.float32\" at O0", "O0 is pure fp32");
       dtype = *d;
@@ -654,16 +683,19 @@ void read_apex_args(const Obj& o, bool enabled, Config& c) {
   }
   if (auto v = o.boolean("patch_torch_functions")) {
     if (*v && level != Level::O1)
-      o.fail("patch_torch_functions", *o.raw("patch_torch_functions"), "false or null (not set) at " + opt_level,
+      o.fail("patch_torch_functions", *o.raw("patch_torch_functions"),
+             "false or null (not set) at " + opt_level,
              "Apex: patch_torch_functions=True should only be set by selecting opt_level O1");
     patch = *v;
   }
   if (const json* v = o.raw("keep_batchnorm_fp32")) {
     bool value = false;
-    if (v->is_boolean()) value = v->get<bool>();
+    if (v->is_boolean())
+      value = v->get<bool>();
     else if (v->is_string() && (v->get<std::string>() == "True" || v->get<std::string>() == "False"))
       value = v->get<std::string>() == "True";
-    else o.fail("keep_batchnorm_fp32", *v, "true, false, \"True\", \"False\" or null");
+    else
+      o.fail("keep_batchnorm_fp32", *v, "true, false, \"True\", \"False\" or null");
     if (level == Level::O1)
       o.fail("keep_batchnorm_fp32", *v, "null (not set) at O1",
              "Apex: with O1, batchnorm functions are patched to run in fp32 already");
@@ -698,15 +730,18 @@ void read_apex_args(const Obj& o, bool enabled, Config& c) {
   const auto min_scale = o.number("min_loss_scale", {0, false}, {kInf, false});
   const double max_scale = o.number("max_loss_scale", {0, false}, {kInf, false}).value_or(16777216.0);
   if (min_scale && *min_scale > max_scale)
-    throw ConfigError(o.at("min_loss_scale") + " " + num(*min_scale) + " is above " + o.at("max_loss_scale") + " " +
-                      num(max_scale) + "; the minimum must not exceed the maximum");
+    throw ConfigError(o.at("min_loss_scale") + " " + num(*min_scale) + " is above " + o.at("max_loss_scale") +
+                      " " + num(max_scale) + "; the minimum must not exceed the maximum");
   if (const json* v = o.raw("cast_model_outputs")) {
     const auto d = v->is_string() ? try_parse_dtype(v->get<std::string>()) : std::nullopt;
-    if (!d || !is_floating(*d)) o.fail("cast_model_outputs", *v, "a torch dtype such as \"torch.float32\", or null");
-    c.notes.push_back(o.at("cast_model_outputs") + ": ignored; ampcheck returns outputs in the dtype they ran in");
+    if (!d || !is_floating(*d))
+      o.fail("cast_model_outputs", *v, "a torch dtype such as \"torch.float32\", or null");
+    c.notes.push_back(o.at("cast_model_outputs") +
+                      ": ignored; ampcheck returns outputs in the dtype they ran in");
   }
   if (auto n = o.integer("num_losses", 1, kInt64Max); n && *n > 1)
-    c.notes.push_back(o.at("num_losses") + " " + std::to_string(*n) + ": ampcheck keeps one loss scaler for all losses");
+    c.notes.push_back(o.at("num_losses") + " " + std::to_string(*n) +
+                      ": ampcheck keeps one loss scaler for all losses");
   o.integer("verbosity", 0, kInt64Max);
 
   if (!enabled) {
@@ -739,15 +774,17 @@ void read_apex_args(const Obj& o, bool enabled, Config& c) {
       break;
     case Level::O3:
       if (keep_bn)
-        o.fail("keep_batchnorm_fp32", *o.raw("keep_batchnorm_fp32"), "false or null (not set) at O3",
-               "ampcheck's O3 casts every parameter, normalisation included; opt_level O2 keeps batchnorm fp32");
+        o.fail(
+            "keep_batchnorm_fp32", *o.raw("keep_batchnorm_fp32"), "false or null (not set) at O3",
+            "ampcheck's O3 casts every parameter, normalisation included; opt_level O2 keeps batchnorm fp32");
       if (masters)
         o.fail("master_weights", *o.raw("master_weights"), "false or null (not set) at O3",
                "ampcheck's O3 keeps no fp32 masters; opt_level O2 keeps them");
       c.amp.level = Level::O3;
       c.amp.keep_norm_fp32 = false;
       c.amp.master_weight = false;
-      c.notes.push_back("Apex O3: everything in " + std::string(dtype_long_name(dtype)) + ", no master weights");
+      c.notes.push_back("Apex O3: everything in " + std::string(dtype_long_name(dtype)) +
+                        ", no master weights");
       break;
   }
   ApexScaling s;
@@ -757,11 +794,13 @@ void read_apex_args(const Obj& o, bool enabled, Config& c) {
   s.max_loss_scale = max_scale;
   c.scaling = s;
   if (dynamic)
-    c.notes.push_back("loss scaling: Apex dynamic (apex/amp/scaler.py: starts at 2^16, x2 after 2000 clean steps, "
-                      "/2 on overflow, within [min_loss_scale, max_loss_scale])");
+    c.notes.push_back(
+        "loss scaling: Apex dynamic (apex/amp/scaler.py: starts at 2^16, x2 after 2000 clean steps, "
+        "/2 on overflow, within [min_loss_scale, max_loss_scale])");
   else
-    c.notes.push_back("loss scaling: Apex static, scale " + num(static_scale) +
-                      (o.has("min_loss_scale") || o.has("max_loss_scale") ? "; min/max_loss_scale unused" : ""));
+    c.notes.push_back(
+        "loss scaling: Apex static, scale " + num(static_scale) +
+        (o.has("min_loss_scale") || o.has("max_loss_scale") ? "; min/max_loss_scale unused" : ""));
 }
 
 void read_apex(const json& j, Config& c) {
@@ -779,18 +818,20 @@ const Keys kDeepSpeedOtherKeys = {
     "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer",
     "scheduler", "zero_optimization", "gradient_clipping", "steps_per_print", "wall_clock_breakdown",
     "memory_breakdown", "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "sparse_attention",
-    "sparse_gradients", "communication_data_type", "seq_parallel_communication_data_type", "prescale_gradients",
-    "gradient_predivide_factor", "disable_allgather", "dump_state", "vocabulary_size", "eigenvalue",
-    "progressive_layer_drop", "checkpoint", "data_types", "dataloader_drop_last", "activation_checkpointing",
-    "flops_profiler", "tensorboard", "wandb", "csv_monitor", "comet", "comms_logger", "aio", "elasticity",
-    "pipeline", "curriculum_learning", "data_efficiency", "compression_training", "autotuning",
-    "graph_harvesting", "use_data_before_expert_parallelism", "nebula", "quantize_training",
-    "weight_quantization", "hybrid_engine", "compile", "timers", "zero_optimization_stage", "amp_params"};
-const Keys kDeepSpeedFp16Keys = {"enabled", "auto_cast", "loss_scale", "initial_scale_power", "loss_scale_window",
-                                 "hysteresis", "consecutive_hysteresis", "min_loss_scale",
-                                 "fp16_master_weights_and_grads", "fused_mode"};
-const Keys kDeepSpeedBf16Keys = {"enabled", "immediate_grad_update", "check_grad_overflow",
-                                 "bf16_master_weights_and_grads", "bf16_optimizer_states"};
+    "sparse_gradients", "communication_data_type", "seq_parallel_communication_data_type",
+    "prescale_gradients", "gradient_predivide_factor", "disable_allgather", "dump_state", "vocabulary_size",
+    "eigenvalue", "progressive_layer_drop", "checkpoint", "data_types", "dataloader_drop_last",
+    "activation_checkpointing", "flops_profiler", "tensorboard", "wandb", "csv_monitor", "comet",
+    "comms_logger", "aio", "elasticity", "pipeline", "curriculum_learning", "data_efficiency",
+    "compression_training", "autotuning", "graph_harvesting", "use_data_before_expert_parallelism", "nebula",
+    "quantize_training", "weight_quantization", "hybrid_engine", "compile", "timers",
+    "zero_optimization_stage", "amp_params"};
+const Keys kDeepSpeedFp16Keys = {
+    "enabled", "auto_cast", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
+    "consecutive_hysteresis", "min_loss_scale", "fp16_master_weights_and_grads", "fused_mode"};
+const Keys kDeepSpeedBf16Keys = {
+    "enabled", "immediate_grad_update", "check_grad_overflow", "bf16_master_weights_and_grads",
+    "bf16_optimizer_states"};
 
 void read_deepspeed(const json& j, Config& c) {
   Keys known = kDeepSpeedOtherKeys;
@@ -799,7 +840,8 @@ void read_deepspeed(const json& j, Config& c) {
                 "ampcheck reads fp16, bf16 (or bfloat16), amp and torch_autocast from a DeepSpeed config and "
                 "ignores DeepSpeed's other documented keys");
   if (top.has("bf16") && top.has("bfloat16"))
-    throw ConfigError("bf16 and bfloat16 are both given; bfloat16 is DeepSpeed's old name for bf16: keep one");
+    throw ConfigError(
+        "bf16 and bfloat16 are both given; bfloat16 is DeepSpeed's old name for bf16: keep one");
   const auto fp16 = top.object("fp16", kDeepSpeedFp16Keys);
   const auto bf16 = top.object(top.has("bfloat16") ? "bfloat16" : "bf16", kDeepSpeedBf16Keys);
   const auto amp = [&top]() -> std::optional<Obj> {
@@ -807,7 +849,8 @@ void read_deepspeed(const json& j, Config& c) {
     if (!v) return std::nullopt;
     Keys k = kApexKeys;
     k.push_back("enabled");
-    return Obj(*v, "amp", k, "accepted in amp: enabled and apex.amp.initialize's arguments: " + join(kApexKeys));
+    return Obj(*v, "amp", k,
+               "accepted in amp: enabled and apex.amp.initialize's arguments: " + join(kApexKeys));
   }();
   const auto ta = top.object("torch_autocast", {"enabled", "dtype", "lower_precision_safe_modules"});
 
@@ -816,10 +859,11 @@ void read_deepspeed(const json& j, Config& c) {
   const bool amp_on = amp && amp->boolean("enabled", false);
   const bool ta_on = ta && ta->boolean("enabled", false);
   // deepspeed/runtime/config.py asserts these exclusions.
-  const std::vector<std::pair<bool, std::string>> on = {{fp16_on, "fp16.enabled"},
-                                                        {bf16_on, (bf16 ? bf16->path() : "bf16") + ".enabled"},
-                                                        {amp_on, "amp.enabled"},
-                                                        {ta_on, "torch_autocast.enabled"}};
+  const std::vector<std::pair<bool, std::string>> on = {
+      {fp16_on, "fp16.enabled"},
+      {bf16_on, (bf16 ? bf16->path() : "bf16") + ".enabled"},
+      {amp_on, "amp.enabled"},
+      {ta_on, "torch_autocast.enabled"}};
   std::vector<std::string> enabled;
   for (const auto& [b, k] : on)
     if (b) enabled.push_back(k);
@@ -834,7 +878,8 @@ void read_deepspeed(const json& j, Config& c) {
   if (fp16) {
     fp16->boolean("auto_cast");
     fp16->boolean("fused_mode");
-    loss_scale = fp16->number("loss_scale", {0, true}, {kInf, false}, "0 means dynamic loss scaling").value_or(0.0);
+    loss_scale =
+        fp16->number("loss_scale", {0, true}, {kInf, false}, "0 means dynamic loss scaling").value_or(0.0);
     ds = read_deepspeed_scaling(*fp16, DeepSpeedScaling{});
   }
   if (bf16)
@@ -843,7 +888,8 @@ void read_deepspeed(const json& j, Config& c) {
   if (ta) {
     read_amp_dtype(*ta, "dtype", DType::f16);
     if (const json* v = ta->raw("lower_precision_safe_modules");
-        v && (!v->is_array() || std::any_of(v->begin(), v->end(), [](const json& x) { return !x.is_string(); })))
+        v &&
+        (!v->is_array() || std::any_of(v->begin(), v->end(), [](const json& x) { return !x.is_string(); })))
       ta->fail("lower_precision_safe_modules", *v, "a list of module class names");
   }
 
@@ -854,10 +900,11 @@ void read_deepspeed(const json& j, Config& c) {
     c.amp.dtype = DType::f16;
     c.amp.keep_norm_fp32 = false;
     c.amp.master_weight = !fp16->boolean("fp16_master_weights_and_grads", false);
-    c.notes.push_back("fp16.enabled: DeepSpeed's fp16 mode is ampcheck's O2: the whole module in fp16 (norm "
-                      "layers included: keep_norm_fp32 false), fp32 master weights in the optimizer" +
-                      std::string(c.amp.master_weight ? "" : " (off: fp16_master_weights_and_grads)") +
-                      "; ampcheck's O2 also keeps its black-list ops in fp32, which DeepSpeed runs in fp16");
+    c.notes.push_back(
+        "fp16.enabled: DeepSpeed's fp16 mode is ampcheck's O2: the whole module in fp16 (norm "
+        "layers included: keep_norm_fp32 false), fp32 master weights in the optimizer" +
+        std::string(c.amp.master_weight ? "" : " (off: fp16_master_weights_and_grads)") +
+        "; ampcheck's O2 also keeps its black-list ops in fp32, which DeepSpeed runs in fp16");
     if (fp16->boolean("auto_cast", false))
       c.notes.push_back("fp16.auto_cast: inputs are cast to fp16, as ampcheck's O2 does at each op");
     if (loss_scale > 0) {
@@ -869,9 +916,10 @@ void read_deepspeed(const json& j, Config& c) {
                                         : ""));
     } else {
       c.scaling = ds;
-      c.notes.push_back("fp16.loss_scale 0: DeepSpeed's dynamic loss scaling; keys not given take "
-                        "DeepSpeedFP16Config's defaults (initial_scale_power 16, loss_scale_window 1000, "
-                        "hysteresis 2, min_loss_scale 1, consecutive_hysteresis false)");
+      c.notes.push_back(
+          "fp16.loss_scale 0: DeepSpeed's dynamic loss scaling; keys not given take "
+          "DeepSpeedFP16Config's defaults (initial_scale_power 16, loss_scale_window 1000, "
+          "hysteresis 2, min_loss_scale 1, consecutive_hysteresis false)");
     }
   } else if (bf16_on) {
     c.amp.level = Level::O2;
@@ -879,7 +927,8 @@ void read_deepspeed(const json& j, Config& c) {
     c.amp.keep_norm_fp32 = false;
     c.amp.master_weight = !bf16->boolean("bf16_master_weights_and_grads", false);
     c.scaling = no_scaling();
-    c.notes.push_back(bf16->path() + ".enabled: DeepSpeed's bf16 mode is ampcheck's O2 in bfloat16 (the whole "
+    c.notes.push_back(bf16->path() +
+                      ".enabled: DeepSpeed's bf16 mode is ampcheck's O2 in bfloat16 (the whole "
                       "module cast, norms included), " +
                       std::string(c.amp.master_weight ? "fp32 master weights" : "no fp32 masters") +
                       ", no loss scaling (DeepSpeed scales only fp16)");
@@ -893,8 +942,9 @@ void read_deepspeed(const json& j, Config& c) {
     c.notes.push_back("torch_autocast.enabled: PyTorch autocast around the model: ampcheck's O1");
     if (!ta->has("dtype")) c.notes.push_back("torch_autocast.dtype not given: float16");
     if (ta->has("lower_precision_safe_modules"))
-      c.notes.push_back("torch_autocast.lower_precision_safe_modules: ignored; ampcheck's lists name ops, "
-                        "not module classes");
+      c.notes.push_back(
+          "torch_autocast.lower_precision_safe_modules: ignored; ampcheck's lists name ops, "
+          "not module classes");
     if (c.amp.dtype == DType::f16) {
       c.scaling = TorchScaling{};
       c.notes.push_back("fp16 autocast: DeepSpeed adds a torch.amp.GradScaler with its defaults");
@@ -904,7 +954,8 @@ void read_deepspeed(const json& j, Config& c) {
   } else {
     c.amp.level = Level::O0;
     c.scaling = no_scaling();
-    c.notes.push_back("no precision mode enabled (fp16, bf16, amp, torch_autocast): DeepSpeed trains in fp32 (O0)");
+    c.notes.push_back(
+        "no precision mode enabled (fp16, bf16, amp, torch_autocast): DeepSpeed trains in fp32 (O0)");
   }
   if (amp && !amp_on) {
     Config unused;
@@ -920,12 +971,13 @@ void read_deepspeed(const json& j, Config& c) {
 
 // ---- ampcheck's own form ---------------------------------------------------------------
 
-const Keys kAmpcheckKeys = {"framework",   "level",         "dtype",          "custom_white_list", "custom_black_list",
-                            "keep_norm_fp32", "master_weight", "loss_scaling", "converted_from",    "notes"};
+const Keys kAmpcheckKeys = {
+    "framework", "level", "dtype", "custom_white_list", "custom_black_list", "keep_norm_fp32",
+    "master_weight", "loss_scaling", "converted_from", "notes"};
 
 std::optional<ConfigStyle> style_from_name(std::string_view s) {
-  for (ConfigStyle st : {ConfigStyle::ampcheck, ConfigStyle::paddle, ConfigStyle::pytorch, ConfigStyle::deepspeed,
-                         ConfigStyle::apex})
+  for (ConfigStyle st : {ConfigStyle::ampcheck, ConfigStyle::paddle, ConfigStyle::pytorch,
+                         ConfigStyle::deepspeed, ConfigStyle::apex})
     if (style_name(st) == s) return st;
   return std::nullopt;
 }
@@ -945,7 +997,8 @@ void read_ampcheck(const json& j, Config& c) {
   constexpr std::string_view behaviours = "\"static\", \"pytorch\", \"paddle\", \"deepspeed\" or \"apex\"";
   if (const json* ls = top.raw("loss_scaling")) {
     if (!ls->is_object() || !ls->contains("behaviour"))
-      Obj::fail_path("loss_scaling", *ls, std::string("an object with a \"behaviour\": ") + std::string(behaviours));
+      Obj::fail_path("loss_scaling", *ls,
+                     std::string("an object with a \"behaviour\": ") + std::string(behaviours));
     const json& b = (*ls)["behaviour"];
     const std::string name = b.is_string() ? b.get<std::string>() : "";
     const auto keys = [](Keys k) {
@@ -956,15 +1009,16 @@ void read_ampcheck(const json& j, Config& c) {
       const Obj o(*ls, "loss_scaling", keys({"scale"}));
       c.scaling = StaticScaling{o.number("scale", {0, false}, {kInf, false}).value_or(1.0)};
     } else if (name == "pytorch") {
-      c.scaling = read_torch_scaling(
-          Obj(*ls, "loss_scaling", keys({"init_scale", "growth_factor", "backoff_factor", "growth_interval"})),
-          TorchScaling{});
+      c.scaling =
+          read_torch_scaling(Obj(*ls, "loss_scaling",
+                                 keys({"init_scale", "growth_factor", "backoff_factor", "growth_interval"})),
+                             TorchScaling{});
     } else if (name == "paddle") {
-      c.scaling = read_paddle_scaling(
-          Obj(*ls, "loss_scaling",
-              keys({"init_loss_scaling", "incr_ratio", "decr_ratio", "incr_every_n_steps", "decr_every_n_nan_or_inf",
-                    "use_dynamic_loss_scaling"})),
-          PaddleScaling{});
+      c.scaling =
+          read_paddle_scaling(Obj(*ls, "loss_scaling",
+                                  keys({"init_loss_scaling", "incr_ratio", "decr_ratio", "incr_every_n_steps",
+                                        "decr_every_n_nan_or_inf", "use_dynamic_loss_scaling"})),
+                              PaddleScaling{});
     } else if (name == "deepspeed") {
       const Obj o(*ls, "loss_scaling",
                   keys({"initial_scale_power", "loss_scale_window", "hysteresis", "min_loss_scale",
@@ -978,12 +1032,14 @@ void read_ampcheck(const json& j, Config& c) {
       ApexScaling s;
       s.dynamic = o.boolean("dynamic", s.dynamic);
       s.loss_scale = o.number("loss_scale", {0, false}, {kInf, false}).value_or(s.loss_scale);
-      s.min_loss_scale = o.number("min_loss_scale", {0, true}, {kInf, false}, "0: no minimum").value_or(s.min_loss_scale);
+      s.min_loss_scale =
+          o.number("min_loss_scale", {0, true}, {kInf, false}, "0: no minimum").value_or(s.min_loss_scale);
       s.max_loss_scale = o.number("max_loss_scale", {0, false}, {kInf, false}).value_or(s.max_loss_scale);
       s.scale_window = o.integer("scale_window", 1, kInt64Max).value_or(s.scale_window);
       if (s.min_loss_scale > s.max_loss_scale)
-        throw ConfigError("loss_scaling.min_loss_scale " + num(s.min_loss_scale) + " is above loss_scaling.max_loss_scale " +
-                          num(s.max_loss_scale) + "; the minimum must not exceed the maximum");
+        throw ConfigError("loss_scaling.min_loss_scale " + num(s.min_loss_scale) +
+                          " is above loss_scaling.max_loss_scale " + num(s.max_loss_scale) +
+                          "; the minimum must not exceed the maximum");
       c.scaling = s;
     } else {
       Obj::fail_path("loss_scaling.behaviour", b, std::string(behaviours));
@@ -997,13 +1053,15 @@ void read_ampcheck(const json& j, Config& c) {
   }
   if (c.amp.level == Level::O3 && (c.amp.keep_norm_fp32 || c.amp.master_weight) &&
       (top.has("keep_norm_fp32") || top.has("master_weight")))
-    c.notes.push_back("O3 casts every parameter and keeps no masters: keep_norm_fp32 and master_weight are unused");
+    c.notes.push_back(
+        "O3 casts every parameter and keeps no masters: keep_norm_fp32 and master_weight are unused");
 
   // A converted config keeps where it came from, so the round trip gives the same Config.
   if (const auto from = top.string("converted_from", "a framework name")) {
     const auto st = style_from_name(*from);
     if (!st || *st == ConfigStyle::ampcheck)
-      top.fail("converted_from", *top.raw("converted_from"), "\"paddle\", \"pytorch\", \"deepspeed\" or \"apex\"");
+      top.fail("converted_from", *top.raw("converted_from"),
+               "\"paddle\", \"pytorch\", \"deepspeed\" or \"apex\"");
     c.style = *st;
   }
   if (const json* n = top.raw("notes")) {
@@ -1040,22 +1098,38 @@ Detected detect_style(const json& j) {
     ConfigStyle style;
   };
   static const Signal signals[] = {
-      {"amp_configs", ConfigStyle::paddle},        {"auto_cast", ConfigStyle::paddle},
-      {"decorate", ConfigStyle::paddle},           {"init_loss_scaling", ConfigStyle::paddle},
-      {"incr_every_n_steps", ConfigStyle::paddle}, {"decr_every_n_nan_or_inf", ConfigStyle::paddle},
-      {"incr_ratio", ConfigStyle::paddle},         {"decr_ratio", ConfigStyle::paddle},
-      {"use_dynamic_loss_scaling", ConfigStyle::paddle}, {"use_pure_fp16", ConfigStyle::paddle},
-      {"use_pure_bf16", ConfigStyle::paddle},      {"use_fp16_guard", ConfigStyle::paddle},
-      {"custom_black_varnames", ConfigStyle::paddle}, {"use_optimizer_fp16", ConfigStyle::paddle},
-      {"autocast", ConfigStyle::pytorch},          {"fp16", ConfigStyle::deepspeed},
-      {"bf16", ConfigStyle::deepspeed},            {"bfloat16", ConfigStyle::deepspeed},
-      {"torch_autocast", ConfigStyle::deepspeed},  {"zero_optimization", ConfigStyle::deepspeed},
-      {"train_batch_size", ConfigStyle::deepspeed}, {"train_micro_batch_size_per_gpu", ConfigStyle::deepspeed},
-      {"opt_level", ConfigStyle::apex},            {"keep_batchnorm_fp32", ConfigStyle::apex},
-      {"master_weights", ConfigStyle::apex},       {"cast_model_type", ConfigStyle::apex},
-      {"patch_torch_functions", ConfigStyle::apex}, {"level", ConfigStyle::ampcheck},
-      {"dtype", ConfigStyle::ampcheck},            {"loss_scaling", ConfigStyle::ampcheck},
-      {"keep_norm_fp32", ConfigStyle::ampcheck},   {"master_weight", ConfigStyle::ampcheck},
+      {"amp_configs", ConfigStyle::paddle},
+      {"auto_cast", ConfigStyle::paddle},
+      {"decorate", ConfigStyle::paddle},
+      {"init_loss_scaling", ConfigStyle::paddle},
+      {"incr_every_n_steps", ConfigStyle::paddle},
+      {"decr_every_n_nan_or_inf", ConfigStyle::paddle},
+      {"incr_ratio", ConfigStyle::paddle},
+      {"decr_ratio", ConfigStyle::paddle},
+      {"use_dynamic_loss_scaling", ConfigStyle::paddle},
+      {"use_pure_fp16", ConfigStyle::paddle},
+      {"use_pure_bf16", ConfigStyle::paddle},
+      {"use_fp16_guard", ConfigStyle::paddle},
+      {"custom_black_varnames", ConfigStyle::paddle},
+      {"use_optimizer_fp16", ConfigStyle::paddle},
+      {"autocast", ConfigStyle::pytorch},
+      {"fp16", ConfigStyle::deepspeed},
+      {"bf16", ConfigStyle::deepspeed},
+      {"bfloat16", ConfigStyle::deepspeed},
+      {"torch_autocast", ConfigStyle::deepspeed},
+      {"zero_optimization", ConfigStyle::deepspeed},
+      {"train_batch_size", ConfigStyle::deepspeed},
+      {"train_micro_batch_size_per_gpu", ConfigStyle::deepspeed},
+      {"opt_level", ConfigStyle::apex},
+      {"keep_batchnorm_fp32", ConfigStyle::apex},
+      {"master_weights", ConfigStyle::apex},
+      {"cast_model_type", ConfigStyle::apex},
+      {"patch_torch_functions", ConfigStyle::apex},
+      {"level", ConfigStyle::ampcheck},
+      {"dtype", ConfigStyle::ampcheck},
+      {"loss_scaling", ConfigStyle::ampcheck},
+      {"keep_norm_fp32", ConfigStyle::ampcheck},
+      {"master_weight", ConfigStyle::ampcheck},
   };
   std::vector<std::pair<ConfigStyle, std::string>> found;  // first key per style
   const auto add = [&found](ConfigStyle st, std::string_view key) {
@@ -1066,28 +1140,32 @@ Detected detect_style(const json& j) {
   for (const Signal& s : signals)
     if (j.contains(s.key)) add(s.style, s.key);
   // "amp" is a bool in a Paddle strategy and an Apex block in DeepSpeed.
-  if (const auto it = j.find("amp"); it != j.end()) add(it->is_object() ? ConfigStyle::deepspeed : ConfigStyle::paddle, "amp");
+  if (const auto it = j.find("amp"); it != j.end())
+    add(it->is_object() ? ConfigStyle::deepspeed : ConfigStyle::paddle, "amp");
   // GradScaler arguments alone: PyTorch's and Paddle's names differ.
   if (const auto it = j.find("grad_scaler"); it != j.end() && it->is_object()) {
-    for (std::string_view k : {"init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled", "device"})
+    for (std::string_view k :
+         {"init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled", "device"})
       if (it->contains(k)) add(ConfigStyle::pytorch, "grad_scaler." + std::string(k));
     for (std::string_view k : {"init_loss_scaling", "incr_ratio", "decr_ratio", "incr_every_n_steps",
                                "decr_every_n_nan_or_inf", "use_dynamic_loss_scaling", "enable"})
       if (it->contains(k)) add(ConfigStyle::paddle, "grad_scaler." + std::string(k));
   }
   if (found.size() == 1) return {found[0].first, "detected from the key \"" + found[0].second + "\""};
-  const std::string hint = "; add \"framework\": \"paddle\" | \"pytorch\" | \"deepspeed\" | \"apex\" | \"ampcheck\"";
+  const std::string hint =
+      "; add \"framework\": \"paddle\" | \"pytorch\" | \"deepspeed\" | \"apex\" | \"ampcheck\"";
   if (found.empty()) {
     // Only the custom lists: they are amp_configs' keys first.
     if (j.contains("custom_white_list") || j.contains("custom_black_list"))
       return {ConfigStyle::paddle, "detected from the custom lists alone (PaddlePaddle's amp_configs keys)"};
     std::vector<std::string> keys;
     for (const auto& [k, v] : j.items()) keys.push_back(k);
-    throw ConfigError("cannot tell which framework's config this is (keys: " +
-                      (keys.empty() ? std::string("none") : quoted_list(keys)) +
-                      "); expected a PaddlePaddle amp_configs or strategy, PyTorch autocast/grad_scaler, a DeepSpeed "
-                      "config with fp16/bf16, Apex amp.initialize arguments with opt_level, or ampcheck's form" +
-                      hint);
+    throw ConfigError(
+        "cannot tell which framework's config this is (keys: " +
+        (keys.empty() ? std::string("none") : quoted_list(keys)) +
+        "); expected a PaddlePaddle amp_configs or strategy, PyTorch autocast/grad_scaler, a DeepSpeed "
+        "config with fp16/bf16, Apex amp.initialize arguments with opt_level, or ampcheck's form" +
+        hint);
   }
   std::string msg = "keys of more than one framework: ";
   for (std::size_t i = 0; i < found.size(); ++i)
@@ -1115,7 +1193,8 @@ json parse_json(const std::string& text) {
         if (!seen.back().insert(key).second) {
           std::string dotted;
           for (const std::string& p : path) dotted += (dotted.empty() ? "" : ".") + p;
-          throw ConfigError("duplicate key \"" + dotted + "\"; JSON keeps only one of them: remove the other");
+          throw ConfigError("duplicate key \"" + dotted +
+                            "\"; JSON keeps only one of them: remove the other");
         }
         break;
       }
@@ -1129,77 +1208,91 @@ json parse_json(const std::string& text) {
   } catch (const json::parse_error& e) {
     std::size_t line = 1, col = 1;
     for (std::size_t i = 0; i + 1 < e.byte && i < text.size(); ++i) {
-      if (text[i] == '\n') ++line, col = 1;
-      else ++col;
+      if (text[i] == '\n')
+        ++line, col = 1;
+      else
+        ++col;
     }
     std::string what = e.what();
     // "[json.exception.parse_error.101] parse error at line 1, column 2: syntax error ..."
     if (const auto p = what.find("syntax error"); p != std::string::npos) what = what.substr(p);
-    throw ConfigError("not valid JSON at line " + std::to_string(line) + ", column " + std::to_string(col) + ": " + what);
+    throw ConfigError("not valid JSON at line " + std::to_string(line) + ", column " + std::to_string(col) +
+                      ": " + what);
   }
 }
 
 std::string style_description(ConfigStyle s) {
   switch (s) {
-    case ConfigStyle::ampcheck: return "ampcheck's own form";
-    case ConfigStyle::paddle: return "PaddlePaddle (fleet amp_configs, or auto_cast/decorate/GradScaler arguments)";
-    case ConfigStyle::pytorch: return "PyTorch (torch.autocast and torch.amp.GradScaler arguments)";
-    case ConfigStyle::deepspeed: return "DeepSpeed (the fp16/bf16 blocks of a DeepSpeed config)";
-    case ConfigStyle::apex: return "NVIDIA Apex (amp.initialize arguments)";
+    case ConfigStyle::ampcheck:
+      return "ampcheck's own form";
+    case ConfigStyle::paddle:
+      return "PaddlePaddle (fleet amp_configs, or auto_cast/decorate/GradScaler arguments)";
+    case ConfigStyle::pytorch:
+      return "PyTorch (torch.autocast and torch.amp.GradScaler arguments)";
+    case ConfigStyle::deepspeed:
+      return "DeepSpeed (the fp16/bf16 blocks of a DeepSpeed config)";
+    case ConfigStyle::apex:
+      return "NVIDIA Apex (amp.initialize arguments)";
   }
   return "?";
 }
 
 std::string_view level_description(Level l) {
   switch (l) {
-    case Level::O0: return "everything in fp32 (the reference)";
-    case Level::O1: return "per-op casts from the lists, parameters fp32";
-    case Level::O2: return "parameters low (normalisation optionally fp32), fp32 masters, every op low except the black list";
-    case Level::O3: return "everything low, no master weights";
+    case Level::O0:
+      return "everything in fp32 (the reference)";
+    case Level::O1:
+      return "per-op casts from the lists, parameters fp32";
+    case Level::O2:
+      return "parameters low (normalisation optionally fp32), fp32 masters, every op low except the black "
+             "list";
+    case Level::O3:
+      return "everything low, no master weights";
   }
   return "?";
 }
 
 // The loss-scaling parameters in ampcheck's key names, in a fixed order.
 ordered_json scaling_json(const ScalingOptions& s) {
-  return std::visit(
-      Overloaded{
-          [](const StaticScaling& o) { return ordered_json{{"behaviour", "static"}, {"scale", o.scale}}; },
-          [](const TorchScaling& o) {
-            return ordered_json{{"behaviour", "pytorch"},
-                                {"init_scale", o.init_scale},
-                                {"growth_factor", o.growth_factor},
-                                {"backoff_factor", o.backoff_factor},
-                                {"growth_interval", o.growth_interval}};
-          },
-          [](const PaddleScaling& o) {
-            return ordered_json{{"behaviour", "paddle"},
-                                {"init_loss_scaling", o.init_loss_scaling},
-                                {"incr_ratio", o.incr_ratio},
-                                {"decr_ratio", o.decr_ratio},
-                                {"incr_every_n_steps", o.incr_every_n_steps},
-                                {"decr_every_n_nan_or_inf", o.decr_every_n_nan_or_inf},
-                                {"use_dynamic_loss_scaling", o.use_dynamic_loss_scaling}};
-          },
-          [](const DeepSpeedScaling& o) {
-            return ordered_json{{"behaviour", "deepspeed"},
-                                {"initial_scale_power", o.initial_scale_power},
-                                {"loss_scale_window", o.loss_scale_window},
-                                {"hysteresis", o.hysteresis},
-                                {"min_loss_scale", o.min_loss_scale},
-                                {"consecutive_hysteresis", o.consecutive_hysteresis},
-                                {"raise_error_at_min_scale", o.raise_error_at_min_scale}};
-          },
-          [](const ApexScaling& o) {
-            return ordered_json{{"behaviour", "apex"},
-                                {"dynamic", o.dynamic},
-                                {"loss_scale", o.loss_scale},
-                                {"min_loss_scale", o.min_loss_scale},
-                                {"max_loss_scale", o.max_loss_scale},
-                                {"scale_window", o.scale_window}};
-          },
-      },
-      s);
+  return std::visit(Overloaded{
+                        [](const StaticScaling& o) {
+                          return ordered_json{{"behaviour", "static"}, {"scale", o.scale}};
+                        },
+                        [](const TorchScaling& o) {
+                          return ordered_json{{"behaviour", "pytorch"},
+                                              {"init_scale", o.init_scale},
+                                              {"growth_factor", o.growth_factor},
+                                              {"backoff_factor", o.backoff_factor},
+                                              {"growth_interval", o.growth_interval}};
+                        },
+                        [](const PaddleScaling& o) {
+                          return ordered_json{{"behaviour", "paddle"},
+                                              {"init_loss_scaling", o.init_loss_scaling},
+                                              {"incr_ratio", o.incr_ratio},
+                                              {"decr_ratio", o.decr_ratio},
+                                              {"incr_every_n_steps", o.incr_every_n_steps},
+                                              {"decr_every_n_nan_or_inf", o.decr_every_n_nan_or_inf},
+                                              {"use_dynamic_loss_scaling", o.use_dynamic_loss_scaling}};
+                        },
+                        [](const DeepSpeedScaling& o) {
+                          return ordered_json{{"behaviour", "deepspeed"},
+                                              {"initial_scale_power", o.initial_scale_power},
+                                              {"loss_scale_window", o.loss_scale_window},
+                                              {"hysteresis", o.hysteresis},
+                                              {"min_loss_scale", o.min_loss_scale},
+                                              {"consecutive_hysteresis", o.consecutive_hysteresis},
+                                              {"raise_error_at_min_scale", o.raise_error_at_min_scale}};
+                        },
+                        [](const ApexScaling& o) {
+                          return ordered_json{{"behaviour", "apex"},
+                                              {"dynamic", o.dynamic},
+                                              {"loss_scale", o.loss_scale},
+                                              {"min_loss_scale", o.min_loss_scale},
+                                              {"max_loss_scale", o.max_loss_scale},
+                                              {"scale_window", o.scale_window}};
+                        },
+                    },
+                    s);
 }
 
 std::string_view behaviour_description(const ScalingOptions& s) {
@@ -1209,12 +1302,14 @@ std::string_view behaviour_description(const ScalingOptions& s) {
             return o.scale == 1.0 ? "no loss scaling (a fixed scale of 1)" : "a fixed loss scale";
           },
           [](const TorchScaling&) -> std::string_view {
-            return "PyTorch GradScaler: x growth_factor after growth_interval clean steps, x backoff_factor on "
+            return "PyTorch GradScaler: x growth_factor after growth_interval clean steps, x backoff_factor "
+                   "on "
                    "Inf/NaN";
           },
           [](const PaddleScaling& o) -> std::string_view {
             return o.use_dynamic_loss_scaling
-                       ? "PaddlePaddle: x incr_ratio after incr_every_n_steps clean steps, x decr_ratio after "
+                       ? "PaddlePaddle: x incr_ratio after incr_every_n_steps clean steps, x decr_ratio "
+                         "after "
                          "decr_every_n_nan_or_inf steps with Inf/NaN"
                        : "PaddlePaddle with use_dynamic_loss_scaling false: init_loss_scaling fixed";
           },
@@ -1248,11 +1343,16 @@ std::string list_text(const std::vector<std::string>& l) {
 
 std::string_view style_name(ConfigStyle s) {
   switch (s) {
-    case ConfigStyle::ampcheck: return "ampcheck";
-    case ConfigStyle::paddle: return "paddle";
-    case ConfigStyle::pytorch: return "pytorch";
-    case ConfigStyle::deepspeed: return "deepspeed";
-    case ConfigStyle::apex: return "apex";
+    case ConfigStyle::ampcheck:
+      return "ampcheck";
+    case ConfigStyle::paddle:
+      return "paddle";
+    case ConfigStyle::pytorch:
+      return "pytorch";
+    case ConfigStyle::deepspeed:
+      return "deepspeed";
+    case ConfigStyle::apex:
+      return "apex";
   }
   return "?";
 }
@@ -1267,11 +1367,21 @@ Config parse_config(const std::string& json_text, const std::string& source) {
     c.style = d.style;
     c.notes.push_back("semantics: " + std::string(style_name(d.style)) + ", " + d.reason);
     switch (d.style) {
-      case ConfigStyle::ampcheck: read_ampcheck(j, c); break;
-      case ConfigStyle::paddle: read_paddle(j, c); break;
-      case ConfigStyle::pytorch: read_pytorch(j, c); break;
-      case ConfigStyle::deepspeed: read_deepspeed(j, c); break;
-      case ConfigStyle::apex: read_apex(j, c); break;
+      case ConfigStyle::ampcheck:
+        read_ampcheck(j, c);
+        break;
+      case ConfigStyle::paddle:
+        read_paddle(j, c);
+        break;
+      case ConfigStyle::pytorch:
+        read_pytorch(j, c);
+        break;
+      case ConfigStyle::deepspeed:
+        read_deepspeed(j, c);
+        break;
+      case ConfigStyle::apex:
+        read_apex(j, c);
+        break;
     }
     return c;
   } catch (const ConfigError& e) {
@@ -1284,9 +1394,10 @@ Config load_config(const std::string& path) {
   if (!std::filesystem::exists(path, ec)) throw ConfigError(path + ": no such file");
   if (!std::filesystem::is_regular_file(path, ec)) throw ConfigError(path + ": not a regular file");
   std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(path + ": cannot be opened for reading");
   std::ostringstream text;
   text << in.rdbuf();
-  if (!in && !in.eof()) throw ConfigError(path + ": cannot be read");
+  if (in.bad()) throw ConfigError(path + ": cannot be read");
   return parse_config(text.str(), path);
 }
 
@@ -1326,8 +1437,8 @@ std::string explain(const Config& c) {
     out << "  " << k << std::string(width - k.size() + 2, ' ') << value_text(v) << "\n";
   }
   if (std::holds_alternative<DeepSpeedScaling>(c.scaling))
-    out << "  (initial scale " << num(std::ldexp(1.0, std::get<DeepSpeedScaling>(c.scaling).initial_scale_power))
-        << ")\n";
+    out << "  (initial scale "
+        << num(std::ldexp(1.0, std::get<DeepSpeedScaling>(c.scaling).initial_scale_power)) << ")\n";
   if (!c.notes.empty()) {
     out << "notes:\n";
     for (const std::string& n : c.notes) out << "  - " << n << "\n";
