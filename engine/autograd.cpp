@@ -1,11 +1,13 @@
 #include "engine/autograd.h"
 
 #include <algorithm>
+#include <chrono>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "engine/hooks.h"
 #include "engine/ops/cpu_util.h"
 
 namespace ampcheck {
@@ -36,6 +38,27 @@ std::vector<std::shared_ptr<Node>> collect(const std::shared_ptr<Node>& root) {
   std::sort(nodes.begin(), nodes.end(),
             [](const auto& a, const auto& b) { return a->sequence > b->sequence; });
   return nodes;
+}
+
+// A backward op's event: its forward's inputs and module, the incoming gradient.
+OpEvent backward_event(const Node& node, const Tensor& g) {
+  OpEvent e;
+  e.sequence = hooks::next_sequence();
+  e.step = current_step();
+  e.phase = Phase::backward;
+  e.op = node.op;
+  e.module = node.module;
+  for (const Tensor& t : node.inputs) {
+    e.dtypes_before.push_back(t.defined() ? t.dtype() : DType::f32);
+    e.shapes.push_back(t.defined() ? t.shape() : Shape{});
+  }
+  e.inputs = &node.inputs;
+  e.params = &node.params;
+  e.grad_output = &g;
+  e.out_dtype = g.dtype();
+  e.kernel = "cpu:" + std::string(op_name(node.op)) + "_backward:" + (g.dtype() == DType::f64 ? "f64" : "f32");
+  hooks::op_begin(e);
+  return e;
 }
 
 void accumulate_leaf(const Tensor& leaf, const Tensor& g) {
@@ -69,6 +92,7 @@ void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) 
   }
 
   NoGradGuard no_grad;
+  PhaseScope phase(Phase::backward);
   std::unordered_map<Node*, Tensor> grads{{root.grad_fn().get(), grad}};
   for (const std::shared_ptr<Node>& node : collect(root.grad_fn())) {
     auto it = grads.find(node.get());
@@ -76,8 +100,17 @@ void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) 
     const Tensor g = std::move(it->second);
     grads.erase(it);
     const OpInfo& info = op_info(node->op);
+    const bool observe = observed();
+    OpEvent event;
+    if (observe) event = backward_event(*node, g);
+    const auto start = observe ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     const std::vector<Tensor> in_grads =
         info.backward(BackwardArgs{g, node->inputs, node->output, node->params, node->saved});
+    if (observe) {
+      event.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      event.grad_inputs = &in_grads;
+      hooks::op_end(event);
+    }
     if (in_grads.size() != node->inputs.size())
       throw std::logic_error(std::string(info.name) + " backward returned " +
                              std::to_string(in_grads.size()) + " gradients for " +

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "engine/ops/registry.h"
@@ -17,6 +18,7 @@ struct Node {
   Saved saved;
   std::uint64_t sequence = 0;  // creation order: a valid reverse topological order
   bool released = false;       // saved values dropped by a backward without retain_graph
+  std::string module;          // the module it ran in (recorded while observed)
 };
 
 // Runs reverse mode from `root` with d root = `grad`; accumulates into the .grad of

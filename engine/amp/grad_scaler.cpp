@@ -11,6 +11,7 @@
 #include <string>
 #include <type_traits>
 
+#include "engine/hooks.h"
 #include "engine/ops/cpu_util.h"
 #include "engine/ops/ops.h"
 #include "engine/ops/registry.h"  // NoGradGuard
@@ -353,6 +354,7 @@ ScalerEvent GradScaler::update(bool found_inf) {
   found_inf_ = false;
   history_.push_back(event);
   if (listener_) listener_(event);
+  if (observed()) hooks::scaler_update(event);
   return event;
 }
 

@@ -4,6 +4,7 @@
 #include <map>
 #include <utility>
 
+#include "engine/hooks.h"
 #include "engine/util/strings.h"
 
 namespace ampcheck::amp {
@@ -173,6 +174,7 @@ std::vector<Tensor> Policy::apply(Op op, std::vector<Tensor> inputs) const {
   const auto target = cast_target(op);
   if (!target) return inputs;
   const bool down = is_low_precision(*target);
+  const InsertedCastScope inserting;  // the casts below are the policy's, not the user's
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     Tensor& t = inputs[i];
     if (!t.defined() || !is_floating(t.dtype()) || !casts_input(op, i)) continue;

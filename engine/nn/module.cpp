@@ -2,12 +2,19 @@
 
 #include <stdexcept>
 
+#include "engine/hooks.h"
+
 namespace ampcheck::nn {
 namespace {
 std::string join(const std::string& prefix, const std::string& name) {
   return prefix.empty() ? name : prefix + "." + name;
 }
 }  // namespace
+
+Tensor Module::operator()(const Tensor& x) {
+  const ModuleScope scope(path_);
+  return forward(x);
+}
 
 Tensor Module::register_parameter(const std::string& name, Tensor t) {
   if (t.defined()) t.set_requires_grad(true);

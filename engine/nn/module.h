@@ -20,7 +20,8 @@ class Module {
   Module& operator=(const Module&) = delete;
 
   virtual Tensor forward(const Tensor& x) = 0;
-  Tensor operator()(const Tensor& x) { return forward(x); }
+  // forward() inside this module's path, so observers can name the layer of each op.
+  Tensor operator()(const Tensor& x);
 
   const std::string& type() const { return type_; }  // "Linear", "Conv2d", ...
   const std::string& path() const { return path_; }  // full dotted name; "" for the root

@@ -1,11 +1,13 @@
 #include "engine/ops/registry.h"
 
 #include <atomic>
+#include <chrono>
 #include <stdexcept>
 #include <string>
 
 #include "engine/amp/policy.h"
 #include "engine/autograd.h"
+#include "engine/hooks.h"
 #include "engine/ops/impl.h"
 #include "engine/util/strings.h"
 
@@ -60,6 +62,44 @@ bool grad_enabled() { return t_grad_enabled; }
 NoGradGuard::NoGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { t_grad_enabled = previous_; }
 
+namespace {
+
+std::string kernel_id(Op op, DType out) {
+  return "cpu:" + std::string(op_name(op)) + ":" + (out == DType::f64 ? "f64" : "f32");
+}
+
+// The begin event of an op call: dtypes as called, the policy's decision and casts.
+OpEvent begin_event(Op op, const std::vector<DType>& before, const std::vector<Tensor>& inputs,
+                    const amp::Policy* policy) {
+  OpEvent e;
+  e.sequence = hooks::next_sequence();
+  e.step = current_step();
+  e.phase = current_phase();
+  e.op = op;
+  e.module = current_module();
+  e.amp = policy != nullptr;
+  if (policy) {
+    e.level = policy->options().level;
+    e.reason = policy->reason(op);
+  }
+  e.inserted_cast = inserting_cast();
+  e.dtypes_before = before;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    e.shapes.push_back(inputs[i].defined() ? inputs[i].shape() : Shape{});
+    if (inputs[i].defined() && inputs[i].dtype() != before[i]) e.casts.push_back({i, before[i], inputs[i].dtype()});
+  }
+  e.inputs = &inputs;
+  return e;
+}
+
+std::vector<DType> dtypes_of(const std::vector<Tensor>& inputs) {
+  std::vector<DType> d;
+  for (const Tensor& t : inputs) d.push_back(t.defined() ? t.dtype() : DType::f32);
+  return d;
+}
+
+}  // namespace
+
 Tensor call(Op op, std::vector<Tensor> inputs, Params params) {
   const OpInfo& info = op_info(op);
   if (info.arity >= 0 && static_cast<int>(inputs.size()) != info.arity)
@@ -67,18 +107,35 @@ Tensor call(Op op, std::vector<Tensor> inputs, Params params) {
                                 " tensor inputs, got " + std::to_string(inputs.size()));
   if (inputs.empty() || !inputs[0].defined())
     throw std::invalid_argument(std::string(info.name) + ": the first input is undefined");
+  const bool observe = observed();
+  const std::vector<DType> before = observe ? dtypes_of(inputs) : std::vector<DType>{};
   // AMP: inside an autocast scope the policy casts the inputs first (as cast ops).
-  if (const amp::Policy* policy = amp::active_policy()) inputs = policy->apply(op, std::move(inputs));
+  const amp::Policy* policy = amp::active_policy();
+  if (policy) inputs = policy->apply(op, std::move(inputs));
 
   bool record = false;
   if (grad_enabled())
     for (const Tensor& t : inputs) record = record || t.requires_grad();
 
+  OpEvent event;
+  if (observe) {
+    event = begin_event(op, before, inputs, policy);
+    event.params = &params;
+    hooks::op_begin(event);
+  }
+  const auto start = observe ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   Saved saved;
   Tensor out;
   {
     NoGradGuard no_grad;  // an op built from other ops records as one node
     out = info.forward(ForwardArgs{inputs, params, saved});
+  }
+  if (observe) {
+    event.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    event.output = &out;
+    event.out_dtype = out.dtype();
+    event.kernel = kernel_id(op, out.dtype());
+    hooks::op_end(event);
   }
   if (record) {
     auto node = std::make_shared<Node>();
@@ -88,6 +145,7 @@ Tensor call(Op op, std::vector<Tensor> inputs, Params params) {
     node->params = std::move(params);
     node->saved = std::move(saved);
     node->sequence = g_sequence++;
+    if (observe) node->module = current_module();
     out = out.detach();  // a fresh handle: the output may be a view of an input
     out.set_grad_fn(std::move(node));
   }

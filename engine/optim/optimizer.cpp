@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "engine/hooks.h"
 #include "engine/ops/cpu_util.h"
 #include "engine/ops/registry.h"  // NoGradGuard
 
@@ -92,18 +93,37 @@ void Optimizer::enable_master_weights() {
 void Optimizer::step() {
   ++state_.step;
   NoGradGuard no_grad;
+  const PhaseScope phase(Phase::optimizer);
+  const bool observe = observed();
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const Tensor g = gradient(i);
     if (!g.defined()) continue;
     auto& [name, p] = params_[i];
-    if (masters_.empty()) {
-      update(p, g, state_.buffers[name], state_.step);
-      continue;
+    const Tensor before = observe ? p.clone() : Tensor();
+    update_one(i, g);
+    if (observe) {
+      ParamUpdate u;
+      u.name = name;
+      u.step = state_.step;
+      u.before = &before;
+      u.after = &p;
+      u.grad = &g;
+      u.master = masters_.empty() ? nullptr : &masters_[i];
+      u.state = &state_.buffers[name];
+      hooks::param_update(u);
     }
-    Tensor& m = masters_[i];
-    update(m, g.dtype() == m.dtype() ? g : g.to(m.dtype()), state_.buffers[name], state_.step);
-    p.copy_from(m);  // the low-precision copy, re-derived from the master
   }
+}
+
+void Optimizer::update_one(std::size_t i, const Tensor& g) {
+  auto& [name, p] = params_[i];
+  if (masters_.empty()) {
+    update(p, g, state_.buffers[name], state_.step);
+    return;
+  }
+  Tensor& m = masters_[i];
+  update(m, g.dtype() == m.dtype() ? g : g.to(m.dtype()), state_.buffers[name], state_.step);
+  p.copy_from(m);  // the low-precision copy, re-derived from the master
 }
 
 void Optimizer::zero_grad() {

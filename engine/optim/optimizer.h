@@ -58,6 +58,8 @@ class Optimizer {
                       std::int64_t step) = 0;
 
  private:
+  void update_one(std::size_t i, const Tensor& g);  // through the master, if any
+
   NamedParams params_;
   std::vector<Tensor> masters_;    // empty, or one f32/f64 copy per parameter
   std::vector<Tensor> overrides_;  // set_gradient's gradients, per parameter

@@ -1,0 +1,127 @@
+// The engine's observer interface: what an observer hears for a known computation.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "engine/amp/decorate.h"
+#include "engine/amp/grad_scaler.h"
+#include "engine/amp/policy.h"
+#include "engine/hooks.h"
+#include "engine/nn/layers.h"
+#include "engine/optim/optimizer.h"
+
+namespace ampcheck {
+namespace {
+
+struct Heard {
+  Op op;
+  Phase phase;
+  std::string module;
+  amp::Reason reason;
+  bool inserted;
+  std::vector<CastRecord> casts;
+  DType out;
+  std::int64_t step;
+};
+
+class Recorder : public Observer {
+ public:
+  void on_op_end(const OpEvent& e) override {
+    ops.push_back({e.op, e.phase, e.module, e.reason, e.inserted_cast, e.casts, e.out_dtype, e.step});
+    EXPECT_FALSE(e.kernel.empty());
+    EXPECT_GE(e.seconds, 0.0);
+  }
+  void on_param_update(const ParamUpdate& u) override { params.push_back(std::string(u.name)); }
+  void on_scaler_update(const amp::ScalerEvent& e) override { scales.push_back(e.scale_after); }
+  std::vector<Heard> ops;
+  std::vector<std::string> params;
+  std::vector<double> scales;
+};
+
+class Net : public nn::Module {
+ public:
+  explicit Net(Generator& gen) : Module("Net") { fc = register_module("fc", std::make_shared<nn::Linear>(3, 4, gen)); }
+  Tensor forward(const Tensor& x) override { return softmax((*fc)(x), -1); }
+  std::shared_ptr<nn::Linear> fc;
+};
+
+TEST(Hooks, AnO1StepIsHeardOpByOp) {
+  Generator gen(1);
+  Net net(gen);
+  optim::SGD opt(net.named_parameters(), 0.1);
+  amp::AmpOptions o;
+  o.level = amp::Level::O1;
+  const amp::Policy policy(o);
+  amp::GradScaler scaler(amp::TorchScaling{1024.0, 2.0, 0.5, 2000});
+  Recorder rec;
+  add_observer(&rec);
+  begin_step();
+  const std::int64_t step = current_step();
+  const Tensor x = Tensor::randn({2, 3}, gen);
+  Tensor loss;
+  {
+    amp::Autocast on(&policy);
+    loss = sum(net(x));
+  }
+  scaler.scale(loss).backward();
+  scaler.step(opt);
+  scaler.update();
+  end_step();
+  remove_observer(&rec);
+
+  // forward: the policy's casts of x, W and b (inserted), linear in f16, a cast up,
+  // softmax in f32, then sum and the scaling multiply.
+  std::vector<Heard> fwd;
+  for (const Heard& h : rec.ops)
+    if (h.phase == Phase::forward) fwd.push_back(h);
+  ASSERT_GE(fwd.size(), 8u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(fwd[i].op, Op::cast) << i;
+    EXPECT_TRUE(fwd[i].inserted) << i;
+    EXPECT_EQ(fwd[i].module, "fc") << i;
+    EXPECT_EQ(fwd[i].out, DType::f16) << i;
+  }
+  const Heard& lin = fwd[3];
+  EXPECT_EQ(lin.op, Op::linear);
+  EXPECT_EQ(lin.reason, amp::Reason::white);
+  EXPECT_EQ(lin.module, "fc");
+  EXPECT_EQ(lin.out, DType::f16);
+  ASSERT_EQ(lin.casts.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(lin.casts[i].input, i);
+    EXPECT_EQ(lin.casts[i].from, DType::f32);
+    EXPECT_EQ(lin.casts[i].to, DType::f16);
+  }
+  EXPECT_EQ(fwd[4].op, Op::cast);
+  EXPECT_TRUE(fwd[4].inserted);
+  EXPECT_EQ(fwd[4].module, "");  // softmax runs in Net's own forward, outside fc
+  EXPECT_EQ(fwd[5].op, Op::softmax);
+  EXPECT_EQ(fwd[5].reason, amp::Reason::black);
+  EXPECT_EQ(fwd[5].out, DType::f32);
+  EXPECT_FALSE(fwd[6].inserted);  // sum: black, its input already f32
+  for (const Heard& h : rec.ops) EXPECT_EQ(h.step, step);
+
+  // backward: one event per recorded node, newest first
+  std::vector<Op> bwd;
+  for (const Heard& h : rec.ops)
+    if (h.phase == Phase::backward) bwd.push_back(h.op);
+  ASSERT_FALSE(bwd.empty());
+  EXPECT_EQ(bwd.front(), Op::mul_scalar);  // the loss scaling, last forward op
+  EXPECT_NE(std::find(bwd.begin(), bwd.end(), Op::linear), bwd.end());
+  EXPECT_EQ(rec.params, (std::vector<std::string>{"fc.weight", "fc.bias"}));
+  EXPECT_EQ(rec.scales, (std::vector<double>{1024.0}));
+}
+
+TEST(Hooks, NothingIsHeardWithoutAnObserver) {
+  Recorder rec;
+  add_observer(&rec);
+  remove_observer(&rec);
+  EXPECT_FALSE(observed());
+  exp(Tensor::ones({2}));
+  EXPECT_TRUE(rec.ops.empty());
+}
+
+}  // namespace
+}  // namespace ampcheck
