@@ -1,0 +1,112 @@
+// The inspector: one object a training loop attaches to hear the engine, in one of four
+// modes, each a superset of the one before:
+//   off    nothing attached (the engine's cost: one branch per op)
+//   trace  op records (OpTrace) and, at GLOG_v >= 5, the PaddlePaddle-style log
+//   stats  plus counters: NaN/Inf producer and propagators, loss-scale history
+//   full   plus numerics (histograms, fp16/bf16 overflow/underflow/subnormal counts)
+//          of every forward output, gradient, parameter and optimizer state, update
+//          swamping, and the shadow (local) error of every low-precision op
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/hooks.h"
+#include "inspector/nan_source.h"
+#include "inspector/numerics.h"
+#include "inspector/shadow.h"
+#include "inspector/trace.h"
+
+namespace ampcheck::inspector {
+
+enum class Mode : std::uint8_t { off, trace, stats, full };
+std::string_view mode_name(Mode m);
+std::optional<Mode> parse_mode(std::string_view text);
+
+// Numerics of every tensor the engine shows, keyed:
+//   "<module>/<op>#<k>:out"         forward output of the k-th call of op in module, per step
+//   "<module>/<op>#<k>:grad<i>"     backward: gradient of input i
+//   "param:<name>", "grad:<name>", "state:<name>.<buffer>"   at each optimizer update
+// and the update swamping of low-precision parameters updated without a master.
+class NumericsRecorder : public Observer {
+ public:
+  explicit NumericsRecorder(Sampler sampler = {});
+  void on_op_end(const OpEvent& e) override;
+  void on_param_update(const ParamUpdate& u) override;
+  void on_step_begin(std::int64_t step) override;
+
+  const NumericsTable& table() const { return table_; }
+  // Per parameter: updates seen, and the fraction of elements with a nonzero gradient
+  // whose stored value did not change (w + dw rounded back to w), averaged over updates.
+  struct Swamping {
+    std::int64_t updates = 0;
+    double fraction_sum = 0;
+    double mean() const { return updates ? fraction_sum / static_cast<double>(updates) : 0.0; }
+  };
+  const std::map<std::string, Swamping>& swamping() const { return swamping_; }
+
+ private:
+  std::string key_of(const OpEvent& e);
+  NumericsTable table_;
+  std::map<std::string, Swamping> swamping_;
+  std::map<std::pair<std::string, Op>, std::int64_t> occurrence_;  // per step
+  std::int64_t step_ = -1;
+};
+
+struct InspectorOptions {
+  Mode mode = Mode::stats;
+  Sampler sampler;              // numerics: every N steps, first K steps
+  std::int64_t shadow_every = 1;
+  NanWatchOptions nan;
+  OpTraceOptions trace;
+  int glog_level = 0;           // >= 5: the per-op log
+  std::ostream* glog = nullptr; // where it goes (stderr when null)
+  bool glog_timestamps = true;
+};
+
+class Inspector {
+ public:
+  explicit Inspector(InspectorOptions options = {});
+  ~Inspector();  // detaches
+  Inspector(const Inspector&) = delete;
+  Inspector& operator=(const Inspector&) = delete;
+
+  void attach();
+  void detach();
+  const InspectorOptions& options() const { return options_; }
+
+  // Present from the mode that adds them on (null below it).
+  const OpTrace* trace() const { return trace_.get(); }
+  const NanWatch* nan() const { return nan_.get(); }
+  const NumericsRecorder* numerics() const { return numerics_.get(); }
+  const ShadowError* shadow() const { return shadow_.get(); }
+
+  // What a person reads first: the operator stats table, the NaN/Inf report, the tensors
+  // with the most fp16/bf16 overflow and underflow, the worst local errors, swamping.
+  std::string summary(std::size_t top = 8) const;
+
+ private:
+  InspectorOptions options_;
+  std::unique_ptr<OpTrace> trace_;
+  std::unique_ptr<GlogWriter> glog_;
+  std::unique_ptr<NanWatch> nan_;
+  std::unique_ptr<NumericsRecorder> numerics_;
+  std::unique_ptr<ShadowError> shadow_;
+  bool attached_ = false;
+};
+
+// From an fp32 (O0) run's numerics: the tensors that would overflow or underflow in
+// fp16/bf16, worst first — which layers need loss scaling or fp32 before switching.
+struct ReadinessRow {
+  std::string key;
+  Readiness readiness;
+};
+std::vector<ReadinessRow> readiness_report(const NumericsTable& table, std::size_t top);
+
+}  // namespace ampcheck::inspector

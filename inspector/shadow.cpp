@@ -1,0 +1,169 @@
+#include "inspector/shadow.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "engine/amp/policy.h"
+
+namespace ampcheck::inspector {
+namespace {
+
+// Set while a recompute runs: should a forward ever call an op through the registry,
+// its events must not be measured in turn.
+thread_local bool t_recomputing = false;
+
+class RecomputeScope {
+ public:
+  RecomputeScope() : previous_(t_recomputing) { t_recomputing = true; }
+  ~RecomputeScope() { t_recomputing = previous_; }
+  RecomputeScope(const RecomputeScope&) = delete;
+  RecomputeScope& operator=(const RecomputeScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// ||a - b|| / ||b|| with the 0/0 convention of shadow.h.
+double relative(double diff_squares, double ref_squares) {
+  if (ref_squares == 0) return diff_squares == 0 ? 0.0 : std::numeric_limits<double>::infinity();
+  return std::sqrt(diff_squares / ref_squares);
+}
+
+}  // namespace
+
+ShadowSample measure_shadow(Op op, const std::vector<Tensor>& inputs, const Params& params,
+                            const Tensor& output) {
+  std::vector<Tensor> upcast;
+  upcast.reserve(inputs.size());
+  for (const Tensor& t : inputs)
+    upcast.push_back(t.defined() && is_floating(t.dtype()) ? t.to(DType::f64) : t);
+  Tensor y64;
+  {
+    RecomputeScope recomputing;
+    NoGradGuard no_grad;
+    amp::Autocast no_autocast(nullptr);
+    Saved saved;
+    y64 = op_info(op).forward(ForwardArgs{upcast, params, saved});
+  }
+  const std::vector<double> low = output.to_f64(), ref = y64.to_f64();
+  if (low.size() != ref.size())
+    throw std::logic_error("shadow: " + std::string(op_name(op)) + " recomputed " +
+                           std::to_string(ref.size()) + " elements for an output of " +
+                           std::to_string(low.size()));
+  const std::vector<double> rounded = y64.to(output.dtype()).to_f64();
+
+  ShadowSample s;
+  double diff = 0, floor = 0, norm = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(low[i]) || !std::isfinite(ref[i])) return ShadowSample{false, 0, 0, 0};
+    const double d = low[i] - ref[i], r = rounded[i] - ref[i];
+    diff += d * d;
+    floor += r * r;
+    norm += ref[i] * ref[i];
+    s.max_abs_error = std::max(s.max_abs_error, std::abs(d));
+  }
+  s.relative_error = relative(diff, norm);
+  s.rounding_floor = relative(floor, norm);
+  return s;
+}
+
+double times_floor(double relative_error, double rounding_floor) {
+  if (rounding_floor == 0)
+    return relative_error == 0 ? 1.0 : std::numeric_limits<double>::infinity();
+  return relative_error / rounding_floor;
+}
+
+std::string ShadowRecord::key() const {
+  return (module.empty() ? std::string() : module + ".") + std::string(op_name(op)) + "#" +
+         std::to_string(occurrence);
+}
+
+ShadowError::ShadowError(ShadowOptions options) : options_(options) {
+  if (options_.every_n < 1)
+    throw std::invalid_argument("shadow: every_n must be at least 1, got " +
+                                std::to_string(options_.every_n));
+}
+
+void ShadowError::on_step_begin(std::int64_t step) {
+  occurrences_.clear();
+  step_ = step;
+  seen_step_ = true;
+}
+
+void ShadowError::on_op_end(const OpEvent& e) {
+  if (t_recomputing || e.phase != Phase::forward || e.output == nullptr || e.inputs == nullptr ||
+      e.params == nullptr)
+    return;
+  if (!seen_step_ || e.step != step_) {
+    occurrences_.clear();
+    step_ = e.step;
+    seen_step_ = true;
+  }
+  if (e.step % options_.every_n != 0) return;
+  // Every forward call of the pair counts, measured or not, so an occurrence index names
+  // the same call on every step whatever dtype it ran in.
+  const std::int64_t occurrence = occurrences_[{e.module, e.op}]++;
+  const Tensor& out = *e.output;
+  if (!out.defined() || !is_low_precision(out.dtype()) || out.numel() == 0) return;
+  if (e.op == Op::cast) {
+    ++casts_skipped_;
+    return;
+  }
+
+  ShadowRecord& r = records_[Key{e.module, e.op, occurrence}];
+  if (r.count == 0 && r.nonfinite == 0) {
+    r.module = e.module;
+    r.op = e.op;
+    r.occurrence = occurrence;
+  }
+  r.dtype = out.dtype();
+  r.shape = out.shape();
+  const ShadowSample s = measure_shadow(e.op, *e.inputs, *e.params, out);
+  if (!s.finite) {
+    ++r.nonfinite;
+    ++nonfinite_;
+    return;
+  }
+  ++measured_;
+  const double n = static_cast<double>(++r.count);
+  // Running means: exact enough, and no sums to overflow on long runs.
+  r.mean_error += (s.relative_error - r.mean_error) / n;
+  r.mean_floor += (s.rounding_floor - r.mean_floor) / n;
+  if (r.count == 1 || s.relative_error > r.worst_error) {
+    r.worst_error = s.relative_error;
+    r.floor_at_worst = s.rounding_floor;
+    r.worst_step = e.step;
+  }
+  r.max_abs_error = std::max(r.max_abs_error, s.max_abs_error);
+}
+
+std::vector<ShadowRecord> ShadowError::worst(std::size_t n) const {
+  std::vector<ShadowRecord> out;
+  for (const auto& [key, r] : records_)
+    if (r.count > 0) out.push_back(r);
+  // records_ iterates in key order, so a stable sort leaves ties in that order.
+  std::stable_sort(out.begin(), out.end(), [](const ShadowRecord& a, const ShadowRecord& b) {
+    return a.worst_error > b.worst_error;
+  });
+  if (out.size() > n) out.resize(n);
+  return out;
+}
+
+std::vector<ShadowRecord> ShadowError::records() const {
+  std::vector<ShadowRecord> out;
+  out.reserve(records_.size());
+  for (const auto& [key, r] : records_) out.push_back(r);
+  return out;
+}
+
+void ShadowError::clear() {
+  records_.clear();
+  occurrences_.clear();
+  seen_step_ = false;
+  step_ = 0;
+  measured_ = nonfinite_ = casts_skipped_ = 0;
+}
+
+}  // namespace ampcheck::inspector

@@ -1,0 +1,269 @@
+#include "inspector/trace.h"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <charconv>
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+#include <functional>
+#include <thread>
+
+#include "engine/dtype/dtype.h"
+
+namespace ampcheck::inspector {
+namespace {
+
+// Slot names from PaddlePaddle's op definitions (paddle/fluid/operators/*_op.cc, phi
+// ops.yaml) for the ops whose inputs are not one plain "X". linear takes fc's names
+// (Input, W, Bias): fc is Paddle's op for x W^T + b.
+struct Slots {
+  Op op;
+  std::array<std::string_view, 5> names;
+};
+constexpr std::array kSlots{
+    Slots{Op::matmul, {"X", "Y"}},
+    Slots{Op::bmm, {"X", "Y"}},
+    Slots{Op::linear, {"Input", "W", "Bias"}},
+    Slots{Op::conv2d, {"Input", "Filter", "Bias"}},
+    Slots{Op::batch_norm, {"X", "Scale", "Bias", "Mean", "Variance"}},
+    Slots{Op::layer_norm, {"X", "Scale", "Bias"}},
+    Slots{Op::add, {"X", "Y"}},
+    Slots{Op::sub, {"X", "Y"}},
+    Slots{Op::mul, {"X", "Y"}},
+    Slots{Op::div, {"X", "Y"}},
+    Slots{Op::cross_entropy, {"Logits", "Label"}},
+    Slots{Op::mse_loss, {"Input", "Label"}},
+    Slots{Op::embedding, {"Ids", "W"}},
+    Slots{Op::slice, {"Input"}},
+    Slots{Op::where, {"Condition", "X", "Y"}},
+    Slots{Op::masked_fill, {"X", "Mask"}},
+};
+
+// Where the float inputs decide the kernel, as phi's ParseKernelKeyByInputArgs does.
+std::optional<DType> promoted_float(const std::vector<DType>& dtypes) {
+  std::optional<DType> out;
+  for (DType d : dtypes) {
+    if (!is_floating(d)) continue;
+    out = out ? promote(*out, d) : d;
+  }
+  return out;
+}
+
+// The compute type is the last field of the engine's kernel id ("cpu:linear:f32").
+std::optional<DType> compute_of(const std::string& kernel) {
+  const auto colon = kernel.rfind(':');
+  if (colon == std::string::npos) return std::nullopt;
+  return try_parse_dtype(std::string_view(kernel).substr(colon + 1));
+}
+
+std::string row_name(const OpEvent& e) {
+  std::string name(op_name(e.op));
+  if (e.phase == Phase::backward) name += "_grad";
+  return name;
+}
+
+std::string_view run_line(amp::Level level) {
+  switch (level) {
+    case amp::Level::O0: return "";
+    case amp::Level::O1: return "Auto mixed precision run operator: ";
+    // Paddle has no O3; its nearest, everything low, is what O2 logs.
+    case amp::Level::O2:
+    case amp::Level::O3: return "Pure fp16 run operator: ";
+  }
+  return "";
+}
+
+// Paddle prints the place its kernel ran on; ours is the backend field of the kernel id.
+std::string place_of(const std::string& kernel) {
+  const std::string backend = kernel.substr(0, kernel.find(':'));
+  if (backend == "cuda") return "Place(gpu:0)";
+  return "Place(" + (backend.empty() ? std::string("cpu") : backend) + ")";
+}
+
+long thread_number() {
+  return static_cast<long>(std::hash<std::thread::id>{}(std::this_thread::get_id()) % 100000);
+}
+
+}  // namespace
+
+std::string slot_name(Op op, std::size_t index) {
+  for (const Slots& s : kSlots)
+    if (s.op == op) {
+      if (index < s.names.size() && !s.names[index].empty()) return std::string(s.names[index]);
+      return "X" + std::to_string(index);
+    }
+  const int arity = op_info(op).arity;
+  if (arity == 1 && index == 0) return "X";
+  return "X" + std::to_string(index);  // concat and other lists of inputs
+}
+
+std::string_view paddle_dtype_name(DType d) {
+  switch (d) {
+    case DType::f64: return "double";
+    case DType::f32: return "float";
+    case DType::f16: return "float16";
+    case DType::bf16: return "bfloat16";
+    case DType::i64: return "int64";
+  }
+  return "?";
+}
+
+DType kernel_dtype_of(const OpEvent& e) {
+  if (e.phase == Phase::backward) return e.out_dtype;
+  std::vector<DType> after = e.dtypes_before;
+  if (e.inputs != nullptr) {
+    after.clear();
+    for (const Tensor& t : *e.inputs) after.push_back(t.defined() ? t.dtype() : DType::i64);
+  }
+  return promoted_float(after).value_or(DType::i64);
+}
+
+void DtypeCalls::add(DType d) {
+  switch (d) {
+    case DType::f16: ++fp16; break;
+    case DType::bf16: ++bf16; break;
+    case DType::f32: ++fp32; break;
+    default: ++other; break;
+  }
+}
+
+OpRecord make_record(const OpEvent& e) {
+  OpRecord r;
+  r.sequence = e.sequence;
+  r.step = e.step;
+  r.phase = e.phase;
+  r.op = e.op;
+  r.module = e.module;
+  r.amp = e.amp;
+  r.level = e.level;
+  r.reason = e.reason;
+  r.inserted_cast = e.inserted_cast;
+  r.dtypes_before = e.dtypes_before;
+  r.dtypes_after = e.dtypes_before;
+  for (const CastRecord& c : e.casts) {
+    r.casts.push_back({c.input, slot_name(e.op, c.input), c.from, c.to});
+    if (c.input < r.dtypes_after.size()) r.dtypes_after[c.input] = c.to;
+  }
+  r.kernel_dtype = kernel_dtype_of(e);
+  r.compute_dtype = compute_of(e.kernel).value_or(r.kernel_dtype);
+  r.out_dtype = e.out_dtype;
+  r.kernel = e.kernel;
+  r.shapes = e.shapes;
+  if (e.output != nullptr && e.output->defined()) r.out_shape = e.output->shape();
+  else if (e.grad_output != nullptr && e.grad_output->defined()) r.out_shape = e.grad_output->shape();
+  r.seconds = e.seconds;
+  return r;
+}
+
+OpTrace::OpTrace(OpTraceOptions options) : options_(options) {}
+
+void OpTrace::on_op_end(const OpEvent& e) {
+  ++calls_;
+  if (records_.size() < options_.max_records) records_.push_back(make_record(e));
+  if (e.inserted_cast) {
+    const DType from = e.dtypes_before.empty() ? DType::f32 : e.dtypes_before.front();
+    ++casts_[{from, e.out_dtype}];
+  } else {
+    stats_[row_name(e)].add(kernel_dtype_of(e));
+  }
+}
+
+std::uint64_t OpTrace::inserted_cast_calls() const {
+  std::uint64_t n = 0;
+  for (const auto& [key, count] : casts_) n += count;
+  return n;
+}
+
+void OpTrace::clear() {
+  records_.clear();
+  calls_ = 0;
+  stats_.clear();
+  casts_.clear();
+}
+
+std::string operator_stats_table(const OpTrace& trace) {
+  // Column widths and fills as _print_operator_stats prints them (its print() joins
+  // the header's pieces with single spaces).
+  std::string out = fmt::format("<{:-^120}>\n", " op list ");
+  out += fmt::format("<{:-^40} | {:-^17} | {:-^17} | {:-^17} | {:-^17}>\n", " Op Name ",
+                     " FP16 Calls ", " BF16 Calls ", " FP32 Calls", " Other Calls ");
+  for (const auto& [name, c] : trace.op_stats())
+    out += fmt::format("  {:<40}|  {:<17}|  {:<17}|  {:<17}|  {:<17}\n", name, c.fp16, c.bf16,
+                       c.fp32, c.other);
+  out += fmt::format("<{:-^120}>\n",
+                     fmt::format(" op count: {} ", trace.op_stats().size()));
+  // Paddle counts its AMP casts as transfer_dtype rows; here they are kept apart, so
+  // the rows above are the model's own ops.
+  out += fmt::format("  inserted casts (AMP policy, not in the rows above): {}",
+                     trace.inserted_cast_calls());
+  std::string sep = " (";
+  for (const auto& [key, count] : trace.inserted_casts()) {
+    out += fmt::format("{}{} -> {}: {}", sep, paddle_dtype_name(key.first),
+                       paddle_dtype_name(key.second), count);
+    sep = ", ";
+  }
+  if (!trace.inserted_casts().empty()) out += ")";
+  out += "\n";
+  return out;
+}
+
+std::optional<int> parse_glog_level(std::string_view text) {
+  while (!text.empty() && text.front() == ' ') text.remove_prefix(1);
+  while (!text.empty() && text.back() == ' ') text.remove_suffix(1);
+  if (!text.empty() && text.front() == '+') text.remove_prefix(1);
+  int value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc{} || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+int glog_level_from_env() {
+  const char* v = std::getenv("GLOG_v");
+  return v == nullptr ? 0 : parse_glog_level(v).value_or(0);
+}
+
+GlogWriter::GlogWriter(std::ostream& out, GlogOptions options) : out_(out), options_(options) {}
+
+void GlogWriter::line(int source_line, std::string_view text) {
+  // glog's prefix: severity, mmdd hh:mm:ss.uuuuuu, thread id, file:line.
+  if (options_.timestamps) {
+    const auto now = std::chrono::system_clock::now();
+    const std::time_t t = std::chrono::system_clock::to_time_t(now);
+    const auto micros =
+        std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() % 1000000;
+    std::tm tm{};
+    localtime_r(&t, &tm);
+    out_ << fmt::format("I{:02}{:02} {:02}:{:02}:{:02}.{:06} {:>5} trace.cpp:{}] {}\n", tm.tm_mon + 1,
+                        tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, micros, thread_number(),
+                        source_line, text);
+  } else {
+    out_ << fmt::format("I0000 00:00:00.000000 {:>5} trace.cpp:{}] {}\n", 0, source_line, text);
+  }
+}
+
+void GlogWriter::on_op_begin(const OpEvent& e) {
+  if (!enabled() || e.inserted_cast) return;
+  const std::string_view name = op_name(e.op);
+  if (e.phase == Phase::backward) {
+    line(__LINE__, fmt::format("Start to execute grad op {}_grad", name));
+    return;
+  }
+  line(__LINE__, fmt::format("Trace Op: {}", name));
+  if (e.amp && e.level != amp::Level::O0) line(__LINE__, fmt::format("{}{}", run_line(e.level), name));
+  for (const CastRecord& c : e.casts)
+    line(__LINE__, fmt::format("Op({}): Cast {} from {} to {}", name, slot_name(e.op, c.input),
+                               paddle_dtype_name(c.from), paddle_dtype_name(c.to)));
+}
+
+void GlogWriter::on_op_end(const OpEvent& e) {
+  if (!enabled() || e.inserted_cast) return;
+  line(__LINE__, fmt::format("expected_kernel_key:data_type[{}]:data_layout[ANY_LAYOUT]:place[{}]:"
+                             "library_type[PLAIN]",
+                             paddle_dtype_name(kernel_dtype_of(e)), place_of(e.kernel)));
+  line(__LINE__, fmt::format("{}{} kernel: {}", op_name(e.op), e.phase == Phase::backward ? "_grad" : "",
+                             e.kernel));
+}
+
+}  // namespace ampcheck::inspector

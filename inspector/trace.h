@@ -1,0 +1,144 @@
+// The op trace: one record per op call (forward and backward) with what the AMP policy
+// decided and what ran, per-op-type dtype counts in the shape of PaddlePaddle's
+// collect_operator_stats, and a GLOG-style log whose lines match the ones PaddlePaddle
+// users read with GLOG_v=5 (docs/trace.md maps each line to its Paddle source).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "engine/hooks.h"
+
+namespace ampcheck::inspector {
+
+// One input the policy cast, with the name PaddlePaddle gives that input slot.
+struct TraceCast {
+  std::size_t input = 0;
+  std::string slot;  // "X", "Filter", "W", ...
+  DType from = DType::f32, to = DType::f32;
+};
+
+// Plain values only: a record outlives the tensors of the call it describes.
+struct OpRecord {
+  std::uint64_t sequence = 0;
+  std::int64_t step = 0;
+  Phase phase = Phase::forward;
+  Op op = Op::cast;
+  std::string module;  // "encoder.layers.2.attn"; "" outside any module
+  bool amp = false;    // an autocast policy was active
+  amp::Level level = amp::Level::O0;
+  amp::Reason reason = amp::Reason::off;
+  bool inserted_cast = false;        // a cast the policy inserted
+  std::vector<DType> dtypes_before;  // inputs as the caller passed them
+  std::vector<DType> dtypes_after;   // inputs as the kernel received them
+  std::vector<TraceCast> casts;
+  DType kernel_dtype = DType::f32;   // the dtype the kernel was selected for
+  DType compute_dtype = DType::f32;  // what it accumulates in (f32 for f16/bf16 kernels)
+  DType out_dtype = DType::f32;      // forward: the output's; backward: the gradient's
+  std::string kernel;                // "cpu:linear:f32"
+  std::vector<Shape> shapes;         // inputs' shapes
+  Shape out_shape;                   // forward: the output; backward: the incoming gradient
+  double seconds = 0;
+};
+
+// PaddlePaddle's name for input `index` of `op` (conv2d: Input, Filter, Bias; matmul:
+// X, Y; ...); "X" + index where Paddle has no single slot for it.
+std::string slot_name(Op op, std::size_t index);
+// A dtype as PaddlePaddle's DataTypeToString prints it: float, float16, bfloat16,
+// double, int64.
+std::string_view paddle_dtype_name(DType d);
+// The kernel a record's event selected, as PaddlePaddle picks its kernel key: the
+// promoted dtype of the floating inputs after the casts (so a cast f32 -> f16 counts as
+// an f32 kernel, as Paddle counts transfer_dtype); backward: the gradient's dtype.
+DType kernel_dtype_of(const OpEvent& e);
+
+// Calls of one op type by the dtype of the kernel that ran, PaddlePaddle's four columns.
+struct DtypeCalls {
+  std::uint64_t fp16 = 0, bf16 = 0, fp32 = 0, other = 0;
+  void add(DType d);
+  std::uint64_t total() const { return fp16 + bf16 + fp32 + other; }
+  bool operator==(const DtypeCalls&) const = default;
+};
+
+struct OpTraceOptions {
+  // Records kept: the first `max_records` op calls; later ones are counted in the
+  // stats and in dropped(), so a long run stays bounded.
+  std::size_t max_records = 1'000'000;
+};
+
+// Collects an OpRecord per op call from the end events (forward and backward).
+class OpTrace : public Observer {
+ public:
+  explicit OpTrace(OpTraceOptions options = {});
+  void on_op_end(const OpEvent& e) override;
+
+  const std::vector<OpRecord>& records() const { return records_; }
+  std::uint64_t calls() const { return calls_; }  // every call heard, kept or not
+  std::uint64_t dropped() const { return calls_ - records_.size(); }
+
+  // Rows as collect_operator_stats names them: the op's name, "<op>_grad" for its
+  // backward. The policy's inserted casts are not in the rows (they are counted below);
+  // the user's own casts are, under "cast".
+  const std::map<std::string, DtypeCalls>& op_stats() const { return stats_; }
+  // The policy's inserted cast calls by (from, to).
+  const std::map<std::pair<DType, DType>, std::uint64_t>& inserted_casts() const { return casts_; }
+  std::uint64_t inserted_cast_calls() const;
+
+  void clear();
+
+ private:
+  OpTraceOptions options_;
+  std::vector<OpRecord> records_;
+  std::uint64_t calls_ = 0;
+  std::map<std::string, DtypeCalls> stats_;
+  std::map<std::pair<DType, DType>, std::uint64_t> casts_;
+};
+
+// Makes an OpRecord from an end event (what OpTrace keeps).
+OpRecord make_record(const OpEvent& e);
+
+// PaddlePaddle's operator stats table (python/paddle/amp/debugging.py,
+// _print_operator_stats), then a line with the inserted casts.
+std::string operator_stats_table(const OpTrace& trace);
+
+struct GlogOptions {
+  int verbosity = 0;        // GLOG_v: the op lines are verbosity 5
+  bool timestamps = true;   // false: a fixed prefix, for tests and diffable logs
+};
+
+// "5" -> 5; nothing for text that is not an integer.
+std::optional<int> parse_glog_level(std::string_view text);
+// GLOG_v from the environment; 0 when unset or not an integer.
+int glog_level_from_env();
+
+// Writes the per-op lines PaddlePaddle's dygraph tracer writes at GLOG_v=5:
+//   Trace Op: linear
+//   Auto mixed precision run operator: linear        (O1; "Pure fp16 run operator" O2/O3)
+//   Op(linear): Cast Input from float to float16     (one per input the policy cast)
+//   expected_kernel_key:data_type[float16]:...       (when the kernel has run)
+//   linear kernel: cpu:linear:f32
+// and for backward "Start to execute grad op linear_grad" and its kernel lines. The
+// policy's own cast ops are not written as ops: the Cast lines of the op they feed say it.
+class GlogWriter : public Observer {
+ public:
+  GlogWriter(std::ostream& out, GlogOptions options);
+  void on_op_begin(const OpEvent& e) override;
+  void on_op_end(const OpEvent& e) override;
+
+  bool enabled() const { return options_.verbosity >= 5; }
+
+ private:
+  void line(int source_line, std::string_view text);
+
+  std::ostream& out_;
+  GlogOptions options_;
+};
+
+}  // namespace ampcheck::inspector
