@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
-#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -261,6 +260,29 @@ TEST(GlogWriter, BelowVerbosity5WritesNothing) {
   EXPECT_EQ(glog_of(amp::Level::O1, 0), "");
 }
 
+// "I1122 01:02:03.456789  1234 trace.cpp:87] text": glog's prefix, checked by hand
+// (std::regex trips a GCC 12 false warning in the sanitizer build).
+bool has_glog_prefix(const std::string& l) {
+  auto digits = [&](std::size_t at, std::size_t n) {
+    if (at + n > l.size()) return false;
+    for (std::size_t i = at; i < at + n; ++i)
+      if (l[i] < '0' || l[i] > '9') return false;
+    return true;
+  };
+  if (l.size() < 30 || l[0] != 'I' || !digits(1, 4) || l[5] != ' ' || !digits(6, 2) || l[8] != ':' ||
+      !digits(9, 2) || l[11] != ':' || !digits(12, 2) || l[14] != '.' || !digits(15, 6) || l[21] != ' ')
+    return false;
+  std::size_t i = 21;
+  while (i < l.size() && l[i] == ' ') ++i;
+  const std::size_t pid = i;
+  while (i < l.size() && l[i] >= '0' && l[i] <= '9') ++i;
+  if (i == pid || l.compare(i, 11, " trace.cpp:") != 0) return false;
+  i += 11;
+  const std::size_t line = i;
+  while (i < l.size() && l[i] >= '0' && l[i] <= '9') ++i;
+  return i > line && l.compare(i, 2, "] ") == 0 && i + 2 < l.size();
+}
+
 TEST(GlogWriter, PrefixHasGlogsShapeWithTimestamps) {
   std::ostringstream out;
   GlogWriter writer(out, GlogOptions{5, true});
@@ -269,8 +291,7 @@ TEST(GlogWriter, PrefixHasGlogsShapeWithTimestamps) {
   remove_observer(&writer);
   const std::vector<std::string> lines = lines_of(out.str());
   ASSERT_FALSE(lines.empty());
-  const std::regex glog(R"(^I\d{4} \d\d:\d\d:\d\d\.\d{6} +\d+ trace\.cpp:\d+\] .+$)");
-  for (const std::string& l : lines) EXPECT_TRUE(std::regex_match(l, glog)) << l;
+  for (const std::string& l : lines) EXPECT_TRUE(has_glog_prefix(l)) << l;
   EXPECT_NE(find_line(lines, "] Trace Op: exp"), -1);
   EXPECT_EQ(find_line(lines, "run operator"), -1);  // no autocast scope: no AMP line
 }
