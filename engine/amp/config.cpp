@@ -135,7 +135,7 @@ class Obj {
     const json* v = raw(key);
     if (!v) return std::nullopt;
     if (!v->is_boolean()) {
-      if (v->is_string() && v->get<std::string>() == "auto") auto_placeholder(key);
+      if (v->is_string() && v->get<std::string>() == "auto") reject_auto(key);
       fail(key, *v, "true or false");
     }
     return v->get<bool>();
@@ -150,7 +150,7 @@ class Obj {
   double check_number(std::string_view key, const json& v, Bound lo, Bound hi,
                       std::string_view why = {}) const {
     if (!v.is_number()) {
-      if (v.is_string() && v.get<std::string>() == "auto") auto_placeholder(key);
+      if (v.is_string() && v.get<std::string>() == "auto") reject_auto(key);
       fail(key, v, range_text(lo, hi), why);
     }
     const double d = v.get<double>();
@@ -167,7 +167,7 @@ class Obj {
     const std::string accepted =
         hi == kInt64Max ? "an integer >= " + std::to_string(lo)
                         : "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
-    if (v->is_string() && v->get<std::string>() == "auto") auto_placeholder(key);
+    if (v->is_string() && v->get<std::string>() == "auto") reject_auto(key);
     if (v->is_number_unsigned()) {
       const auto u = v->get<std::uint64_t>();
       if (u > static_cast<std::uint64_t>(hi) || static_cast<std::int64_t>(u) < lo)
@@ -195,7 +195,7 @@ class Obj {
 
  private:
   // Hugging Face's Trainer fills "auto" in before DeepSpeed reads the config.
-  [[noreturn]] void auto_placeholder(std::string_view key) const {
+  [[noreturn]] void reject_auto(std::string_view key) const {
     throw ConfigError(at(key) +
                       ": \"auto\" is a placeholder that the Hugging Face Trainer replaces before DeepSpeed "
                       "reads the config; write the value it stands for");
