@@ -1,6 +1,7 @@
 #include "inspector/numerics.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <stdexcept>
@@ -36,16 +37,12 @@ Narrow narrow(DType d) {
   return {i.max(), i.max() + half_ulp_max, i.min_subnormal() / 2, i.min_normal() - i.min_subnormal() / 2};
 }
 
-// Classifies a finite nonzero magnitude.
-void classify(double a, const Narrow& n, LowPrecisionCounts& c) {
-  if (a >= n.overflow)
-    ++c.overflow;
-  else if (a > n.max)
-    ++c.rounds_to_max;
-  else if (a <= n.underflow)
-    ++c.underflow;
-  else if (a < n.min_normal_tie)
-    ++c.subnormal;
+// Counts a finite magnitude into its class (zero is in none), without branches.
+inline void count_class(double a, bool nonzero, const Narrow& n, LowPrecisionCounts& c) {
+  c.overflow += a >= n.overflow;
+  c.rounds_to_max += (a > n.max) & (a < n.overflow);
+  c.underflow += nonzero & (a <= n.underflow);
+  c.subnormal += (a > n.underflow) & (a < n.min_normal_tie);
 }
 
 // floor(log2|x|) of a finite nonzero double, exact for subnormals too.
@@ -84,6 +81,13 @@ TensorStats stats_of_range(const Tensor& t, std::int64_t begin, std::int64_t end
   TensorStats s;
   s.count = end - begin;
   double lo = INFINITY, hi = -INFINITY, absmax = 0.0, min_nonzero = INFINITY;
+  double sum = 0.0, sum_squares = 0.0;
+  // Bins: [0] zero, [1..kExponents] exponents kMinExponent.., then below, above. The
+  // common path is branch-free (ReLU outputs are half zeros: a branch on zero would
+  // mispredict half the time); NaN/Inf and f64 subnormals take the rare path.
+  constexpr int kZeroBin = 0, kBelowBin = ExponentHistogram::kExponents + 1, kAboveBin = kBelowBin + 1;
+  std::array<std::int64_t, ExponentHistogram::kExponents + 3> bins{};
+  LowPrecisionCounts c16, cbf;
   double values[kBlock];
   for (std::int64_t b = begin; b < end; b += kBlock) {
     const auto m = static_cast<std::size_t>(std::min(kBlock, end - b));
@@ -91,36 +95,41 @@ TensorStats stats_of_range(const Tensor& t, std::int64_t begin, std::int64_t end
     convert(src, dtype, values, DType::f64, m);  // exact for every float dtype
     for (std::size_t i = 0; i < m; ++i) {
       const double x = values[i];
-      if (std::isnan(x)) {
-        ++s.histogram.nan;
+      const auto u = std::bit_cast<std::uint64_t>(x);
+      const int field = static_cast<int>((u >> 52) & 0x7ff);
+      if (field == 0x7ff) {
+        if (std::isnan(x))
+          ++s.histogram.nan;
+        else
+          ++(x > 0 ? s.histogram.pos_inf : s.histogram.neg_inf);
         continue;
       }
-      if (std::isinf(x)) {
-        ++(x > 0 ? s.histogram.pos_inf : s.histogram.neg_inf);
-        continue;
-      }
-      s.sum += x;
-      s.sum_squares += x * x;
-      lo = std::min(lo, x);
-      hi = std::max(hi, x);
+      sum += x;
+      sum_squares += x * x;
+      lo = x < lo ? x : lo;
+      hi = x > hi ? x : hi;
       const double a = std::fabs(x);
-      absmax = std::max(absmax, a);
-      if (x == 0.0) {
-        ++s.histogram.zero;
-        continue;
-      }
-      min_nonzero = std::min(min_nonzero, a);
-      const int e = binary_exponent(x);
-      if (e < ExponentHistogram::kMinExponent)
-        ++s.histogram.below;
-      else if (e > ExponentHistogram::kMaxExponent)
-        ++s.histogram.above;
-      else
-        ++s.histogram.at(e);
-      classify(a, f16, s.f16);
-      classify(a, bf16, s.bf16);
+      absmax = a > absmax ? a : absmax;
+      const bool nonzero = a != 0.0;
+      min_nonzero = nonzero && a < min_nonzero ? a : min_nonzero;
+      int e = field - 1023;
+      if (field == 0 && nonzero) e = binary_exponent(x);  // an f64 subnormal
+      const int bin = e < ExponentHistogram::kMinExponent   ? kBelowBin
+                      : e > ExponentHistogram::kMaxExponent ? kAboveBin
+                                                            : e - ExponentHistogram::kMinExponent + 1;
+      ++bins[static_cast<std::size_t>(nonzero ? bin : kZeroBin)];
+      count_class(a, nonzero, f16, c16);
+      count_class(a, nonzero, bf16, cbf);
     }
   }
+  s.histogram.zero += bins[kZeroBin];
+  s.histogram.below += bins[kBelowBin];
+  s.histogram.above += bins[kAboveBin];
+  for (std::size_t k = 0; k < s.histogram.by_exponent.size(); ++k) s.histogram.by_exponent[k] += bins[k + 1];
+  s.f16 = c16;
+  s.bf16 = cbf;
+  s.sum = sum;
+  s.sum_squares = sum_squares;
   if (s.finite() > 0) {
     s.min = lo;
     s.max = hi;
