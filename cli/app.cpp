@@ -4,14 +4,18 @@
 
 #include <exception>
 #include <functional>
+#include <string>
+#include <vector>
 
 #include "ampcheck_build_info.h"  // AMPCHECK_VERSION
 #include "cli/config_command.h"
 #include "cli/exit_codes.h"
 #include "cli/fp_command.h"
+#include "cli/run_command.h"
 #include "cli/usage_error.h"
 #include "engine/dtype/convert.h"  // conversion_isa
 #include "engine/device.h"
+#include "engine/util/strings.h"  // closest: did-you-mean
 
 
 namespace ampcheck::cli {
@@ -32,6 +36,8 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   CLI::App* fp = add_fp_command(app, fp_options);
   ConfigOptions config_options;
   CLI::App* config = add_config_command(app, config_options);
+  RunOptions run_options;
+  CLI::App* run_cmd = add_run_command(app, run_options);
 
   try {
     conversion_isa();  // a bad AMPCHECK_CPU_ISA is the user's to fix: say so up front
@@ -42,9 +48,16 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
 
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;
-    for (const CLI::App* sub : app.get_subcommands({})) known = known || sub->check_name(argv[1]);
+    std::vector<std::string> names;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      known = known || sub->check_name(argv[1]);
+      names.push_back(sub->get_name());
+    }
     if (!known) {
-      err << "ampcheck: unknown command \"" << argv[1] << "\"; commands: fp, config (run `ampcheck --help`)\n";
+      const std::string_view best = closest(argv[1], std::vector<std::string_view>(names.begin(), names.end()));
+      err << "ampcheck: unknown command \"" << argv[1] << "\""
+          << (best.empty() ? "" : " (did you mean \"" + std::string(best) + "\"?)")
+          << "; commands: run, fp, config (run `ampcheck --help`)\n";
       return kUsage;
     }
   }
@@ -68,6 +81,7 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   try {
     if (fp->parsed()) return run_fp(fp_options, out, err);
     if (config->parsed()) return run_config(config_options, out, err);
+    if (run_cmd->parsed()) return run_run(run_options, out, err);
   } catch (const UsageError& e) {
     err << "ampcheck: " << e.what() << '\n';
     return kUsage;

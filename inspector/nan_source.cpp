@@ -329,15 +329,26 @@ std::string describe(const NanReport& r) {
   s << "failures: " << r.failures.size() << "\n";
   for (const Failure& f : r.failures) s << "  " << failure_kind_name(f.kind) << " at step " << f.step << ": " << f.detail << "\n";
   s << "loss scale: " << r.updates() << " updates, " << r.skipped() << " skipped, " << r.absorbed()
-    << " absorbed as probing\n";
+    << " absorbed as probing";
+  if (!r.scale_history.empty())
+    s << "; scale " << r.scale_history.front().event.scale_before << " -> " << r.scale_history.back().event.scale_after;
+  s << "\n";
+  // The updates that did something (a change of scale, an Inf/NaN, a skip); the quiet
+  // ones only move counters. At most 20 lines, the rest counted.
+  constexpr std::size_t kMaxLines = 20;
+  std::size_t shown = 0, eventful = 0;
   for (const ScaleRecord& rec : r.scale_history) {
     const amp::ScalerEvent& e = rec.event;
+    if (e.scale_before == e.scale_after && !e.found_inf && !e.skipped) continue;
+    if (++eventful > kMaxLines) continue;
+    ++shown;
     s << "  update " << e.step << ": scale " << e.scale_before << " -> " << e.scale_after
       << (e.found_inf ? ", found_inf" : "") << (e.skipped ? ", skipped" : "") << (rec.absorbed ? ", absorbed" : "");
     for (const auto& [name, v] : e.counters) s << ", " << name << "=" << v;
     s << "\n";
     for (const NanEvent& a : rec.attribution) s << "    " << event_text(a) << "\n";
   }
+  if (eventful > shown) s << "  ... " << eventful - shown << " more updates that changed the scale or skipped\n";
   if (r.allowed_events > 0) s << "allowed (not reported): " << r.allowed_events << " events\n";
   return s.str();
 }

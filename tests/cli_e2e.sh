@@ -14,6 +14,8 @@ expect() {  # expect CODE PATTERN -- ARGS...
     echo "ok: $*"
   fi
 }
+expect 0 "verdict: healthy: AMP is on" -- "$bin" run --model mlp --level O2 --steps 20
+expect 0 "Pure fp16 run operator: linear" -- env GLOG_v=5 "$bin" run --model mlp --level O2 --steps 2 --inspect trace
 expect 0 "overflow -> inf" -- "$bin" fp 65504 65519 65520 6e-8 3e-8 1e-8 --dtype f16
 expect 0 "underflow -> 0" -- "$bin" fp 1e-8 --dtype fp16
 expect 0 "3.3895314e+38" -- "$bin" fp --limits
@@ -35,7 +37,7 @@ while IFS=$'\t' read -r file key; do
   expect 2 "$key" -- "$bin" config explain "$root/tests/data/bad_configs/$file"
 done <"$root/tests/data/bad_configs/expected.tsv"
 expect 2 'no such file' -- "$bin" config explain "$root/samples/configs/none.json"
-expect 2 'commands: fp, config' -- "$bin" confg
+expect 2 'unknown command "confg" (did you mean "config"?); commands: run, fp, config' -- "$bin" confg
 # A CUDA build on a machine without a GPU: one notice line on stderr, results on the CPU.
 if "$bin" --version | grep -q "CUDA 1"; then
   if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
