@@ -170,6 +170,17 @@ void im2col(const ConvGeom& g, const T* x, T* col) {
   }
 }
 
+// Sample s of x loaded into `x`, and the GEMM operand it gives: its im2col columns, or x
+// itself for a pointwise (1x1, stride 1, no padding) convolution.
+template <typename T>
+const T* sample_columns(const ConvGeom& g, const Tensor& input, i64 s, std::vector<T>& x, std::vector<T>& col) {
+  const i64 x_size = g.c_in * g.hw();
+  cpu::load(input, s * x_size, x_size, x.data());
+  if (g.pointwise()) return x.data();
+  im2col(g, x.data(), col.data());
+  return col.data();
+}
+
 // The adjoint of im2col: x[c, iy, ix] += col[(c, i, j), (oy, ox)] (x zeroed first).
 template <typename T>
 void col2im(const ConvGeom& g, const T* col, T* x) {
@@ -206,12 +217,7 @@ Tensor conv_forward(const std::vector<Tensor>& in, const ConvGeom& g) {
     std::vector<T> x(usize(x_size)), y(usize(y_size));
     std::vector<T> col(g.pointwise() ? 0 : usize(g.c_in * g.kh * g.kw * g.ohw()));
     for (i64 s = begin; s < end; ++s) {
-      cpu::load(in[0], s * x_size, x_size, x.data());
-      const T* cols = x.data();
-      if (!g.pointwise()) {
-        im2col(g, x.data(), col.data());
-        cols = col.data();
-      }
+      const T* cols = sample_columns(g, in[0], s, x, col);
       // y_g [C_out/g, OH*OW] = W_g [C_out/g, k] . col_g [k, OH*OW]
       for (i64 grp = 0; grp < g.groups; ++grp)
         cpu::gemm(false, false, g.cout_g(), g.ohw(), g.k(), T{1},
@@ -278,13 +284,8 @@ std::vector<Tensor> conv_backward(const BackwardArgs& args, const ConvGeom& g) {
         std::vector<T>& acc = partial[usize(slot)];
         acc.assign(usize(w_size), T{0});
         for (i64 s = slot * g.n / slots; s < (slot + 1) * g.n / slots; ++s) {
-          cpu::load(in[0], s * x_size, x_size, x.data());
+          const T* cols = sample_columns(g, in[0], s, x, col);
           cpu::load(args.grad, s * y_size, y_size, gy.data());
-          const T* cols = x.data();
-          if (!g.pointwise()) {
-            im2col(g, x.data(), col.data());
-            cols = col.data();
-          }
           for (i64 grp = 0; grp < g.groups; ++grp)
             cpu::gemm(false, true, g.cout_g(), g.k(), g.ohw(), T{1},
                       gy.data() + grp * g.cout_g() * g.ohw(), g.ohw(),

@@ -158,32 +158,34 @@ Tensor sum_to_shape(const Tensor& grad, const Shape& shape) {
   return out;
 }
 
-void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
-          const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta,
-          float* c, std::int64_t ldc) {
+namespace {
+// The one GEMM body for both precisions; Blas is cblas_sgemm or cblas_dgemm.
+template <typename T, typename Blas>
+void gemm_with(Blas blas, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
+               const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c,
+               std::int64_t ldc) {
   if (m == 0 || n == 0) return;
   if (k == 0) {  // BLAS rejects lda = 0; C = beta * C is all there is
     for (std::int64_t i = 0; i < m; ++i)
-      for (std::int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0 ? 0.0f : beta * c[i * ldc + j];
+      for (std::int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0 ? T(0) : beta * c[i * ldc + j];
     return;
   }
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              blas_int(m, "m"), blas_int(n, "n"), blas_int(k, "k"), alpha, a, blas_int(lda, "lda"),
-              b, blas_int(ldb, "ldb"), beta, c, blas_int(ldc, "ldc"));
+  blas(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, blas_int(m, "m"),
+       blas_int(n, "n"), blas_int(k, "k"), alpha, a, blas_int(lda, "lda"), b, blas_int(ldb, "ldb"), beta, c,
+       blas_int(ldc, "ldc"));
+}
+}  // namespace
+
+void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+          const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta,
+          float* c, std::int64_t ldc) {
+  gemm_with(cblas_sgemm, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
           const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double beta,
           double* c, std::int64_t ldc) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    for (std::int64_t i = 0; i < m; ++i)
-      for (std::int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0 ? 0.0 : beta * c[i * ldc + j];
-    return;
-  }
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              blas_int(m, "m"), blas_int(n, "n"), blas_int(k, "k"), alpha, a, blas_int(lda, "lda"),
-              b, blas_int(ldb, "ldb"), beta, c, blas_int(ldc, "ldc"));
+  gemm_with(cblas_dgemm, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 DType float_dtype(const Tensor& t, const char* op) {
