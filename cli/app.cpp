@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ampcheck_build_info.h"  // AMPCHECK_VERSION
+#include "cli/command.h"
 #include "cli/config_command.h"
 #include "cli/exit_codes.h"
 #include "cli/fp_command.h"
@@ -16,7 +17,6 @@
 #include "engine/dtype/convert.h"  // conversion_isa
 #include "engine/device.h"
 #include "engine/util/strings.h"  // closest: did-you-mean
-
 
 namespace ampcheck::cli {
 
@@ -32,12 +32,12 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   app.name("ampcheck");
   app.require_subcommand(1);
   app.set_version_flag("--version", std::function<std::string()>(version_text));
-  FpOptions fp_options;
-  CLI::App* fp = add_fp_command(app, fp_options);
-  ConfigOptions config_options;
-  CLI::App* config = add_config_command(app, config_options);
-  RunOptions run_options;
-  CLI::App* run_cmd = add_run_command(app, run_options);
+  // Every command, in the order `--help` lists them.
+  const std::vector<Command> commands = {
+      add_run_command(app),
+      add_fp_command(app),
+      add_config_command(app),
+  };
 
   try {
     conversion_isa();  // a bad AMPCHECK_CPU_ISA is the user's to fix: say so up front
@@ -49,15 +49,17 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;
     std::vector<std::string> names;
-    for (const CLI::App* sub : app.get_subcommands({})) {
-      known = known || sub->check_name(argv[1]);
-      names.push_back(sub->get_name());
+    std::string list;
+    for (const Command& c : commands) {
+      known = known || c.app->check_name(argv[1]);
+      names.push_back(c.app->get_name());
+      list += (list.empty() ? "" : ", ") + c.app->get_name();
     }
     if (!known) {
       const std::string_view best = closest(argv[1], std::vector<std::string_view>(names.begin(), names.end()));
       err << "ampcheck: unknown command \"" << argv[1] << "\""
           << (best.empty() ? "" : " (did you mean \"" + std::string(best) + "\"?)")
-          << "; commands: run, fp, config (run `ampcheck --help`)\n";
+          << "; commands: " << list << " (run `ampcheck --help`)\n";
       return kUsage;
     }
   }
@@ -79,9 +81,8 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   }
 
   try {
-    if (fp->parsed()) return run_fp(fp_options, out, err);
-    if (config->parsed()) return run_config(config_options, out, err);
-    if (run_cmd->parsed()) return run_run(run_options, out, err);
+    for (const Command& c : commands)
+      if (c.app->parsed()) return c.run(out, err);
   } catch (const UsageError& e) {
     err << "ampcheck: " << e.what() << '\n';
     return kUsage;

@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>  // CLI::App
 
+#include <memory>
 #include <ostream>
 
 #include "cli/usage_error.h"
@@ -9,7 +10,9 @@
 
 namespace ampcheck::cli {
 
-CLI::App* add_config_command(CLI::App& app, ConfigOptions& o) {
+namespace {
+
+CLI::App* add_options(CLI::App& app, ConfigOptions& o) {
   CLI::App* config = app.add_subcommand(
       "config", "AMP configs in PaddlePaddle, PyTorch, DeepSpeed, Apex or ampcheck key names");
   config->require_subcommand(1);
@@ -30,6 +33,14 @@ int run_config(const ConfigOptions& o, std::ostream& out, std::ostream&) {
   }
   out << (o.json ? amp::to_json(config) : amp::explain(config));
   return 0;
+}
+
+}  // namespace
+
+Command add_config_command(CLI::App& app) {
+  auto options = std::make_shared<ConfigOptions>();
+  return {add_options(app, *options),
+          [options](std::ostream& out, std::ostream& err) { return run_config(*options, out, err); }};
 }
 
 }  // namespace ampcheck::cli

@@ -5,9 +5,7 @@
 #include <iosfwd>
 #include <string>
 
-namespace CLI {
-class App;
-}
+#include "cli/command.h"
 
 namespace ampcheck::cli {
 
@@ -16,10 +14,7 @@ struct ConfigOptions {
   bool json = false;
 };
 
-// Registers `config` and its `explain` subcommand; returns `config`.
-CLI::App* add_config_command(CLI::App& app, ConfigOptions& options);
-
-// Runs it; returns the exit code. A bad config throws UsageError (cli/usage_error.h).
-int run_config(const ConfigOptions& options, std::ostream& out, std::ostream& err);
+// `config` and its `explain` subcommand.
+Command add_config_command(CLI::App& app);
 
 }  // namespace ampcheck::cli

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>  // std::strtod
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -168,9 +169,7 @@ ordered_json values_json(const std::vector<Row>& rows, Device device) {
   return {{"ampcheck_fp", 1}, {"device", device_name(device)}, {"values", arr}};
 }
 
-}  // namespace
-
-CLI::App* add_fp_command(CLI::App& app, FpOptions& o) {
+CLI::App* add_options(CLI::App& app, FpOptions& o) {
   CLI::App* fp = app.add_subcommand(
       "fp", "What a number becomes in fp16/bf16/f32/f64: stored value, bits, error, ulp, class");
   fp->add_option("values", o.values,
@@ -233,6 +232,14 @@ int run_fp(const FpOptions& o, std::ostream& out, std::ostream& err) {
     }
   }
   return 0;
+}
+
+}  // namespace
+
+Command add_fp_command(CLI::App& app) {
+  auto options = std::make_shared<FpOptions>();
+  return {add_options(app, *options),
+          [options](std::ostream& out, std::ostream& err) { return run_fp(*options, out, err); }};
 }
 
 }  // namespace ampcheck::cli

@@ -4,9 +4,7 @@
 #include <string>
 #include <vector>
 
-namespace CLI {
-class App;
-}
+#include "cli/command.h"
 
 namespace ampcheck::cli {
 
@@ -19,10 +17,6 @@ struct FpOptions {
   std::string output;  // empty: standard output
 };
 
-// Registers the subcommand's options into `options`.
-CLI::App* add_fp_command(CLI::App& app, FpOptions& options);
-
-// Runs it; returns the exit code. Bad input throws UsageError (cli/usage_error.h).
-int run_fp(const FpOptions& options, std::ostream& out, std::ostream& err);
+Command add_fp_command(CLI::App& app);
 
 }  // namespace ampcheck::cli

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <iostream>
+#include <memory>
 
 #include "cli/exit_codes.h"
 #include "cli/usage_error.h"
@@ -13,7 +14,9 @@
 
 namespace ampcheck::cli {
 
-CLI::App* add_run_command(CLI::App& app, RunOptions& o) {
+namespace {
+
+CLI::App* add_options(CLI::App& app, RunOptions& o) {
   CLI::App* run = app.add_subcommand("run", "Train a sample under AMP with the inspector attached, then summarise");
   run->add_option("--model", o.model, "sample: mlp, cnn, transformer")->capture_default_str();
   run->add_option("--level", o.level, "AMP level: O0 (fp32), O1, O2, O3")->capture_default_str();
@@ -114,6 +117,14 @@ int run_run(const RunOptions& o, std::ostream& out, std::ostream& err) {
     verdict = "trained; run with --inspect trace or above to see whether AMP is on";
   out << "\nverdict: " << verdict << '\n';
   return failed ? kCheckFailed : kOk;
+}
+
+}  // namespace
+
+Command add_run_command(CLI::App& app) {
+  auto options = std::make_shared<RunOptions>();
+  return {add_options(app, *options),
+          [options](std::ostream& out, std::ostream& err) { return run_run(*options, out, err); }};
 }
 
 }  // namespace ampcheck::cli

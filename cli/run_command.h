@@ -7,9 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace CLI {
-class App;
-}
+#include "cli/command.h"
 
 namespace ampcheck::cli {
 
@@ -27,9 +25,8 @@ struct RunOptions {
   int log_level = -1;  // -1: GLOG_v
 };
 
-CLI::App* add_run_command(CLI::App& app, RunOptions& options);
-// 0: healthy; 1: the inspector found a real failure (a non-finite forward value, a
+// Exit 0: healthy; 1: the inspector found a real failure (a non-finite forward value, a
 // collapsing scale, too many skipped steps); bad options throw UsageError.
-int run_run(const RunOptions& options, std::ostream& out, std::ostream& err);
+Command add_run_command(CLI::App& app);
 
 }  // namespace ampcheck::cli

@@ -11,6 +11,8 @@ packages=(
   libopenblas-dev       # OpenBLAS: CPU GEMM
   libgtest-dev libgmock-dev googletest  # GoogleTest
   libbenchmark-dev      # Google Benchmark: bench/
+  chromium              # tests: the HTML report rendered headless
+  python3-jsonschema    # tests: reports validated against their JSON Schema
 )
 
 missing=()

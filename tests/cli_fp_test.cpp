@@ -9,26 +9,14 @@
 #include <string>
 #include <vector>
 
-#include "cli/app.h"
+#include "tests/cli_harness.h"
 
 namespace ampcheck {
 namespace {
 
-struct Result {
-  int code;
-  std::string out, err;
-};
-
-Result run(std::vector<std::string> args) {
-  args.insert(args.begin(), "ampcheck");
-  std::vector<const char*> argv;
-  for (const auto& a : args) argv.push_back(a.c_str());
-  std::ostringstream out, err;
-  const int code = cli::run(static_cast<int>(argv.size()), argv.data(), out, err);
-  return {code, out.str(), err.str()};
-}
-
-bool has(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
+using Result = testing::CliResult;
+using testing::has;
+Result run(std::vector<std::string> args) { return testing::run_cli(std::move(args)); }
 
 TEST(CliFp, AcceptanceValuesInF16) {
   const Result r = run({"fp", "65504", "65519", "65520", "6e-8", "3e-8", "1e-8", "--dtype", "f16", "--device", "cpu"});
@@ -137,35 +125,6 @@ TEST(CliFp, DeviceChoiceMatchesTheMachine) {
   } else {
     EXPECT_EQ(gpu.code, 2);
     EXPECT_TRUE(has(gpu.err, "--device cpu")) << gpu.err;
-  }
-}
-
-TEST(CliRun, O2RunSaysAmpIsOnAndShowsTheOpTable) {
-  const Result r = run({"run", "--model", "mlp", "--level", "O2", "--steps", "30"});
-  ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_TRUE(has(r.out, "O2 float16")) << r.out;
-  EXPECT_TRUE(has(r.out, "  linear ")) << r.out;  // a row of the operator stats table
-  EXPECT_TRUE(has(r.out, "verdict: healthy: AMP is on")) << r.out;
-  const Result ref = run({"run", "--model", "mlp", "--level", "O0", "--steps", "5", "--inspect", "stats"});
-  ASSERT_EQ(ref.code, 0) << ref.err;
-  EXPECT_TRUE(has(ref.out, "verdict: healthy fp32 reference run")) << ref.out;
-}
-
-TEST(CliRun, BadOptionsAreNamedWithExitCode2) {
-  struct Case { std::vector<std::string> args; std::string says; };
-  const Case cases[] = {
-      {{"run", "--model", "mpl"}, "unknown model \"mpl\" (did you mean \"mlp\"?)"},
-      {{"run", "--level", "O5"}, "--level \"O5\" is not a level"},
-      {{"run", "--dtype", "float32"}, "float16 or bfloat16"},
-      {{"run", "--black", "sofmax"}, "did you mean \"softmax\"?"},
-      {{"run", "--inspect", "everything"}, "--inspect \"everything\""},
-      {{"run", "--steps", "0"}, "--steps must be positive"},
-      {{"run", "--config", "/nonexistent/amp.json"}, "/nonexistent/amp.json"},
-  };
-  for (const Case& c : cases) {
-    const Result r = run(c.args);
-    EXPECT_EQ(r.code, 2) << c.says << "\n" << r.err;
-    EXPECT_TRUE(has(r.err, c.says)) << "expected \"" << c.says << "\" in: " << r.err;
   }
 }
 

@@ -26,7 +26,7 @@ expect 2 'AMPCHECK_CPU_ISA="sse9"' -- env AMPCHECK_CPU_ISA=sse9 "$bin" fp 1
 expect 0 'scalar' -- env AMPCHECK_CPU_ISA=scalar "$bin" --version
 # AMP configs: every sample explained with its style; every bad config exits 2 naming
 # its key (tests/data/bad_configs/expected.tsv lists file and key).
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 for sample in paddle_amp_configs:paddle paddle_strategy:paddle pytorch:pytorch deepspeed:deepspeed \
               apex_o2:apex ampcheck_o2:ampcheck; do
   expect 0 "style:         ${sample#*:}" -- "$bin" config explain "$root/samples/configs/${sample%%:*}.json"

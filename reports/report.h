@@ -1,0 +1,304 @@
+// The report model: everything a run, a bisection or a comparison leaves behind, as
+// plain values (strings and numbers, no engine types), so that the JSON reader can
+// rebuild it and every writer (JSON, text, HTML, JUnit) works from a saved file as well
+// as from a live run. docs/report-format.md documents each field; the JSON Schema is
+// reports/schema/report.schema.json.
+//
+// Nothing here depends on wall-clock time or on process state: the same run gives the
+// same Report, so its JSON is byte-identical (timings live only in the Chrome trace).
+// Doubles may be NaN or +-Inf (a statistic of an empty set, a diverged loss); the JSON
+// writes those as the strings "nan", "inf", "-inf".
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ampcheck::reports {
+
+// schema_version "MAJOR.MINOR": a reader accepts any minor of its major (fields added
+// in a newer minor are ignored) and rejects another major.
+inline constexpr int kSchemaMajor = 1;
+inline constexpr int kSchemaMinor = 0;
+
+struct Versions {
+  std::string ampcheck;         // "0.1.0"
+  std::string build;            // "CUDA 13.0, built for sm_75 sm_80 sm_90" or "no CUDA (...)"
+  std::string cpu_conversions;  // "avx512_bf16", "f16c", "scalar"
+};
+
+struct AmpSettings {
+  std::string semantics = "ampcheck";  // whose config rules: ampcheck, paddle, pytorch, deepspeed, apex
+  std::string config_file;             // as given on the command line; "" for none
+  std::vector<std::string> custom_white_list;
+  std::vector<std::string> custom_black_list;
+  std::vector<std::string> fp32_modules;  // module paths run in fp32 (bisect --granularity instance)
+  std::string loss_scaling;            // the scaler's behaviour: "torch dynamic", "static", ...
+  double init_loss_scaling = 1;
+};
+
+struct RunInfo {
+  std::string command;            // "run", "bisect-nan", "compare"
+  std::string model;              // a sample's name or a model file's path
+  std::string model_description;  // "Mlp 2-64-64-3 on the 3-class spiral (300 points)"
+  std::int64_t parameters = 0;
+  std::string level;              // "O0".."O3"; compare: the levels, "O0,O1,O2"
+  std::string dtype;              // "float16", "bfloat16"; "float32" at O0
+  std::string device;             // "cpu", "cuda"
+  std::uint64_t seed = 0;
+  std::int64_t steps = 0;
+  std::int64_t batch = 0;
+  double lr = 0;
+  std::string optimizer;          // "adam"
+  std::string inspect;            // off, trace, stats, full
+  AmpSettings amp;
+  Versions versions;
+};
+
+// One optimizer step as the loss scaler saw it.
+struct StepRecord {
+  std::int64_t step = 0;
+  double loss = 0;        // unscaled
+  double loss_scale = 1;  // the scale this step's backward used
+  bool found_inf = false;
+  bool skipped = false;   // the optimizer step was skipped
+};
+
+// Calls by the dtype of the kernel that ran: PaddlePaddle's collect_operator_stats columns.
+struct DtypeCounts {
+  std::int64_t fp16 = 0, bf16 = 0, fp32 = 0, other = 0;
+  std::int64_t total() const { return fp16 + bf16 + fp32 + other; }
+  bool operator==(const DtypeCounts&) const = default;
+};
+
+// One row of the per-op-type table: "linear", "linear_grad", ...
+struct OpTypeRow {
+  std::string type;
+  DtypeCounts calls;
+  bool operator==(const OpTypeRow&) const = default;
+};
+
+// The casts the AMP policy inserted, by (from, to).
+struct InsertedCasts {
+  std::string from, to;
+  std::int64_t calls = 0;
+  bool operator==(const InsertedCasts&) const = default;
+};
+
+// Exponent histogram: counts[i] is the number of values with floor(log2|x|) equal to
+// min_exponent + i (dense between the smallest and largest nonempty bin; empty when no
+// finite nonzero value), plus the special bins. Bins sum to the element count.
+struct Histogram {
+  int min_exponent = 0;
+  std::vector<std::int64_t> counts;
+  std::int64_t zero = 0, nan = 0, pos_inf = 0, neg_inf = 0;
+  std::int64_t below = 0, above = 0;  // f64 data outside the f32 exponent range
+  bool operator==(const Histogram&) const = default;
+};
+
+// What the values would become in one low-precision dtype (inspector/numerics.h).
+struct LowPrecisionCounts {
+  std::int64_t overflow = 0, rounds_to_max = 0, underflow = 0, subnormal = 0;
+  bool operator==(const LowPrecisionCounts&) const = default;
+};
+
+// Statistics of one tensor key merged over the sampled steps.
+struct Numerics {
+  std::int64_t count = 0;    // elements
+  std::int64_t tensors = 0;  // tensors merged
+  std::int64_t zeros = 0, nan = 0, pos_inf = 0, neg_inf = 0;
+  LowPrecisionCounts f16, bf16;
+  double min = 0, max = 0, absmax = 0, min_nonzero_abs = 0, mean = 0, rms = 0;  // NaN: no finite value
+  double dynamic_range_log2 = 0;
+  Histogram histogram;
+};
+
+// Local (shadow) error of an op instance against its f64 recompute (inspector/shadow.h).
+struct LocalError {
+  std::int64_t count = 0;      // measured calls
+  std::int64_t nonfinite = 0;  // calls skipped for a non-finite value
+  double mean = 0;             // mean relative error
+  double mean_floor = 0;       // mean rounding floor
+  double worst = 0;            // the largest relative error
+  double floor_at_worst = 0;   // its rounding floor
+  std::int64_t worst_step = 0;
+  double max_abs = 0;
+};
+
+struct CastCount {
+  std::int64_t input = 0;
+  std::string slot;  // PaddlePaddle's input name: "X", "Filter", ...
+  std::string from, to;
+  std::int64_t calls = 0;
+  bool operator==(const CastCount&) const = default;
+};
+
+struct KernelCount {
+  std::string name;  // "cpu:linear:f16"; on CUDA also the GPU kernels CUPTI saw
+  std::int64_t calls = 0;
+  bool operator==(const KernelCount&) const = default;
+};
+
+struct NamedNumerics {
+  std::string role;  // "out"; backward: "grad0", "grad1", ...
+  Numerics numerics;
+};
+
+// One op instance: the k-th call of an op type inside one module within a step, in one
+// phase; its calls are the steps it ran in. The dtypes are those of the last call.
+struct OpInstance {
+  std::string name;    // "<module>/<type>#<k>", backward "<module>/<type>_grad#<k>"
+  std::string type;    // "linear"
+  std::string module;  // "fc1"; "" outside any module
+  std::string phase;   // "forward", "backward"
+  std::int64_t occurrence = 0;  // k
+  std::int64_t calls = 0;
+  std::string reason;  // why it ran in its dtype: off, white, black, promote, follow, custom_white, ...
+  std::vector<std::string> dtypes_in;  // as the kernel received them (after the casts)
+  std::string compute;                 // the accumulation dtype
+  std::string out;                     // the output's (backward: the gradients')
+  DtypeCounts kernel_dtypes;           // calls by the kernel's dtype
+  std::vector<CastCount> casts;
+  std::vector<KernelCount> kernels;
+  std::vector<NamedNumerics> numerics;   // full mode, sampled steps
+  std::optional<LocalError> local_error;  // full mode, low-precision forward outputs
+};
+
+// A tensor that is not an op's output: "param:fc1.weight", "grad:...", "state:...".
+struct TensorNumerics {
+  std::string key;
+  Numerics numerics;
+};
+
+struct Swamping {
+  std::string parameter;
+  std::int64_t updates = 0;
+  double fraction = 0;  // mean over updates of the elements whose update was lost
+};
+
+// A floating tensor a non-finite event read.
+struct TensorRange {
+  std::string role;  // "input 0", "grad_output"
+  std::string dtype;
+  std::vector<std::int64_t> shape;
+  std::int64_t nan = 0, pos_inf = 0, neg_inf = 0;
+  double min = 0, max = 0, absmax = 0;  // of the finite values; NaN if none
+};
+
+struct NanEvent {
+  std::int64_t step = 0;
+  std::string phase;
+  std::string op;
+  std::string module;
+  std::vector<TensorRange> inputs;
+  std::int64_t out_nan = 0, out_pos_inf = 0, out_neg_inf = 0;
+};
+
+struct Failure {
+  std::string kind;  // forward_non_finite, gradient_not_absorbed, scale_below_floor, skipped_fraction
+  std::int64_t step = 0;
+  std::string detail;
+};
+
+struct NonFinite {
+  std::optional<NanEvent> producer;  // the first op that made a non-finite value from finite inputs
+  std::int64_t propagator_events = 0;
+  std::vector<std::pair<std::string, std::int64_t>> propagators;  // op type, events
+  std::vector<Failure> failures;
+  std::int64_t updates = 0, skipped = 0, absorbed = 0;  // scaler updates; skipped; expected probing
+  std::int64_t events_checked = 0;
+};
+
+struct Summary {
+  double initial_loss = 0;
+  double final_loss = 0;
+  double accuracy = 0;  // training-set accuracy after the run, in [0, 1]
+  std::int64_t skipped_steps = 0;
+  double final_loss_scale = 1;
+  std::int64_t low_precision_calls = 0;  // op calls whose kernel ran in fp16/bf16
+  std::int64_t total_calls = 0;
+  // healthy | failed | amp_off | reference (an O0 run) | unchecked (inspect off)
+  std::string verdict;
+  std::string verdict_text;  // the one line a person reads
+};
+
+// bisect-nan: one trial run with a candidate black list.
+struct Trial {
+  std::int64_t index = 0;
+  std::vector<std::string> black_list;  // op types, or module paths at instance granularity
+  bool healthy = false;
+  std::string reason;  // why not healthy ("" when healthy)
+  std::int64_t skipped_steps = 0;
+  double final_loss = 0;
+};
+
+struct Suggestion {
+  std::string ampcheck;      // an ampcheck AMP config (JSON)
+  std::string paddle;        // paddle.amp.auto_cast(custom_black_list=[...])
+  std::string paddle_fleet;  // strategy.amp_configs = {...}
+  std::string pytorch;       // autocast disabled around the named modules
+};
+
+struct Bisect {
+  std::string granularity;  // "type" or "instance"
+  std::optional<NanEvent> producer;  // of the unmodified run
+  std::vector<std::string> candidates;  // what ran in low precision, searched over
+  bool found = false;
+  std::vector<std::string> culprits;    // a 1-minimal set: remove any one and it fails
+  std::vector<std::string> suggested_black_list;  // op types to black-list
+  std::vector<std::string> suggested_fp32_modules;  // modules to run in fp32
+  double max_skipped_fraction = 0;
+  double loss_tolerance = 0;  // 0: not checked; else |loss - fp32 loss| / |fp32 loss| allowed
+  double reference_loss = 0;  // the fp32 run's final loss when checked
+  std::int64_t runs = 0;
+  std::vector<Trial> trials;
+  Suggestion suggestion;
+};
+
+// compare: one level's run, in lock step with the others.
+struct LevelRun {
+  std::string level;
+  std::vector<double> losses;
+  double final_loss = 0;
+  double accuracy = 0;
+  std::int64_t skipped_steps = 0;
+};
+
+struct LevelError {
+  std::string level;
+  double mean = 0;   // relative error against the reference level, mean over steps
+  double worst = 0;
+  std::int64_t worst_step = 0;
+  double growth = 1;  // mean over the last quarter of the steps / mean over the first quarter
+};
+
+struct CompareOp {
+  std::string name, type, module;
+  std::vector<LevelError> levels;  // every level but the reference
+};
+
+struct Compare {
+  std::string reference;  // "O0"
+  std::vector<LevelRun> runs;
+  std::vector<CompareOp> ops;             // per forward op instance, in execution order
+  std::vector<std::string> fastest_growing;  // op instance names, fastest first
+};
+
+struct Report {
+  std::string schema_version = std::to_string(kSchemaMajor) + "." + std::to_string(kSchemaMinor);
+  RunInfo run;
+  std::vector<StepRecord> steps;
+  std::vector<OpTypeRow> op_types;
+  std::vector<InsertedCasts> inserted_casts;
+  std::vector<OpInstance> ops;
+  std::vector<TensorNumerics> tensors;
+  std::vector<Swamping> swamping;
+  NonFinite nonfinite;
+  Summary summary;
+  std::optional<Bisect> bisect;
+  std::optional<Compare> compare;
+};
+
+}  // namespace ampcheck::reports
