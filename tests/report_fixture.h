@@ -1,0 +1,14 @@
+// A hand-made report with every section filled, for the tests of the report writers and
+// readers (values chosen by hand, not taken from a run).
+#pragma once
+
+#include "reports/report.h"
+
+namespace ampcheck::testing {
+
+// An O2 float16 run of 4 steps of "mlp": steps with one skipped overflow step, two op
+// types, three op instances (one backward), numerics with histograms and fp16 overflow,
+// a local error, a non-finite producer, and, when asked, bisect and compare sections.
+reports::Report sample_report(bool with_bisect = true, bool with_compare = true);
+
+}  // namespace ampcheck::testing
