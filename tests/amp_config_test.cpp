@@ -381,6 +381,22 @@ TEST(AmpConfigAmpcheck, Defaults) {
   EXPECT_EQ(std::get<DeepSpeedScaling>(ds.scaling).initial_scale_power, 16);
 }
 
+TEST(AmpConfigAmpcheck, Fp32ModulesAreReadWrittenAndChecked) {
+  const Config c = parse_config(R"({"framework": "ampcheck", "level": "O2", "fp32_modules": ["fc1", "blocks.0.attn"]})");
+  EXPECT_EQ(c.amp.fp32_modules, (std::vector<std::string>{"fc1", "blocks.0.attn"}));
+  EXPECT_EQ(parse_config(to_json(c)).amp.fp32_modules, c.amp.fp32_modules);
+  EXPECT_NE(explain(c).find("fp32 modules:  fc1, blocks.0.attn"), std::string::npos) << explain(c);
+  for (const char* bad : {R"({"framework": "ampcheck", "fp32_modules": "fc1"})",
+                          R"({"framework": "ampcheck", "fp32_modules": [""]})"}) {
+    try {
+      parse_config(bad);
+      ADD_FAILURE() << bad;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("fp32_modules"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // ---- detection and plain JSON errors ---------------------------------------------------
 
 TEST(AmpConfigErrors, DetectionAndJson) {

@@ -4,9 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <string>
+#include <tuple>
 
 #include "engine/amp/decorate.h"
 #include "engine/amp/policy.h"
+#include "engine/hooks.h"
 #include "engine/nn/layers.h"
 #include "engine/optim/optimizer.h"
 #include "tests/op_check.h"
@@ -201,6 +204,55 @@ TEST(Decorate, O2KeepsNormsAndMastersInFp32AndReDerivesTheCopies) {
   for (std::size_t i = 0; i < m.size(); ++i)
     EXPECT_EQ(m[i], static_cast<double>(static_cast<float>(w0[i]) - 0.1f * static_cast<float>(g[i])));
   EXPECT_EQ(net.fc->weight.to_f64(), opt.master(0).to(DType::f16).to_f64());
+}
+
+// fp32_modules: inside a listed module every op runs in fp32 (as PyTorch's autocast
+// disabled with inputs cast to float), outside it the level's policy is unchanged.
+TEST(Decorate, Fp32ModulesRunWhollyInFp32AndNothingElseDoes) {
+  struct Seen : Observer {
+    std::vector<std::tuple<std::string, Op, DType, amp::Reason>> ops;
+    void on_op_end(const OpEvent& e) override {
+      if (!e.inserted_cast && e.phase == Phase::forward) ops.emplace_back(e.module, e.op, e.out_dtype, e.reason);
+    }
+  };
+  Generator gen(3);
+  NormNet net(gen);
+  amp::AmpOptions o = opts(Level::O2, DType::f16);
+  o.fp32_modules = {"fc"};
+  amp::decorate(net, nullptr, o);
+  const Policy p(o);
+  EXPECT_TRUE(p.fp32_module("fc"));
+  EXPECT_FALSE(p.fp32_module("fc2"));  // a component, not a string prefix
+  EXPECT_FALSE(p.fp32_module("bn"));
+  const Tensor x = Tensor::randn({8, 4}, gen);
+  Seen seen;
+  add_observer(&seen);
+  Tensor y;
+  {
+    amp::Autocast on(&p);
+    y = (*net.fc)(x);
+  }
+  remove_observer(&seen);
+  // The reference: the same linear in plain fp32 on the f16 weights widened exactly.
+  const Tensor ref = linear(x, net.fc->weight.to(DType::f32), net.fc->bias.to(DType::f32));
+  EXPECT_EQ(y.dtype(), DType::f32);
+  EXPECT_EQ(y.to_f64(), ref.to_f64());
+  ASSERT_FALSE(seen.ops.empty());
+  for (const auto& [module, op, dtype, reason] : seen.ops) {
+    EXPECT_EQ(module, "fc");
+    EXPECT_EQ(dtype, DType::f32) << op_name(op);
+    EXPECT_EQ(reason, amp::Reason::custom_black) << op_name(op);
+  }
+  // Outside the listed module O2 still runs low: bn's input is cast down as before.
+  seen.ops.clear();
+  add_observer(&seen);
+  {
+    amp::Autocast on(&p);
+    y = (*net.bn)(reshape(x, {8, 4, 1, 1}));
+  }
+  remove_observer(&seen);
+  ASSERT_FALSE(seen.ops.empty());
+  EXPECT_EQ(std::get<2>(seen.ops.front()), DType::f16);
 }
 
 TEST(Decorate, O3IsPureLowPrecisionWithoutMasters) {

@@ -972,8 +972,8 @@ void read_deepspeed(const json& j, Config& c) {
 // ---- ampcheck's own form ---------------------------------------------------------------
 
 const Keys kAmpcheckKeys = {
-    "framework", "level", "dtype", "custom_white_list", "custom_black_list", "keep_norm_fp32",
-    "master_weight", "loss_scaling", "converted_from", "notes"};
+    "framework", "level", "dtype", "custom_white_list", "custom_black_list", "fp32_modules",
+    "keep_norm_fp32", "master_weight", "loss_scaling", "converted_from", "notes"};
 
 std::optional<ConfigStyle> style_from_name(std::string_view s) {
   for (ConfigStyle st : {ConfigStyle::ampcheck, ConfigStyle::paddle, ConfigStyle::pytorch,
@@ -991,6 +991,15 @@ void read_ampcheck(const json& j, Config& c) {
   const auto white = read_op_list(top, "custom_white_list", ConfigStyle::ampcheck, c.notes);
   const auto black = read_op_list(top, "custom_black_list", ConfigStyle::ampcheck, c.notes);
   set_lists(c.amp, white, black, "custom_white_list", "custom_black_list");
+  if (const json* m = top.raw("fp32_modules")) {
+    if (!m->is_array()) top.fail("fp32_modules", *m, "a list of module paths, e.g. [\"encoder.layers.1.attn\"]");
+    for (std::size_t i = 0; i < m->size(); ++i) {
+      const json& item = (*m)[i];
+      if (!item.is_string() || item.get<std::string>().empty())
+        Obj::fail_path("fp32_modules[" + std::to_string(i) + "]", item, "a module path (a non-empty string)");
+      c.amp.fp32_modules.push_back(item.get<std::string>());
+    }
+  }
   c.amp.keep_norm_fp32 = top.boolean("keep_norm_fp32", true);
   c.amp.master_weight = top.boolean("master_weight", true);
 
@@ -1409,6 +1418,7 @@ std::string to_json(const Config& c) {
   j["dtype"] = dtype_long_name(c.amp.dtype);
   j["custom_white_list"] = c.amp.custom_white_list;
   j["custom_black_list"] = c.amp.custom_black_list;
+  if (!c.amp.fp32_modules.empty()) j["fp32_modules"] = c.amp.fp32_modules;
   j["keep_norm_fp32"] = c.amp.keep_norm_fp32;
   j["master_weight"] = c.amp.master_weight;
   j["loss_scaling"] = scaling_json(c.scaling);
@@ -1425,6 +1435,7 @@ std::string explain(const Config& c) {
       << (c.amp.level == Level::O0 ? " (unused at O0)" : "") << "\n"
       << "custom white:  " << list_text(c.amp.custom_white_list) << "\n"
       << "custom black:  " << list_text(c.amp.custom_black_list) << "\n"
+      << (c.amp.fp32_modules.empty() ? "" : "fp32 modules:  " + list_text(c.amp.fp32_modules) + "\n")
       << "O2 flags:      keep_norm_fp32 = " << (c.amp.keep_norm_fp32 ? "true" : "false")
       << ", master_weight = " << (c.amp.master_weight ? "true" : "false")
       << (o2_flags_used ? "" : " (used at O2 only)") << "\n"

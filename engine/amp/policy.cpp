@@ -100,6 +100,13 @@ Op resolve_op_name(std::string_view name, std::string_view list_name) {
   throw PolicyError(msg + "; ops are named as in engine/ops/op_list.h");
 }
 
+std::vector<std::string_view> op_aliases(Op op) {
+  std::vector<std::string_view> names;
+  for (const auto& [alias, target] : aliases())  // a std::map: already sorted
+    if (target == op) names.push_back(alias);
+  return names;
+}
+
 Policy::Policy(AmpOptions options) : options_(std::move(options)), reasons_(kOpCount, Reason::off) {
   if (!is_low_precision(options_.dtype))
     throw PolicyError("amp dtype must be float16 or bfloat16, got " + std::string(name(options_.dtype)));
@@ -121,6 +128,20 @@ Policy::Policy(AmpOptions options) : options_(std::move(options)), reasons_(kOpC
   }
   for (Op w : white) reasons_[static_cast<std::size_t>(w)] = Reason::custom_white;
   for (Op b : black) reasons_[static_cast<std::size_t>(b)] = Reason::custom_black;
+  if (!options_.fp32_modules.empty()) fp32_ = std::shared_ptr<const Policy>(new Policy(options_, Fp32Tag{}));
+}
+
+Policy::Policy(const AmpOptions& options, Fp32Tag) : options_(options), reasons_(kOpCount, Reason::custom_black) {
+  options_.fp32_modules.clear();
+  reasons_[static_cast<std::size_t>(Op::cast)] = Reason::follow;
+}
+
+bool Policy::fp32_module(const std::string& path) const {
+  if (!fp32_) return false;  // none listed (the fp32 policy itself lists none)
+  for (const std::string& m : options_.fp32_modules)
+    if (path == m || (path.size() > m.size() && path.compare(0, m.size(), m) == 0 && path[m.size()] == '.'))
+      return true;
+  return false;
 }
 
 Reason Policy::reason(Op op) const { return reasons_[static_cast<std::size_t>(op)]; }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -27,6 +28,10 @@ struct AmpOptions {
   DType dtype = DType::f16;  // f16 or bf16
   std::vector<std::string> custom_white_list;  // PaddlePaddle semantics: these run low
   std::vector<std::string> custom_black_list;  // these run in fp32
+  // Module paths whose forward runs wholly in fp32: autocast off inside and floating
+  // inputs cast to fp32 (PyTorch's `with autocast(enabled=False): m(x.float())`). A path
+  // names the module and everything below it ("encoder.layers.1" covers its attn).
+  std::vector<std::string> fp32_modules;
   bool keep_norm_fp32 = true;  // O2: BatchNorm/LayerNorm parameters stay fp32
   bool master_weight = true;   // O2: the optimizer keeps fp32 masters
 };
@@ -53,6 +58,9 @@ class PolicyError : public std::invalid_argument {
 // ("matmul_v2", "elementwise_add", "reduce_sum", "lookup_table_v2", "addmm", "cat").
 // Throws PolicyError naming the closest known op.
 Op resolve_op_name(std::string_view name, std::string_view list_name);
+// The framework names resolve_op_name accepts for `op` (its alias table), sorted; empty
+// when users know the op by our name alone. For listings such as `ampcheck ops`.
+std::vector<std::string_view> op_aliases(Op op);
 
 class Policy {
  public:
@@ -74,9 +82,17 @@ class Policy {
   // grad) are cached for the life of the outermost autocast scope, as PyTorch does.
   std::vector<Tensor> apply(Op op, std::vector<Tensor> inputs) const;
 
+  // Whether `module_path` is one of fp32_modules or inside one (dotted components).
+  bool fp32_module(const std::string& module_path) const;
+  // The policy in force inside such a module: every op custom_black (fp32).
+  const Policy& fp32_policy() const { return *fp32_; }
+
  private:
+  struct Fp32Tag {};
+  Policy(const AmpOptions& options, Fp32Tag);
   AmpOptions options_;
   std::vector<Reason> reasons_;  // per op, for this level and these lists
+  std::shared_ptr<const Policy> fp32_;
 };
 
 // RAII: call() applies `policy` while the scope lives. Nestable; Autocast(nullptr)

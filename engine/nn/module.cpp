@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include "engine/amp/policy.h"
 #include "engine/hooks.h"
 
 namespace ampcheck::nn {
@@ -13,6 +14,12 @@ std::string join(const std::string& prefix, const std::string& name) {
 
 Tensor Module::operator()(const Tensor& x) {
   const ModuleScope scope(path_);
+  const amp::Policy* policy = amp::active_policy();
+  if (policy && policy->fp32_module(path_)) {
+    // A module the user keeps in fp32: every op inside casts its floating inputs up.
+    const amp::Autocast fp32(&policy->fp32_policy());
+    return forward(x);
+  }
   return forward(x);
 }
 
