@@ -1,5 +1,7 @@
 #include "engine/device.h"
 
+#include <cblas.h>  // openblas_get_config, openblas_get_corename (OpenBLAS extensions)
+
 #include <string>
 
 #include "kernels/cuda/cuda.h"
@@ -30,5 +32,16 @@ Device resolve_device(DeviceRequest request, std::ostream& notices) {
 }
 
 std::string cuda_build_description() { return kernels::cuda::build_description(); }
+
+const CpuFeatures& cpu_features() { return kernels::cpu::cpu_features(); }
+const CudaInfo& cuda_info() { return kernels::cuda::cuda_info(); }
+
+std::string cpu_blas_description() {
+  const char* config = openblas_get_config();
+  const char* core = openblas_get_corename();
+  std::string s = config != nullptr ? config : "OpenBLAS (no configuration string)";
+  if (core != nullptr && *core != '\0') s += ", core " + std::string(core);
+  return s;
+}
 
 }  // namespace ampcheck

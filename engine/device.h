@@ -7,6 +7,9 @@
 #include <string>
 #include <string_view>
 
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cuda/cuda.h"
+
 namespace ampcheck {
 
 enum class Device { cpu, cuda };
@@ -27,5 +30,16 @@ Device resolve_device(DeviceRequest request, std::ostream& notices);
 
 // What this build can run on: "CUDA 13.0, built for sm_75 sm_80 sm_90" or "no CUDA (...)".
 std::string cuda_build_description();
+
+// The machine as `ampcheck doctor` reports it; kernels/ detects, callers ask here.
+using kernels::cpu::CpuFeatures;
+using kernels::cuda::CudaInfo;
+using kernels::cuda::GpuInfo;
+const CpuFeatures& cpu_features();
+const CudaInfo& cuda_info();  // versions and GPUs; built_with_cuda false without CUDA
+// The BLAS behind the CPU GEMMs, in its own words: OpenBLAS's build configuration
+// ("OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64") and the core
+// kernel set it picked at run time.
+std::string cpu_blas_description();
 
 }  // namespace ampcheck

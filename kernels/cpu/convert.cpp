@@ -7,6 +7,7 @@
 #include <stdexcept>  // std::invalid_argument
 #include <string>
 
+#include "kernels/cpu/cpu_features.h"  // cpu_features: which paths this CPU runs
 #include "kernels/fp_bits.h"  // the scalar definitions every path must equal
 
 #if defined(__x86_64__)
@@ -268,12 +269,10 @@ std::optional<Isa> isa_from_name(std::string_view name) {
 bool isa_supported(Isa isa) {
   static const std::array<bool, kIsaCount> supported = [] {
     std::array<bool, kIsaCount> s{true, false, false, false};
-#if defined(__x86_64__)
-    __builtin_cpu_init();
-    s[1] = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
-    s[2] = s[1] && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
-    s[3] = s[2] && __builtin_cpu_supports("avx512bf16");
-#endif
+    const CpuFeatures& f = cpu_features();
+    s[1] = f.avx2 && f.f16c;
+    s[2] = s[1] && f.avx512f && f.avx512bw;
+    s[3] = s[2] && f.avx512_bf16;
     return s;
   }();
   return supported[static_cast<std::size_t>(isa)];

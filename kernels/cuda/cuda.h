@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ampcheck::kernels::cuda {
 
@@ -20,6 +21,26 @@ struct Probe {
 const Probe& probe();
 // "CUDA 13.0, sm_75 sm_80 sm_90" or "no CUDA (AMPCHECK_CUDA=OFF)".
 std::string build_description();
+
+// Everything `ampcheck doctor` reports about CUDA: the versions of the driver, the
+// runtime and the libraries this build links, and every GPU. Asks once; never throws.
+struct GpuInfo {
+  std::string name;
+  int cc_major = 0, cc_minor = 0;  // compute capability 9.0: 9, 0
+  std::size_t total_memory = 0;    // bytes
+  int multiprocessors = 0;
+};
+struct CudaInfo {
+  bool built_with_cuda = false;
+  std::string why_none;       // no GPU listed: the runtime's own words (as Probe)
+  int driver_version = 0;     // cudaDriverGetVersion: 13000 is 13.0; 0 when no driver
+  int runtime_version = 0;    // cudaRuntimeGetVersion
+  std::string cublas_version;  // "13.0.2"; empty in a build without CUDA
+  std::string cudnn_version;   // "9.19.0"
+  int cupti_api_version = 0;   // cuptiGetVersion: CUPTI's API version, not the toolkit's
+  std::vector<GpuInfo> gpus;
+};
+const CudaInfo& cuda_info();
 
 // Conversions on GPU 0 of host buffers (copied in, converted, copied back), with the
 // same scalar definitions as the CPU (kernels/fp_bits.h). Throw std::runtime_error

@@ -19,6 +19,14 @@ const Probe& probe() {
   return p;
 }
 std::string build_description() { return "no CUDA (AMPCHECK_CUDA=OFF)"; }
+const CudaInfo& cuda_info() {
+  static const CudaInfo info = [] {
+    CudaInfo i;
+    i.why_none = probe().why_none;
+    return i;
+  }();
+  return info;
+}
 
 void f64_to_f16(const double*, std::uint16_t*, std::size_t) { no_gpu("f64_to_f16"); }
 void f64_to_bf16(const double*, std::uint16_t*, std::size_t) { no_gpu("f64_to_bf16"); }
