@@ -10,8 +10,10 @@
 #include "ampcheck_build_info.h"  // AMPCHECK_VERSION
 #include "cli/command.h"
 #include "cli/config_command.h"
+#include "cli/doctor_command.h"
 #include "cli/exit_codes.h"
 #include "cli/fp_command.h"
+#include "cli/ops_command.h"
 #include "cli/run_command.h"
 #include "cli/usage_error.h"
 #include "engine/dtype/convert.h"  // conversion_isa
@@ -37,6 +39,8 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
       add_run_command(app),
       add_fp_command(app),
       add_config_command(app),
+      add_ops_command(app),
+      add_doctor_command(app),
   };
 
   try {

@@ -1,0 +1,226 @@
+#include "cli/ops_command.h"
+
+#include <CLI/CLI.hpp>  // CLI::App
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <ostream>
+
+#include "cli/usage_error.h"
+#include "engine/amp/config.h"
+#include "engine/amp/policy.h"
+#include "engine/dtype/dtype.h"
+#include "engine/ops/registry.h"
+#include "reports/text_table.h"
+
+namespace ampcheck::cli {
+namespace {
+
+using nlohmann::ordered_json;
+
+// How a model feeds each input of an op: activations, parameters (which decorate makes
+// low precision at O2/O3, normalisation layers' excepted when keep_norm_fp32), or
+// integer labels, indices and masks, which no policy casts.
+enum class Input { activation, parameter, integer };
+
+std::vector<Input> inputs_of(Op op) {
+  using enum Input;
+  switch (op) {
+    case Op::linear:
+    case Op::conv2d:
+    case Op::layer_norm: return {activation, parameter, parameter};  // x, weight, bias
+    case Op::batch_norm: return {activation, parameter, parameter, parameter, parameter};  // + running stats
+    case Op::embedding: return {integer, parameter};         // indices, weight
+    case Op::cross_entropy: return {activation, integer};    // logits, labels
+    case Op::masked_fill: return {activation, integer};      // x, mask
+    case Op::where: return {integer, activation, activation};  // condition, a, b
+    default: break;
+  }
+  const int arity = op_info(op).arity;
+  return std::vector<Input>(static_cast<std::size_t>(arity < 0 ? 2 : arity), activation);
+}
+
+bool is_norm(Op op) { return op == Op::batch_norm || op == Op::layer_norm; }
+
+// The inputs' dtypes: every float input fp32 (the model's data, O0/O1 parameters), or
+// as they arrive inside a low-precision model: activations in the AMP dtype, parameters
+// as decorate leaves them at this level.
+std::vector<DType> input_dtypes(Op op, const amp::AmpOptions& o, bool low) {
+  std::vector<DType> d;
+  for (Input in : inputs_of(op)) {
+    if (in == Input::integer) {
+      d.push_back(DType::i64);
+    } else if (!low) {
+      d.push_back(DType::f32);
+    } else if (in == Input::activation) {
+      d.push_back(o.dtype);
+    } else {
+      const bool decorated = o.level == amp::Level::O3 ||
+                             (o.level == amp::Level::O2 && !(is_norm(op) && o.keep_norm_fp32));
+      d.push_back(decorated ? o.dtype : DType::f32);
+    }
+  }
+  return d;
+}
+
+struct OpRow {
+  Op op;
+  amp::Reason reason;
+  std::optional<DType> cast_to;
+  std::optional<DType> from_fp32, from_low;  // nothing: not meaningful (see notes)
+  std::vector<std::string_view> aliases;
+};
+
+std::vector<OpRow> rows_for(const amp::Policy& policy) {
+  const amp::AmpOptions& o = policy.options();
+  std::vector<OpRow> rows;
+  for (int i = 0; i < kOpCount; ++i) {
+    const Op op = static_cast<Op>(i);
+    OpRow r{op, policy.reason(op), policy.cast_target(op), std::nullopt, std::nullopt, amp::op_aliases(op)};
+    if (op != Op::cast) {  // a cast's result dtype is its argument, not its input's
+      r.from_fp32 = policy.compute_dtype(op, input_dtypes(op, o, false));
+      // At O0 no op casts down and no parameter is low: no low-precision input arises.
+      if (o.level != amp::Level::O0) r.from_low = policy.compute_dtype(op, input_dtypes(op, o, true));
+    }
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+std::string long_name(DType d) { return std::string(info(d).long_name); }
+std::string join(const std::vector<std::string_view>& v) {
+  std::string s;
+  for (std::string_view x : v) s += (s.empty() ? "" : ", ") + std::string(x);
+  return s;
+}
+std::string join(const std::vector<std::string>& v) {
+  return join(std::vector<std::string_view>(v.begin(), v.end()));
+}
+
+std::string ops_text(const amp::Policy& policy, const std::vector<OpRow>& rows) {
+  const amp::AmpOptions& o = policy.options();
+  const std::string low = long_name(o.dtype);
+  std::string text = fmt::format("AMP {} {}", amp::level_name(o.level), low);
+  if (!o.custom_white_list.empty()) text += "; custom white: " + join(o.custom_white_list);
+  if (!o.custom_black_list.empty()) text += "; custom black: " + join(o.custom_black_list);
+  text += "\n\n";
+  reports::TextTable t({"op", "category", "reason", "casts to", "runs in, fp32 inputs",
+                        "runs in, " + low + " inputs", "framework names"});
+  for (std::size_t c = 0; c < 7; ++c) t.align(c, reports::TextTable::Align::left);
+  for (const OpRow& r : rows) {
+    auto shown = [](const std::optional<DType>& d) { return d ? long_name(*d) : std::string("-"); };
+    t.add_row({std::string(op_name(r.op)), std::string(amp_category_name(op_info(r.op).amp)),
+               std::string(amp::reason_name(r.reason)), shown(r.cast_to), shown(r.from_fp32),
+               shown(r.from_low), join(r.aliases)});
+  }
+  text += t.render();
+  text += "\ncategory: the op list's AMP slot (engine/ops/op_list.h); reason: why it runs in its dtype\n"
+          "at this level with these lists. fp32 inputs: the model's data (and every parameter at\n"
+          "O0/O1); " + low + " inputs: activations in " + low +
+          ", parameters as decorate leaves them\n"
+          "(O2: " + low + " except normalisation layers' with keep_norm_fp32; O3: all " + low + ").\n";
+  if (o.level == amp::Level::O0) text += "O0: no op casts down, so no input is ever " + low + ".\n";
+  text += "cast: the policy's own tool; its result dtype is its argument.\n";
+  return text;
+}
+
+std::string snake(std::string_view s) {
+  std::string r(s);
+  std::replace(r.begin(), r.end(), ' ', '_');
+  return r;
+}
+
+std::string ops_json(const amp::Policy& policy, const std::vector<OpRow>& rows) {
+  const amp::AmpOptions& o = policy.options();
+  auto dtype_or_null = [](const std::optional<DType>& d) -> ordered_json {
+    if (d) return long_name(*d);
+    return nullptr;
+  };
+  ordered_json ops = ordered_json::array();
+  for (const OpRow& r : rows) {
+    ops.push_back({{"op", op_name(r.op)},
+                   {"category", amp_category_name(op_info(r.op).amp)},
+                   {"reason", snake(amp::reason_name(r.reason))},
+                   {"cast_to", dtype_or_null(r.cast_to)},
+                   {"runs_in_fp32_inputs", dtype_or_null(r.from_fp32)},
+                   {"runs_in_low_inputs", dtype_or_null(r.from_low)},
+                   {"aliases", r.aliases}});
+  }
+  const ordered_json doc = {{"ampcheck_ops", 1},
+                            {"level", amp::level_name(o.level)},
+                            {"dtype", long_name(o.dtype)},
+                            {"custom_white_list", o.custom_white_list},
+                            {"custom_black_list", o.custom_black_list},
+                            {"keep_norm_fp32", o.keep_norm_fp32},
+                            {"ops", ops}};
+  return doc.dump(2) + "\n";
+}
+
+amp::AmpOptions resolve_options(const OpsOptions& opts) {
+  amp::AmpOptions o;
+  if (!opts.config.empty()) {
+    try {
+      o = amp::load_config(opts.config).amp;
+    } catch (const amp::ConfigError& e) {
+      throw UsageError(e.what());
+    }
+  }
+  if (!opts.level.empty()) {
+    const auto level = amp::parse_level(opts.level);
+    if (!level) throw UsageError("--level \"" + opts.level + "\" is not an AMP level; use O0, O1, O2 or O3");
+    o.level = *level;
+  }
+  if (!opts.dtype.empty()) {
+    try {
+      o.dtype = parse_dtype(opts.dtype);
+    } catch (const DTypeError& e) {
+      throw UsageError(std::string("--dtype: ") + e.what());
+    }
+  }
+  o.custom_white_list.insert(o.custom_white_list.end(), opts.white.begin(), opts.white.end());
+  o.custom_black_list.insert(o.custom_black_list.end(), opts.black.begin(), opts.black.end());
+  return o;
+}
+
+CLI::App* add_options(CLI::App& app, OpsOptions& o) {
+  CLI::App* ops = app.add_subcommand(
+      "ops", "Every op, its AMP category, and why and in what dtype it runs at a level");
+  ops->add_option("--level,-l", o.level, "AMP level O0, O1, O2 or O3 (default: the config's, else O1)");
+  ops->add_option("--dtype,-d", o.dtype,
+                  "low-precision dtype: float16 or bfloat16 (default: the config's, else float16)");
+  ops->add_option("--config,-c", o.config,
+                  "an AMP config (PaddlePaddle, PyTorch, DeepSpeed, Apex or ampcheck keys); "
+                  "--level, --dtype, --white and --black apply on top of it");
+  ops->add_option("--white", o.white, "ops added to custom_white_list (run low), comma separated")
+      ->delimiter(',');
+  ops->add_option("--black", o.black, "ops added to custom_black_list (run fp32), comma separated")
+      ->delimiter(',');
+  ops->add_flag("--json", o.json, "print JSON instead of a table");
+  return ops;
+}
+
+int run_ops(const OpsOptions& opts, std::ostream& out, std::ostream&) {
+  const amp::AmpOptions options = resolve_options(opts);
+  std::optional<amp::Policy> policy;
+  try {
+    policy.emplace(options);
+  } catch (const amp::PolicyError& e) {
+    throw UsageError(e.what());
+  }
+  const std::vector<OpRow> rows = rows_for(*policy);
+  out << (opts.json ? ops_json(*policy, rows) : ops_text(*policy, rows));
+  return 0;
+}
+
+}  // namespace
+
+Command add_ops_command(CLI::App& app) {
+  auto options = std::make_shared<OpsOptions>();
+  return {add_options(app, *options),
+          [options](std::ostream& out, std::ostream& err) { return run_ops(*options, out, err); }};
+}
+
+}  // namespace ampcheck::cli

@@ -1,0 +1,21 @@
+// `ampcheck ops`: every op, its AMP category, and the dtype it runs in under a policy.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "cli/command.h"
+
+namespace ampcheck::cli {
+
+struct OpsOptions {
+  std::string level;   // empty: the config's, else O1
+  std::string dtype;   // empty: the config's, else float16
+  std::string config;  // an AMP config file (any framework's keys)
+  std::vector<std::string> white, black;  // added to the custom lists
+  bool json = false;
+};
+
+Command add_ops_command(CLI::App& app);
+
+}  // namespace ampcheck::cli
