@@ -1,0 +1,616 @@
+#include "reports/json.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
+#include <charconv>  // std::from_chars for schema_version
+#include <cmath>
+#include <concepts>
+#include <cstdio>   // std::fopen: errno names why a file cannot be read
+#include <cstring>  // std::strerror
+#include <limits>
+#include <type_traits>
+
+#include "reports/atomic_file.h"
+
+namespace ampcheck::reports {
+namespace {
+
+using ordered_json = nlohmann::ordered_json;
+using json = nlohmann::json;
+
+// ---------------------------------------------------------------------------------------
+// The field list: each struct is described once, in member order, and both the writer and
+// the reader walk that description, so they cannot disagree on a name or miss a field.
+// `v(key, member)` is called per field; S is the struct, const for the writer.
+
+template <class S, class T>
+concept Is = std::same_as<std::remove_const_t<S>, T>;
+
+// NonFinite::propagators holds (op type, events) pairs; in JSON they are named objects.
+using Propagator = std::pair<std::string, std::int64_t>;
+
+template <class V, Is<Propagator> S>
+constexpr void fields(V& v, S& s) {
+  v("type", s.first);
+  v("events", s.second);
+}
+template <class V, Is<Versions> S>
+constexpr void fields(V& v, S& s) {
+  v("ampcheck", s.ampcheck);
+  v("build", s.build);
+  v("cpu_conversions", s.cpu_conversions);
+}
+template <class V, Is<AmpSettings> S>
+constexpr void fields(V& v, S& s) {
+  v("semantics", s.semantics);
+  v("config_file", s.config_file);
+  v("custom_white_list", s.custom_white_list);
+  v("custom_black_list", s.custom_black_list);
+  v("fp32_modules", s.fp32_modules);
+  v("loss_scaling", s.loss_scaling);
+  v("init_loss_scaling", s.init_loss_scaling);
+}
+template <class V, Is<RunInfo> S>
+constexpr void fields(V& v, S& s) {
+  v("command", s.command);
+  v("model", s.model);
+  v("model_description", s.model_description);
+  v("parameters", s.parameters);
+  v("level", s.level);
+  v("dtype", s.dtype);
+  v("device", s.device);
+  v("seed", s.seed);
+  v("steps", s.steps);
+  v("batch", s.batch);
+  v("lr", s.lr);
+  v("optimizer", s.optimizer);
+  v("inspect", s.inspect);
+  v("amp", s.amp);
+  v("versions", s.versions);
+}
+template <class V, Is<StepRecord> S>
+constexpr void fields(V& v, S& s) {
+  v("step", s.step);
+  v("loss", s.loss);
+  v("loss_scale", s.loss_scale);
+  v("found_inf", s.found_inf);
+  v("skipped", s.skipped);
+}
+template <class V, Is<DtypeCounts> S>
+constexpr void fields(V& v, S& s) {
+  v("fp16", s.fp16);
+  v("bf16", s.bf16);
+  v("fp32", s.fp32);
+  v("other", s.other);
+}
+template <class V, Is<OpTypeRow> S>
+constexpr void fields(V& v, S& s) {
+  v("type", s.type);
+  v("calls", s.calls);
+}
+template <class V, Is<InsertedCasts> S>
+constexpr void fields(V& v, S& s) {
+  v("from", s.from);
+  v("to", s.to);
+  v("calls", s.calls);
+}
+template <class V, Is<Histogram> S>
+constexpr void fields(V& v, S& s) {
+  v("min_exponent", s.min_exponent);
+  v("counts", s.counts);
+  v("zero", s.zero);
+  v("nan", s.nan);
+  v("pos_inf", s.pos_inf);
+  v("neg_inf", s.neg_inf);
+  v("below", s.below);
+  v("above", s.above);
+}
+template <class V, Is<LowPrecisionCounts> S>
+constexpr void fields(V& v, S& s) {
+  v("overflow", s.overflow);
+  v("rounds_to_max", s.rounds_to_max);
+  v("underflow", s.underflow);
+  v("subnormal", s.subnormal);
+}
+template <class V, Is<Numerics> S>
+constexpr void fields(V& v, S& s) {
+  v("count", s.count);
+  v("tensors", s.tensors);
+  v("zeros", s.zeros);
+  v("nan", s.nan);
+  v("pos_inf", s.pos_inf);
+  v("neg_inf", s.neg_inf);
+  v("f16", s.f16);
+  v("bf16", s.bf16);
+  v("min", s.min);
+  v("max", s.max);
+  v("absmax", s.absmax);
+  v("min_nonzero_abs", s.min_nonzero_abs);
+  v("mean", s.mean);
+  v("rms", s.rms);
+  v("dynamic_range_log2", s.dynamic_range_log2);
+  v("histogram", s.histogram);
+}
+template <class V, Is<LocalError> S>
+constexpr void fields(V& v, S& s) {
+  v("count", s.count);
+  v("nonfinite", s.nonfinite);
+  v("mean", s.mean);
+  v("mean_floor", s.mean_floor);
+  v("worst", s.worst);
+  v("floor_at_worst", s.floor_at_worst);
+  v("worst_step", s.worst_step);
+  v("max_abs", s.max_abs);
+}
+template <class V, Is<CastCount> S>
+constexpr void fields(V& v, S& s) {
+  v("input", s.input);
+  v("slot", s.slot);
+  v("from", s.from);
+  v("to", s.to);
+  v("calls", s.calls);
+}
+template <class V, Is<KernelCount> S>
+constexpr void fields(V& v, S& s) {
+  v("name", s.name);
+  v("calls", s.calls);
+}
+template <class V, Is<NamedNumerics> S>
+constexpr void fields(V& v, S& s) {
+  v("role", s.role);
+  v("numerics", s.numerics);
+}
+template <class V, Is<OpInstance> S>
+constexpr void fields(V& v, S& s) {
+  v("name", s.name);
+  v("type", s.type);
+  v("module", s.module);
+  v("phase", s.phase);
+  v("occurrence", s.occurrence);
+  v("calls", s.calls);
+  v("reason", s.reason);
+  v("dtypes_in", s.dtypes_in);
+  v("compute", s.compute);
+  v("out", s.out);
+  v("kernel_dtypes", s.kernel_dtypes);
+  v("casts", s.casts);
+  v("kernels", s.kernels);
+  v("numerics", s.numerics);
+  v("local_error", s.local_error);
+}
+template <class V, Is<TensorNumerics> S>
+constexpr void fields(V& v, S& s) {
+  v("key", s.key);
+  v("numerics", s.numerics);
+}
+template <class V, Is<Swamping> S>
+constexpr void fields(V& v, S& s) {
+  v("parameter", s.parameter);
+  v("updates", s.updates);
+  v("fraction", s.fraction);
+}
+template <class V, Is<TensorRange> S>
+constexpr void fields(V& v, S& s) {
+  v("role", s.role);
+  v("dtype", s.dtype);
+  v("shape", s.shape);
+  v("nan", s.nan);
+  v("pos_inf", s.pos_inf);
+  v("neg_inf", s.neg_inf);
+  v("min", s.min);
+  v("max", s.max);
+  v("absmax", s.absmax);
+}
+template <class V, Is<NanEvent> S>
+constexpr void fields(V& v, S& s) {
+  v("step", s.step);
+  v("phase", s.phase);
+  v("op", s.op);
+  v("module", s.module);
+  v("inputs", s.inputs);
+  v("out_nan", s.out_nan);
+  v("out_pos_inf", s.out_pos_inf);
+  v("out_neg_inf", s.out_neg_inf);
+}
+template <class V, Is<Failure> S>
+constexpr void fields(V& v, S& s) {
+  v("kind", s.kind);
+  v("step", s.step);
+  v("detail", s.detail);
+}
+template <class V, Is<NonFinite> S>
+constexpr void fields(V& v, S& s) {
+  v("producer", s.producer);
+  v("propagator_events", s.propagator_events);
+  v("propagators", s.propagators);
+  v("failures", s.failures);
+  v("updates", s.updates);
+  v("skipped", s.skipped);
+  v("absorbed", s.absorbed);
+  v("events_checked", s.events_checked);
+}
+template <class V, Is<Summary> S>
+constexpr void fields(V& v, S& s) {
+  v("initial_loss", s.initial_loss);
+  v("final_loss", s.final_loss);
+  v("accuracy", s.accuracy);
+  v("skipped_steps", s.skipped_steps);
+  v("final_loss_scale", s.final_loss_scale);
+  v("low_precision_calls", s.low_precision_calls);
+  v("total_calls", s.total_calls);
+  v("verdict", s.verdict);
+  v("verdict_text", s.verdict_text);
+}
+template <class V, Is<Trial> S>
+constexpr void fields(V& v, S& s) {
+  v("index", s.index);
+  v("black_list", s.black_list);
+  v("healthy", s.healthy);
+  v("reason", s.reason);
+  v("skipped_steps", s.skipped_steps);
+  v("final_loss", s.final_loss);
+}
+template <class V, Is<Suggestion> S>
+constexpr void fields(V& v, S& s) {
+  v("ampcheck", s.ampcheck);
+  v("paddle", s.paddle);
+  v("paddle_fleet", s.paddle_fleet);
+  v("pytorch", s.pytorch);
+}
+template <class V, Is<Bisect> S>
+constexpr void fields(V& v, S& s) {
+  v("granularity", s.granularity);
+  v("producer", s.producer);
+  v("candidates", s.candidates);
+  v("found", s.found);
+  v("culprits", s.culprits);
+  v("suggested_black_list", s.suggested_black_list);
+  v("suggested_fp32_modules", s.suggested_fp32_modules);
+  v("max_skipped_fraction", s.max_skipped_fraction);
+  v("loss_tolerance", s.loss_tolerance);
+  v("reference_loss", s.reference_loss);
+  v("runs", s.runs);
+  v("trials", s.trials);
+  v("suggestion", s.suggestion);
+}
+template <class V, Is<LevelRun> S>
+constexpr void fields(V& v, S& s) {
+  v("level", s.level);
+  v("losses", s.losses);
+  v("final_loss", s.final_loss);
+  v("accuracy", s.accuracy);
+  v("skipped_steps", s.skipped_steps);
+}
+template <class V, Is<LevelError> S>
+constexpr void fields(V& v, S& s) {
+  v("level", s.level);
+  v("mean", s.mean);
+  v("worst", s.worst);
+  v("worst_step", s.worst_step);
+  v("growth", s.growth);
+}
+template <class V, Is<CompareOp> S>
+constexpr void fields(V& v, S& s) {
+  v("name", s.name);
+  v("type", s.type);
+  v("module", s.module);
+  v("levels", s.levels);
+}
+template <class V, Is<Compare> S>
+constexpr void fields(V& v, S& s) {
+  v("reference", s.reference);
+  v("runs", s.runs);
+  v("ops", s.ops);
+  v("fastest_growing", s.fastest_growing);
+}
+// schema_version is not walked here: the writer writes the version it implements and the
+// reader checks it before anything else (see to_json and from_json).
+template <class V, Is<Report> S>
+constexpr void fields(V& v, S& s) {
+  v("run", s.run);
+  v("steps", s.steps);
+  v("op_types", s.op_types);
+  v("inserted_casts", s.inserted_casts);
+  v("ops", s.ops);
+  v("tensors", s.tensors);
+  v("swamping", s.swamping);
+  v("nonfinite", s.nonfinite);
+  v("summary", s.summary);
+  v("bisect", s.bisect);
+  v("compare", s.compare);
+}
+
+// The guard: a member added to a struct in report.h fails the build here until its
+// fields() lists it (else the writer and the reader would silently drop it). Members are
+// counted as the arity of aggregate initialisation; fields() by walking a default value.
+struct AnyMember {
+  template <class T>
+  operator T() const;  // never defined: only asked whether the conversion exists
+};
+template <class S, class... A>
+consteval std::size_t member_count() {
+  if constexpr (requires { S{A{}..., AnyMember{}}; })
+    return member_count<S, A..., AnyMember>();
+  else
+    return sizeof...(A);
+}
+struct FieldCounter {
+  std::size_t n = 0;
+  template <class T>
+  constexpr void operator()(const char*, T&) { ++n; }
+};
+template <class S>
+consteval std::size_t field_count() {
+  S s{};
+  FieldCounter counter;
+  fields(counter, s);
+  return counter.n;
+}
+template <class S>
+struct EveryMemberHasAField {
+  static_assert(member_count<S>() == field_count<S>(),
+                "a member of this report.h struct is missing from its fields() in reports/json.cpp");
+  static constexpr bool value = true;
+};
+template <class... S>
+inline constexpr bool kEveryMemberHasAField = (EveryMemberHasAField<S>::value && ...);
+static_assert(kEveryMemberHasAField<
+              Versions, AmpSettings, RunInfo, StepRecord, DtypeCounts, OpTypeRow, InsertedCasts,
+              Histogram, LowPrecisionCounts, Numerics, LocalError, CastCount, KernelCount,
+              NamedNumerics, OpInstance, TensorNumerics, Swamping, TensorRange, NanEvent, Failure,
+              NonFinite, Summary, Trial, Suggestion, Bisect, LevelRun, LevelError, CompareOp, Compare>);
+// Report's default schema_version is not constexpr, so fields(Report) cannot be walked
+// here: its members are counted by hand (schema_version, written apart, and the 11 of
+// fields(Report)), and the test of the top-level keys checks fields(Report) itself.
+static_assert(member_count<Report>() == 1 + 11,
+              "Report gained a member: add it to fields(Report) in reports/json.cpp");
+
+template <class T>
+inline constexpr bool is_vector = false;
+template <class T>
+inline constexpr bool is_vector<std::vector<T>> = true;
+template <class T>
+inline constexpr bool is_optional = false;
+template <class T>
+inline constexpr bool is_optional<std::optional<T>> = true;
+
+// ---------------------------------------------------------------------------------------
+// Writer
+
+template <class T>
+ordered_json encode(const T& value);
+
+struct ObjectWriter {
+  ordered_json& object;
+  template <class T>
+  void operator()(const char* key, const T& value) {
+    if constexpr (is_optional<T>) {
+      if (value) object[key] = encode(*value);  // absent when empty
+    } else {
+      object[key] = encode(value);
+    }
+  }
+};
+
+// JSON has no NaN or infinity; they are strings, which the reader turns back.
+ordered_json encode_double(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  return x;
+}
+
+template <class T>
+ordered_json encode(const T& value) {
+  if constexpr (std::is_same_v<T, double>) {
+    return encode_double(value);
+  } else if constexpr (std::is_integral_v<T> || std::is_same_v<T, std::string>) {
+    return value;
+  } else if constexpr (is_vector<T>) {
+    ordered_json array = ordered_json::array();
+    for (const auto& element : value) array.push_back(encode(element));
+    return array;
+  } else {
+    ordered_json object = ordered_json::object();
+    ObjectWriter writer{object};
+    fields(writer, value);
+    return object;
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Reader: every value is read with its path ("steps[3].loss"), and every error names the
+// source and that path.
+
+class Reader {
+ public:
+  explicit Reader(std::string_view source) : source_(source) {}
+
+  [[noreturn]] void fail(const std::string& path, const std::string& what) const {
+    if (path.empty()) throw ReportError(fmt::format("{}: {}", source_, what));
+    throw ReportError(fmt::format("{}: {}: {}", source_, path, what));
+  }
+  [[noreturn]] void expected(const std::string& path, std::string_view what, const json& got) const {
+    fail(path, fmt::format("expected {}, got {}", what, shown(got)));
+  }
+
+  template <class T>
+  void read(const json& value, const std::string& path, T& out) const {
+    if constexpr (std::is_same_v<T, double>) {
+      out = read_double(value, path);
+    } else if constexpr (std::is_same_v<T, bool>) {
+      if (!value.is_boolean()) expected(path, "true or false", value);
+      out = value.get<bool>();
+    } else if constexpr (std::is_integral_v<T>) {
+      out = read_integer<T>(value, path);
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      if (!value.is_string()) expected(path, "a string", value);
+      out = value.get<std::string>();
+    } else if constexpr (is_vector<T>) {
+      if (!value.is_array()) expected(path, "an array", value);
+      out.clear();
+      out.resize(value.size());
+      for (std::size_t i = 0; i < value.size(); ++i)
+        read(value[i], fmt::format("{}[{}]", path, i), out[i]);
+    } else {
+      if (!value.is_object()) expected(path, "an object", value);
+      ObjectReader reader{*this, value, path};
+      fields(reader, out);
+    }
+  }
+
+ private:
+  struct ObjectReader {
+    const Reader& reader;
+    const json& object;
+    const std::string& path;
+    template <class T>
+    void operator()(const char* key, T& out) {
+      const std::string child = path.empty() ? std::string(key) : path + "." + key;
+      const auto it = object.find(key);
+      if constexpr (is_optional<T>) {
+        if (it == object.end()) {
+          out.reset();
+        } else {
+          out.emplace();
+          reader.read(*it, child, *out);
+        }
+      } else {
+        if (it == object.end()) reader.fail(path, fmt::format("missing field \"{}\"", key));
+        reader.read(*it, child, out);
+      }
+    }
+  };
+
+  // A value as the user wrote it, cut short: an error must not quote a whole section.
+  static std::string shown(const json& value) {
+    std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
+    constexpr std::size_t kMax = 60;
+    if (text.size() > kMax) text = text.substr(0, kMax) + "...";
+    return text;
+  }
+
+  double read_double(const json& value, const std::string& path) const {
+    if (value.is_number()) return value.get<double>();
+    if (value.is_string()) {
+      const auto& s = value.get_ref<const std::string&>();
+      if (s == "nan") return std::numeric_limits<double>::quiet_NaN();
+      if (s == "inf") return std::numeric_limits<double>::infinity();
+      if (s == "-inf") return -std::numeric_limits<double>::infinity();
+    }
+    expected(path, "a number", value);
+  }
+
+  template <class T>
+  T read_integer(const json& value, const std::string& path) const {
+    // nlohmann keeps integers exact: unsigned for non-negative literals, signed otherwise.
+    if (value.is_number_unsigned()) {
+      const auto u = value.get<std::uint64_t>();
+      if (u <= static_cast<std::uint64_t>(std::numeric_limits<T>::max())) return static_cast<T>(u);
+    } else if (value.is_number_integer()) {
+      const auto i = value.get<std::int64_t>();
+      if constexpr (std::is_signed_v<T>) {
+        if (i >= std::numeric_limits<T>::min() && i <= std::numeric_limits<T>::max())
+          return static_cast<T>(i);
+      }
+    } else {
+      expected(path, "an integer", value);
+    }
+    expected(path,
+             fmt::format("an integer in [{}, {}]", std::numeric_limits<T>::min(),
+                         std::numeric_limits<T>::max()),
+             value);
+  }
+
+  std::string_view source_;
+};
+
+// "MAJOR.MINOR" with both parts decimal digits; nullopt otherwise.
+std::optional<std::pair<int, int>> parse_version(const std::string& text) {
+  const char* const begin = text.data();
+  const char* const end = begin + text.size();
+  int major = 0, minor = 0;
+  const auto [dot, major_error] = std::from_chars(begin, end, major);
+  if (major_error != std::errc() || dot == begin || dot == end || *dot != '.') return std::nullopt;
+  const auto [stop, minor_error] = std::from_chars(dot + 1, end, minor);
+  if (minor_error != std::errc() || stop == dot + 1 || stop != end) return std::nullopt;
+  if (*begin == '-' || dot[1] == '-') return std::nullopt;
+  return std::pair{major, minor};
+}
+
+}  // namespace
+
+std::string to_json(const Report& report) {
+  ordered_json doc = ordered_json::object();
+  // The version this writer implements, not report.schema_version: a report read from a
+  // newer minor has lost that minor's fields, so it is written as what it now is.
+  doc["schema_version"] = fmt::format("{}.{}", kSchemaMajor, kSchemaMinor);
+  ObjectWriter writer{doc};
+  fields(writer, report);
+  // Strings come from model paths and names; invalid UTF-8 becomes U+FFFD, never a throw.
+  return doc.dump(2, ' ', false, ordered_json::error_handler_t::replace) + "\n";
+}
+
+Report from_json(std::string_view text, std::string_view source) {
+  json doc;
+  try {
+    doc = json::parse(text);
+  } catch (const json::parse_error& e) {
+    // nlohmann prefixes "[json.exception.parse_error.101] "; the rest says where and why.
+    std::string_view message = e.what();
+    if (const auto close = message.find("] "); !message.empty() && message[0] == '[' &&
+                                               close != std::string_view::npos)
+      message.remove_prefix(close + 2);
+    throw ReportError(fmt::format("{} is not JSON: {}", source, message));
+  }
+  const Reader reader(source);
+  if (!doc.is_object()) reader.expected("", "a JSON object (an ampcheck report)", doc);
+
+  // The version first: a document of another major may differ in any field, and "missing
+  // field x" would hide the real reason.
+  const auto version = doc.find("schema_version");
+  if (version == doc.end())
+    reader.fail("", "missing field \"schema_version\" (is this an ampcheck report?)");
+  const auto parsed = version->is_string() ? parse_version(version->get<std::string>()) : std::nullopt;
+  if (!parsed) reader.expected("schema_version", "a string \"MAJOR.MINOR\" such as \"1.0\"", *version);
+  if (parsed->first != kSchemaMajor) {
+    const std::string fix = parsed->first > kSchemaMajor
+                                ? "use the ampcheck that wrote it or a newer one"
+                                : "use the ampcheck that wrote it";
+    throw ReportError(fmt::format(
+        "{} has schema_version {}, which this ampcheck (reads {}.x) does not know; {}", source,
+        version->get<std::string>(), kSchemaMajor, fix));
+  }
+
+  Report report;
+  report.schema_version = version->get<std::string>();  // as read; to_json writes its own
+  reader.read(doc, "", report);
+  return report;
+}
+
+Report read_report(const std::filesystem::path& path) {
+  auto cannot_read = [&](int error) {
+    std::string message = fmt::format("cannot read {}: {}", path.string(), std::strerror(error));
+    if (error == ENOENT) message += " (give the JSON a run wrote with --report)";
+    return ReportError(message);
+  };
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) throw cannot_read(errno);
+  std::string text;
+  char buffer[1 << 16];
+  std::size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof buffer, f)) > 0) text.append(buffer, n);
+  const bool failed = std::ferror(f) != 0;  // a directory opens, then fails to read (EISDIR)
+  const int error = errno;
+  std::fclose(f);
+  if (failed) throw cannot_read(error);
+  return from_json(text, path.string());
+}
+
+void write_report(const std::filesystem::path& path, const Report& report) {
+  write_file_atomically(path, to_json(report));
+}
+
+}  // namespace ampcheck::reports

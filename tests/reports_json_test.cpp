@@ -1,0 +1,396 @@
+// The JSON form of the report (reports/json.h): writer, reader, and the JSON Schema
+// (reports/schema/report.schema.json) checked by an independent validator (python3's
+// jsonschema) against what the writer produces.
+#include <gtest/gtest.h>
+#include <unistd.h>  // getpid
+
+#include <cmath>
+#include <cstdio>  // popen
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "reports/json.h"
+#include "tests/report_fixture.h"
+
+namespace ampcheck::reports {
+namespace {
+
+namespace fs = std::filesystem;
+using ordered_json = nlohmann::ordered_json;
+
+// The message from_json throws for `text`, or "(no error)".
+std::string read_error(const std::string& text) {
+  try {
+    from_json(text, "run.json");
+  } catch (const ReportError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+ordered_json sample_doc() { return ordered_json::parse(to_json(testing::sample_report())); }
+
+TEST(ReportJson, RoundTripGivesTheSameText) {
+  for (bool bisect : {false, true}) {
+    for (bool compare : {false, true}) {
+      const std::string first = to_json(testing::sample_report(bisect, compare));
+      const std::string second = to_json(from_json(first, "run.json"));
+      EXPECT_EQ(second, first) << "bisect " << bisect << " compare " << compare;
+    }
+  }
+}
+
+TEST(ReportJson, ReadBackValuesMatchTheReport) {
+  const Report original = testing::sample_report();
+  const Report r = from_json(to_json(original), "run.json");
+  EXPECT_EQ(r.schema_version, "1.0");
+  EXPECT_EQ(r.run.model_description, original.run.model_description);
+  EXPECT_EQ(r.run.seed, 7u);
+  EXPECT_EQ(r.run.amp.custom_black_list, std::vector<std::string>{"softmax"});
+  EXPECT_EQ(r.run.amp.init_loss_scaling, 32768.0);
+  ASSERT_EQ(r.steps.size(), 4u);
+  EXPECT_EQ(r.steps[0].loss, 1.0986);
+  EXPECT_TRUE(r.steps[0].skipped);
+  EXPECT_EQ(r.op_types, original.op_types);
+  EXPECT_EQ(r.inserted_casts, original.inserted_casts);
+  ASSERT_EQ(r.ops.size(), 3u);
+  EXPECT_EQ(r.ops[0].casts, original.ops[0].casts);
+  EXPECT_EQ(r.ops[0].numerics[0].numerics.histogram, original.ops[0].numerics[0].numerics.histogram);
+  EXPECT_EQ(r.ops[0].numerics[0].numerics.min_nonzero_abs, 0x1p-30);
+  EXPECT_EQ(r.ops[0].numerics[0].numerics.dynamic_range_log2, 46.1);
+  ASSERT_TRUE(r.ops[0].local_error.has_value());
+  EXPECT_EQ(r.ops[0].local_error->worst, 4.9e-4);
+  EXPECT_FALSE(r.ops[1].local_error.has_value());
+  EXPECT_EQ(r.nonfinite.propagators, original.nonfinite.propagators);
+  EXPECT_EQ(r.summary.verdict_text, original.summary.verdict_text);
+  ASSERT_TRUE(r.bisect.has_value());
+  EXPECT_EQ(r.bisect->suggestion.pytorch, original.bisect->suggestion.pytorch);
+  ASSERT_TRUE(r.compare.has_value());
+  EXPECT_EQ(r.compare->runs[1].losses, original.compare->runs[1].losses);
+}
+
+TEST(ReportJson, NonFiniteDoublesAreStringsAndComeBackInClass) {
+  Report original = testing::sample_report();
+  original.steps[2].loss = -std::numeric_limits<double>::infinity();
+  const std::string text = to_json(original);
+  const ordered_json doc = ordered_json::parse(text);
+  EXPECT_EQ(doc["steps"][2]["loss"], "-inf");
+  EXPECT_EQ(doc["nonfinite"]["producer"]["inputs"][1]["min"], "nan");
+  EXPECT_EQ(doc["bisect"]["trials"][0]["final_loss"], "inf");
+  EXPECT_EQ(doc["bisect"]["trials"][2]["final_loss"], "nan");
+  // Finite values stay numbers, integers integers.
+  EXPECT_TRUE(doc["steps"][2]["loss_scale"].is_number_float());
+  EXPECT_TRUE(doc["steps"][2]["step"].is_number_integer());
+  EXPECT_NE(text.find("\"loss_scale\": 16384.0"), std::string::npos);
+
+  const Report r = from_json(text, "run.json");
+  EXPECT_TRUE(std::isinf(r.steps[2].loss) && r.steps[2].loss < 0);
+  const TensorRange& in1 = r.nonfinite.producer->inputs[1];
+  EXPECT_TRUE(std::isnan(in1.min) && std::isnan(in1.max) && std::isnan(in1.absmax));
+  EXPECT_EQ(r.nonfinite.producer->inputs[0].max, 60000.0);
+  EXPECT_TRUE(std::isinf(r.bisect->trials[0].final_loss) && r.bisect->trials[0].final_loss > 0);
+  EXPECT_TRUE(std::isnan(r.bisect->trials[2].final_loss));
+}
+
+TEST(ReportJson, EqualReportsGiveIdenticalBytes) {
+  const std::string a = to_json(testing::sample_report());
+  const std::string b = to_json(testing::sample_report());
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a.substr(0, 2), "{\n");
+  EXPECT_EQ(a.substr(a.size() - 2), "}\n");
+  EXPECT_NE(a.find("\n  \"schema_version\": \"1.0\",\n"), std::string::npos);
+}
+
+TEST(ReportJson, TopLevelKeysInOrder) {
+  // items() must iterate a named document: on a temporary it would dangle.
+  const ordered_json doc = sample_doc();
+  auto keys_of = [](const ordered_json& object) {
+    std::vector<std::string> keys;
+    for (const auto& [key, value] : object.items()) keys.push_back(key);
+    return keys;
+  };
+  EXPECT_EQ(keys_of(doc), (std::vector<std::string>{"schema_version", "run", "steps", "op_types",
+                                                    "inserted_casts", "ops", "tensors", "swamping",
+                                                    "nonfinite", "summary", "bisect", "compare"}));
+  EXPECT_EQ(keys_of(doc["ops"][0]["numerics"][0]["numerics"]["histogram"]),
+            (std::vector<std::string>{"min_exponent", "counts", "zero", "nan", "pos_inf", "neg_inf",
+                                      "below", "above"}));
+  EXPECT_EQ(keys_of(doc["steps"][0]),
+            (std::vector<std::string>{"step", "loss", "loss_scale", "found_inf", "skipped"}));
+  EXPECT_EQ(doc["nonfinite"]["propagators"][0], (ordered_json{{"type", "relu"}, {"events", 2}}));
+}
+
+TEST(ReportJson, OptionalSectionsAbsentWhenEmpty) {
+  Report r = testing::sample_report(false, false);
+  r.nonfinite.producer.reset();
+  const ordered_json doc = ordered_json::parse(to_json(r));
+  EXPECT_FALSE(doc.contains("bisect"));
+  EXPECT_FALSE(doc.contains("compare"));
+  EXPECT_FALSE(doc["nonfinite"].contains("producer"));
+  EXPECT_TRUE(doc["ops"][0].contains("local_error"));
+  EXPECT_FALSE(doc["ops"][1].contains("local_error"));
+  const Report back = from_json(doc.dump(), "run.json");
+  EXPECT_FALSE(back.bisect || back.compare || back.nonfinite.producer || back.ops[1].local_error);
+  EXPECT_TRUE(back.ops[0].local_error.has_value());
+}
+
+TEST(ReportJson, NotJsonNamesTheSource) {
+  const std::string e = read_error("{\"schema_version\": \"1.0\",");
+  EXPECT_EQ(e.rfind("run.json is not JSON: parse error at line 1, column ", 0), 0u) << e;
+  EXPECT_EQ(read_error("[1, 2]"), "run.json: expected a JSON object (an ampcheck report), got [1,2]");
+}
+
+TEST(ReportJson, MissingFieldNamesItsPath) {
+  ordered_json doc = sample_doc();
+  doc["ops"][0].erase("phase");
+  EXPECT_EQ(read_error(doc.dump()), "run.json: ops[0]: missing field \"phase\"");
+  doc = sample_doc();
+  doc.erase("summary");
+  EXPECT_EQ(read_error(doc.dump()), "run.json: missing field \"summary\"");
+  doc = sample_doc();
+  doc["run"]["amp"].erase("loss_scaling");
+  EXPECT_EQ(read_error(doc.dump()), "run.json: run.amp: missing field \"loss_scaling\"");
+  doc = sample_doc();
+  doc["ops"][2]["numerics"][1]["numerics"]["histogram"].erase("counts");
+  EXPECT_EQ(read_error(doc.dump()),
+            "run.json: ops[2].numerics[1].numerics.histogram: missing field \"counts\"");
+}
+
+TEST(ReportJson, WrongTypeNamesItsPath) {
+  ordered_json doc = sample_doc();
+  doc["steps"][3]["loss"] = "abc";
+  EXPECT_EQ(read_error(doc.dump()), "run.json: steps[3].loss: expected a number, got \"abc\"");
+  doc = sample_doc();
+  doc["steps"][1]["step"] = 1.5;
+  EXPECT_EQ(read_error(doc.dump()), "run.json: steps[1].step: expected an integer, got 1.5");
+  doc = sample_doc();
+  doc["run"]["seed"] = -1;
+  EXPECT_EQ(read_error(doc.dump()),
+            "run.json: run.seed: expected an integer in [0, 18446744073709551615], got -1");
+  doc = sample_doc();
+  doc["ops"][0]["numerics"][0]["numerics"]["histogram"]["min_exponent"] = 1LL << 40;
+  EXPECT_EQ(read_error(doc.dump()),
+            "run.json: ops[0].numerics[0].numerics.histogram.min_exponent: expected an integer "
+            "in [-2147483648, 2147483647], got 1099511627776");
+  doc = sample_doc();
+  doc["steps"][0]["skipped"] = "yes";
+  EXPECT_EQ(read_error(doc.dump()), "run.json: steps[0].skipped: expected true or false, got \"yes\"");
+  doc = sample_doc();
+  doc["run"]["amp"]["custom_black_list"][0] = 3;
+  EXPECT_EQ(read_error(doc.dump()), "run.json: run.amp.custom_black_list[0]: expected a string, got 3");
+  doc = sample_doc();
+  doc["ops"] = ordered_json::object();
+  EXPECT_EQ(read_error(doc.dump()), "run.json: ops: expected an array, got {}");
+  doc = sample_doc();
+  doc["summary"] = ordered_json::array({1, 2});
+  EXPECT_EQ(read_error(doc.dump()), "run.json: summary: expected an object, got [1,2]");
+  // Only the three spellings the writer uses stand for non-finite values.
+  doc = sample_doc();
+  doc["summary"]["final_loss"] = "NaN";
+  EXPECT_EQ(read_error(doc.dump()), "run.json: summary.final_loss: expected a number, got \"NaN\"");
+  // A long value is cut short in the message.
+  doc = sample_doc();
+  doc["steps"][0]["loss"] = std::string(200, 'x');
+  EXPECT_EQ(read_error(doc.dump()),
+            "run.json: steps[0].loss: expected a number, got \"" + std::string(59, 'x') + "...");
+}
+
+TEST(ReportJson, SchemaVersionIsCheckedFirst) {
+  ordered_json doc = sample_doc();
+  doc.erase("schema_version");
+  EXPECT_EQ(read_error(doc.dump()),
+            "run.json: missing field \"schema_version\" (is this an ampcheck report?)");
+  for (const ordered_json& bad : {ordered_json("1"), ordered_json("1.x"), ordered_json("v1.0"),
+                                 ordered_json("1.0.1"), ordered_json(1.0)}) {
+    doc["schema_version"] = bad;
+    EXPECT_EQ(read_error(doc.dump()),
+              "run.json: schema_version: expected a string \"MAJOR.MINOR\" such as \"1.0\", got " +
+                  bad.dump());
+  }
+}
+
+TEST(ReportJson, OtherMajorIsRejectedWithWhatToDo) {
+  // Everything else about a major-2 document may differ: the version error comes first.
+  ordered_json doc = {{"schema_version", "2.0"}, {"runs", ordered_json::array()}};
+  EXPECT_EQ(read_error(doc.dump()),
+            "run.json has schema_version 2.0, which this ampcheck (reads 1.x) does not know; use "
+            "the ampcheck that wrote it or a newer one");
+  doc["schema_version"] = "0.9";
+  EXPECT_EQ(read_error(doc.dump()),
+            "run.json has schema_version 0.9, which this ampcheck (reads 1.x) does not know; use "
+            "the ampcheck that wrote it");
+}
+
+TEST(ReportJson, NewerMinorWithUnknownFieldsIsRead) {
+  ordered_json doc = sample_doc();
+  doc["schema_version"] = "1.7";
+  doc["energy"] = {{"joules", 12.5}};
+  doc["steps"][0]["grad_norm"] = 3.0;
+  doc["ops"][0]["local_error"]["median"] = 1e-4;
+  const Report r = from_json(doc.dump(), "run.json");
+  EXPECT_EQ(r.schema_version, "1.7");
+  EXPECT_EQ(r.steps[0].loss, 1.0986);
+  // Written back as what this writer implements, without the fields it does not know.
+  EXPECT_EQ(to_json(r), to_json(testing::sample_report()));
+}
+
+class ReportJsonFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("ampcheck_json_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  static void write(const fs::path& p, const std::string& text) {
+    std::ofstream out(p, std::ios::binary);
+    out << text;
+  }
+  fs::path dir_;
+};
+
+TEST_F(ReportJsonFiles, ReadReportOnMissingFileNamesIt) {
+  const fs::path missing = dir_ / "run.json";
+  try {
+    read_report(missing);
+    FAIL() << "expected ReportError";
+  } catch (const ReportError& e) {
+    EXPECT_EQ(std::string(e.what()), "cannot read " + missing.string() +
+                                         ": No such file or directory (give the JSON a run "
+                                         "wrote with --report)");
+  }
+  try {
+    read_report(dir_);
+    FAIL() << "expected ReportError";
+  } catch (const ReportError& e) {
+    EXPECT_EQ(std::string(e.what()), "cannot read " + dir_.string() + ": Is a directory");
+  }
+}
+
+TEST_F(ReportJsonFiles, ErrorsInAFileNameTheFile) {
+  const fs::path p = dir_ / "run.json";
+  write(p, "not json");
+  try {
+    read_report(p);
+    FAIL() << "expected ReportError";
+  } catch (const ReportError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(p.string() + " is not JSON: ", 0), 0u) << e.what();
+  }
+}
+
+TEST_F(ReportJsonFiles, WriteReportLeavesNoTemporaryAndReadsBack) {
+  const fs::path p = dir_ / "run.json";
+  write_report(p, testing::sample_report(false, true));
+  write_report(p, testing::sample_report());  // replaces
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir_)) names.push_back(entry.path().filename().string());
+  EXPECT_EQ(names, std::vector<std::string>{"run.json"});
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_EQ(text.str(), to_json(testing::sample_report()));
+  EXPECT_EQ(to_json(read_report(p)), text.str());
+}
+
+// ---------------------------------------------------------------------------------------
+// The schema against an independent validator. The documents come from the writer (the
+// schema must accept them) and from deliberate breakage (the schema must reject them).
+
+class ReportJsonSchema : public ReportJsonFiles {
+ protected:
+  void SetUp() override {
+    ReportJsonFiles::SetUp();
+    if (std::system("python3 -c 'import json, jsonschema' >/dev/null 2>&1") != 0)
+      GTEST_SKIP() << "python3 with the jsonschema module is needed to check the schema "
+                      "(Debian: apt-get install python3-jsonschema)";
+  }
+  struct Outcome {
+    bool valid;
+    std::string output;
+  };
+  // Validates `doc` against reports/schema/report.schema.json with python3's jsonschema.
+  Outcome validate(const std::string& doc, const std::string& name) {
+    const fs::path file = dir_ / name;
+    write(file, doc);
+    const fs::path schema = fs::path(AMPCHECK_SOURCE_DIR) / "reports/schema/report.schema.json";
+    const std::string command =
+        "python3 -c 'import json,jsonschema,sys; jsonschema.validate(json.load(open(sys.argv[2])), "
+        "json.load(open(sys.argv[1])))' '" +
+        schema.string() + "' '" + file.string() + "' 2>&1";
+    Outcome outcome{false, ""};
+    std::FILE* pipe = ::popen(command.c_str(), "r");
+    if (pipe == nullptr) return {false, "popen failed"};
+    char buffer[4096];
+    std::size_t n = 0;
+    while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) outcome.output.append(buffer, n);
+    outcome.valid = ::pclose(pipe) == 0;
+    return outcome;
+  }
+  void expect_rejected(const ordered_json& doc, const std::string& name, const std::string& why) {
+    const Outcome o = validate(doc.dump(2), name);
+    EXPECT_FALSE(o.valid) << name << ": the schema accepted it";
+    // Rejected by the schema, not by a crash or a missing file.
+    EXPECT_NE(o.output.find("ValidationError"), std::string::npos) << name << ":\n" << o.output;
+    EXPECT_NE(o.output.find(why), std::string::npos) << name << ":\n" << o.output;
+  }
+};
+
+TEST_F(ReportJsonSchema, WriterOutputIsValid) {
+  for (bool bisect : {false, true}) {
+    for (bool compare : {false, true}) {
+      Report r = testing::sample_report(bisect, compare);
+      if (!bisect) r.nonfinite.producer.reset();
+      const std::string name = "run_" + std::to_string(bisect) + std::to_string(compare) + ".json";
+      const Outcome o = validate(to_json(r), name);
+      EXPECT_TRUE(o.valid) << name << ":\n" << o.output;
+    }
+  }
+}
+
+TEST_F(ReportJsonSchema, NewerMinorWithExtraFieldsIsValid) {
+  ordered_json doc = sample_doc();
+  doc["schema_version"] = "1.7";
+  doc["energy"] = {{"joules", 12.5}};
+  doc["ops"][0]["kernels"][0]["duration_unit"] = "none";
+  const Outcome o = validate(doc.dump(2), "minor.json");
+  EXPECT_TRUE(o.valid) << o.output;
+}
+
+TEST_F(ReportJsonSchema, BrokenDocumentsAreRejected) {
+  ordered_json doc = sample_doc();
+  doc["steps"][3]["loss"] = "abc";
+  expect_rejected(doc, "loss_abc.json", "'abc'");
+  // The reader rejects the same documents.
+  EXPECT_EQ(read_error(doc.dump()), "run.json: steps[3].loss: expected a number, got \"abc\"");
+
+  doc = sample_doc();
+  doc.erase("summary");
+  expect_rejected(doc, "no_summary.json", "'summary' is a required property");
+  EXPECT_EQ(read_error(doc.dump()), "run.json: missing field \"summary\"");
+
+  doc = sample_doc();
+  doc["ops"][1].erase("phase");
+  expect_rejected(doc, "no_phase.json", "'phase' is a required property");
+
+  doc = sample_doc();
+  doc["schema_version"] = "2.0";
+  expect_rejected(doc, "major2.json", "'2.0' does not match");
+
+  doc = sample_doc();
+  doc["run"]["steps"] = 4.5;
+  expect_rejected(doc, "steps_float.json", "4.5 is not of type 'integer'");
+
+  doc = sample_doc();
+  doc["compare"]["runs"][0]["losses"][1] = "NaN";
+  expect_rejected(doc, "nan_spelling.json", "'NaN'");
+}
+
+}  // namespace
+}  // namespace ampcheck::reports
