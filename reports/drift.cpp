@@ -56,6 +56,13 @@ std::string num(double v) {
   return fmt::format("{:.6g}", v);
 }
 
+// Both values, with all their digits when six would print them alike.
+std::pair<std::string, std::string> nums(double b, double c) {
+  std::pair<std::string, std::string> out{num(b), num(c)};
+  if (out.first == out.second && b != c) out = {fmt::format("{}", b), fmt::format("{}", c)};
+  return out;
+}
+
 std::string percent(double v) {
   if (!std::isfinite(v)) return num(v);
   return fmt::format("{:.3g}%", v * 100);
@@ -218,7 +225,8 @@ class Checker {
     const bool fail = !(rel <= rules_.final_loss_rel);
     const std::string change =
         rel == 0 ? "unchanged" : fmt::format("{}{}", c > b ? "+" : c < b ? "-" : "", percent(rel));
-    add("final_loss_rel", "summary.final_loss", num(b), num(c),
+    auto [bv, cv] = nums(b, c);
+    add("final_loss_rel", "summary.final_loss", std::move(bv), std::move(cv),
         fmt::format("{} ({} {})", change, fail ? "limit" : "within", percent(rules_.final_loss_rel)),
         fail);
   }
@@ -229,7 +237,8 @@ class Checker {
     const double drop = b == c ? 0 : b - c;
     const bool fail = !(drop <= rules_.accuracy_drop);
     const std::string change = drop == 0 ? "unchanged" : drop > 0 ? "dropped " + num(drop) : "rose " + num(-drop);
-    add("accuracy_drop", "summary.accuracy", num(b), num(c),
+    auto [bv, cv] = nums(b, c);
+    add("accuracy_drop", "summary.accuracy", std::move(bv), std::move(cv),
         fmt::format("{} ({} {} drop)", change, fail ? "limit" : "within", num(rules_.accuracy_drop)), fail);
   }
 
@@ -320,7 +329,8 @@ class Checker {
       double growth = b->mean == 0 ? kInf : c->mean / b->mean;
       if (std::isnan(growth)) growth = kInf;
       const bool fail = !(growth <= rules_.error_growth);
-      add("error_growth", name, num(b->mean), num(c->mean),
+      auto [bv, cv] = nums(b->mean, c->mean);
+      add("error_growth", name, std::move(bv), std::move(cv),
           fmt::format("mean relative error x{} ({} {})", num(growth), fail ? "limit" : "within", allowed), fail);
     }
   }

@@ -145,6 +145,15 @@ TEST(Drift, FinalLossDownBeyondToleranceAndNonFiniteLoss) {
   EXPECT_FALSE(find(compare_reports(nan_baseline, current, DriftRules{}), "final_loss_rel", "summary.final_loss")->failing);
 }
 
+TEST(Drift, ValuesThatPrintAlikeGetAllTheirDigits) {
+  Report current = sample();
+  current.summary.final_loss = 0.8125 + 1e-9;  // within tolerance, but not the same number
+  const Finding* f = find(compare_reports(sample(), current, DriftRules{}), "final_loss_rel", "summary.final_loss");
+  ASSERT_NE(f, nullptr);
+  EXPECT_NE(f->baseline, f->current);
+  EXPECT_FALSE(f->failing);
+}
+
 TEST(Drift, AccuracyDropAndSkippedSteps) {
   Report current = sample();
   current.summary.accuracy = 0.64 - 0.03;
