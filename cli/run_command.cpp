@@ -8,121 +8,147 @@
 
 #include "cli/exit_codes.h"
 #include "cli/usage_error.h"
-#include "engine/amp/config.h"
-#include "inspector/inspector.h"
-#include "samples/runner.h"
+#include "inspector/to_report.h"
+#include "reports/atomic_file.h"
+#include "reports/chrome_trace.h"
+#include "reports/html.h"
+#include "reports/json.h"
+#include "reports/text.h"
 
 namespace ampcheck::cli {
-
 namespace {
 
-CLI::App* add_options(CLI::App& app, RunOptions& o) {
+struct RunCommandOptions {
+  RunArgs args;
+  std::string inspect = "full";
+  int log_level = -1;  // -1: GLOG_v
+  std::string report, html, chrome_trace;
+  bool json = false;
+};
+
+CLI::App* add_options(CLI::App& app, RunCommandOptions& o) {
   CLI::App* run = app.add_subcommand("run", "Train a sample under AMP with the inspector attached, then summarise");
-  run->add_option("--model", o.model, "sample: mlp, cnn, transformer")->capture_default_str();
-  run->add_option("--level", o.level, "AMP level: O0 (fp32), O1, O2, O3")->capture_default_str();
-  run->add_option("--dtype", o.dtype, "low-precision dtype: float16 or bfloat16")->capture_default_str();
-  run->add_option("--steps", o.steps, "training steps")->capture_default_str();
-  run->add_option("--batch", o.batch, "batch size (default: the sample's)");
-  run->add_option("--lr", o.lr, "Adam learning rate (default: the sample's)");
-  run->add_option("--seed", o.seed, "seed of the model and data")->capture_default_str();
-  run->add_option("--config", o.config, "AMP config (PaddlePaddle, PyTorch, DeepSpeed, Apex or ampcheck JSON)");
-  run->add_option("--white", o.white, "custom_white_list, comma separated")->delimiter(',');
-  run->add_option("--black", o.black, "custom_black_list, comma separated")->delimiter(',');
+  add_run_args(run, o.args);
   run->add_option("--inspect", o.inspect, "off, trace, stats, full")->capture_default_str();
   run->add_option("--log-level", o.log_level, "GLOG-style op log at 5 (default: GLOG_v)");
+  run->add_option("--report", o.report, "write the JSON report here (docs/report-format.md)");
+  run->add_option("--html", o.html, "write the HTML report (one self-contained file) here");
+  run->add_option("--chrome-trace", o.chrome_trace, "write a Chrome trace (Perfetto) of every op call here");
+  run->add_flag("--json", o.json, "print the JSON report instead of the text summary");
   return run;
 }
 
-int run_run(const RunOptions& o, std::ostream& out, std::ostream& err) {
-  samples::RunOptions ro;
-  ro.model = o.model;
-  ro.steps = o.steps;
-  ro.batch = o.batch;
-  ro.lr = o.lr;
-  ro.seed = o.seed;
-  std::string semantics = "ampcheck";
-  if (!o.config.empty()) {
-    try {
-      const amp::Config c = amp::load_config(o.config);
-      ro.amp = c.amp;
-      ro.scaling = c.scaling;
-      semantics = std::string(amp::style_name(c.style));
-    } catch (const amp::ConfigError& e) {
-      throw UsageError(e.what());
-    }
-  } else {
-    const auto level = amp::parse_level(o.level);
-    if (!level) throw UsageError("--level \"" + o.level + "\" is not a level; use O0, O1, O2 or O3");
-    ro.amp.level = *level;
-    const auto dtype = try_parse_dtype(o.dtype);
-    if (!dtype || !is_low_precision(*dtype))
-      throw UsageError("--dtype \"" + o.dtype + "\": AMP runs in float16 or bfloat16");
-    ro.amp.dtype = *dtype;
-  }
-  ro.amp.custom_white_list.insert(ro.amp.custom_white_list.end(), o.white.begin(), o.white.end());
-  ro.amp.custom_black_list.insert(ro.amp.custom_black_list.end(), o.black.begin(), o.black.end());
+// Where a report goes: the path, or a UsageError naming the option and the system's reason.
+void write(const std::string& option, const std::string& path, const std::string& content) {
   try {
-    const amp::Policy check(ro.amp);  // list errors name the op before any training
-  } catch (const amp::PolicyError& e) {
-    throw UsageError(e.what());
+    reports::write_file_atomically(path, content);
+  } catch (const reports::WriteError& e) {
+    throw UsageError(option + ": " + e.what());
   }
+}
 
-  inspector::InspectorOptions io;
+int run_run(const RunCommandOptions& o, std::ostream& out, std::ostream& err) {
+  const Resolved resolved = resolve(o.args);
   const auto mode = inspector::parse_mode(o.inspect);
   if (!mode) throw UsageError("--inspect \"" + o.inspect + "\" is not a mode; use off, trace, stats or full");
-  io.mode = *mode;
-  io.glog_level = o.log_level >= 0 ? o.log_level : inspector::glog_level_from_env();
-  io.glog = &err;
-  inspector::Inspector insp(io);
+  if (!o.chrome_trace.empty() && *mode == inspector::Mode::off)
+    throw UsageError("--chrome-trace needs the op trace: use --inspect trace or above");
+  RunSetup setup;
+  setup.mode = *mode;
+  setup.glog_level = o.log_level >= 0 ? o.log_level : inspector::glog_level_from_env();
+  setup.glog = &err;
+  setup.keep_spans = !o.chrome_trace.empty();
+  setup.progress_label = "training";
+  const InstrumentedRun r = instrumented_run(o.args, resolved, setup, err);
 
-  samples::RunResult r;
-  insp.attach();
-  try {
-    r = samples::run(ro);
-  } catch (const std::invalid_argument& e) {
-    insp.detach();
-    throw UsageError(e.what());
-  }
-  insp.detach();
-
-  const std::string level(amp::level_name(ro.amp.level));
-  out << fmt::format("ampcheck run: {} ({} parameters)\n", r.description, r.parameters);
-  out << fmt::format("  {} {}, {} semantics, {} steps, batch {}, Adam lr {}, seed {}\n", level,
-                     ro.amp.level == amp::Level::O0 ? "float32" : std::string(info(ro.amp.dtype).long_name), semantics,
-                     ro.steps, r.batch, r.lr, ro.seed);
-  out << fmt::format("  loss {:.4f} -> {:.4f}, training accuracy {:.1f}%, skipped steps {} of {}, final loss scale {:g} ({})\n\n",
-                     r.losses.front(), r.losses.back(), 100 * r.accuracy, r.skipped, ro.steps, r.final_scale,
-                     r.scaling);
-  out << insp.summary(8);
-
-  // The verdict: is AMP really on, and is the run healthy.
-  std::uint64_t low_calls = 0, all_calls = 0;
-  if (const inspector::OpTrace* t = insp.trace())
-    for (const auto& [op, calls] : t->op_stats()) {
-      low_calls += calls.fp16 + calls.bf16;
-      all_calls += calls.total();
-    }
-  const bool failed = insp.nan() && insp.nan()->report().failed();
-  std::string verdict;
-  if (failed)
-    verdict = "FAILED: non-finite values or a collapsing loss scale (see the NaN/Inf report above)";
-  else if (ro.amp.level == amp::Level::O0)
-    verdict = "healthy fp32 reference run";
-  else if (insp.trace() && low_calls == 0)
-    verdict = "AMP is NOT on: no op ran in a low-precision dtype";
-  else if (insp.trace())
-    verdict = fmt::format("healthy: AMP is on ({} of {} op calls ran in {}), {} skipped step(s) absorbed by the scaler",
-                          low_calls, all_calls, info(ro.amp.dtype).long_name, r.skipped);
-  else
-    verdict = "trained; run with --inspect trace or above to see whether AMP is on";
-  out << "\nverdict: " << verdict << '\n';
-  return failed ? kCheckFailed : kOk;
+  if (!o.report.empty()) write("--report", o.report, reports::to_json(r.report));
+  if (!o.html.empty()) write("--html", o.html, reports::to_html(r.report));
+  if (!o.chrome_trace.empty())
+    write("--chrome-trace", o.chrome_trace,
+          reports::chrome_trace_json(r.spans, fmt::format("ampcheck {} {}", r.report.run.model, r.report.run.level)));
+  out << (o.json ? reports::to_json(r.report) : reports::to_text(r.report));
+  return r.failed ? kCheckFailed : kOk;
 }
 
 }  // namespace
 
+void set_verdict(reports::Report& report, bool inspected_trace, bool failed, const std::string& failure) {
+  reports::Summary& s = report.summary;
+  if (failed) {
+    s.verdict = "failed";
+    s.verdict_text = "FAILED: " + failure;
+  } else if (report.run.level == "O0") {
+    s.verdict = "reference";
+    s.verdict_text = "healthy fp32 reference run";
+  } else if (inspected_trace && s.low_precision_calls == 0) {
+    s.verdict = "amp_off";
+    s.verdict_text = "AMP is NOT on: no op ran in a low-precision dtype";
+  } else if (inspected_trace) {
+    s.verdict = "healthy";
+    s.verdict_text = fmt::format("healthy: AMP is on ({} of {} op calls ran in {}), {} skipped step(s) absorbed by the scaler",
+                                 s.low_precision_calls, s.total_calls, report.run.dtype, s.skipped_steps);
+  } else {
+    s.verdict = "unchecked";
+    s.verdict_text = "trained; run with --inspect trace or above to see whether AMP is on";
+  }
+}
+
+InstrumentedRun instrumented_run(const RunArgs& args, const Resolved& resolved, const RunSetup& setup, std::ostream& err) {
+  inspector::InspectorOptions io;
+  io.mode = setup.mode;
+  io.glog_level = setup.glog_level;
+  io.glog = setup.glog;
+  inspector::Inspector insp(io);
+
+  std::unique_ptr<samples::Trainer> trainer;
+  try {
+    trainer = std::make_unique<samples::Trainer>(resolved.options);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  Progress progress(err, args.quiet || setup.progress_label.empty(), setup.progress_label, resolved.options.steps);
+  insp.attach();
+  for (std::int64_t i = 0; i < resolved.options.steps; ++i) {
+    const samples::StepResult s = trainer->step();
+    progress.update(i + 1, fmt::format("loss {:.4f} scale {:g}", s.loss, s.loss_scale));
+  }
+  insp.detach();  // the evaluation pass is not part of the training trace
+  progress.done();
+  trainer->evaluate();
+  const samples::RunResult& result = trainer->result();
+
+  InstrumentedRun r;
+  reports::Report& rep = r.report;
+  rep.run = run_info(setup.command, args, resolved, result, std::string(inspector::mode_name(setup.mode)));
+  for (std::size_t i = 0; i < result.steps.size(); ++i) {
+    const samples::StepResult& s = result.steps[i];
+    rep.steps.push_back({static_cast<std::int64_t>(i) + 1, s.loss, s.loss_scale, s.found_inf, s.skipped});
+  }
+  inspector::fill_report(insp, rep);
+  rep.summary.initial_loss = result.steps.front().loss;
+  rep.summary.final_loss = result.steps.back().loss;
+  rep.summary.accuracy = result.accuracy;
+  rep.summary.skipped_steps = result.skipped;
+  rep.summary.final_loss_scale = result.final_scale;
+  if (const inspector::NanWatch* w = insp.nan()) {
+    const inspector::NanReport nr = w->report();
+    r.failed = nr.failed();
+    if (r.failed) {
+      const inspector::Failure& f = nr.failures.front();
+      r.failure = f.kind == inspector::FailureKind::forward_non_finite && nr.producer
+                      ? fmt::format("non-finite values first produced by {} in module '{}' ({}, step {})",
+                                    op_name(nr.producer->op), nr.producer->module, phase_name(nr.producer->phase),
+                                    nr.producer->step)
+                      : f.detail;
+    }
+  }
+  set_verdict(rep, insp.trace() != nullptr, r.failed, r.failure);
+  if (setup.keep_spans && insp.trace()) r.spans = inspector::trace_spans(*insp.trace());
+  return r;
+}
+
 Command add_run_command(CLI::App& app) {
-  auto options = std::make_shared<RunOptions>();
+  auto options = std::make_shared<RunCommandOptions>();
   return {add_options(app, *options),
           [options](std::ostream& out, std::ostream& err) { return run_run(*options, out, err); }};
 }

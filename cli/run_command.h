@@ -1,32 +1,44 @@
 // `ampcheck run`: trains a sample under the AMP settings asked for, with the inspector
-// attached, and ends with a summary a person reads in ten seconds.
+// attached, ends with a summary a person reads in ten seconds, and writes the reports
+// asked for (JSON, HTML, Chrome trace).
 #pragma once
 
-#include <cstdint>
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/run_options.h"
+#include "inspector/inspector.h"
+#include "reports/chrome_trace.h"
+#include "reports/report.h"
 
 namespace ampcheck::cli {
-
-struct RunOptions {
-  std::string model = "mlp";
-  std::string level = "O2";
-  std::string dtype = "float16";
-  std::int64_t steps = 200;
-  std::int64_t batch = 0;
-  double lr = 0;
-  std::uint64_t seed = 0;
-  std::string config;  // an AMP config file in any framework's key names
-  std::vector<std::string> white, black;
-  std::string inspect = "full";
-  int log_level = -1;  // -1: GLOG_v
-};
 
 // Exit 0: healthy; 1: the inspector found a real failure (a non-finite forward value, a
 // collapsing scale, too many skipped steps); bad options throw UsageError.
 Command add_run_command(CLI::App& app);
+
+// One instrumented training run, as `run` does it and `bisect-nan` repeats it: the
+// report of it (summary and verdict included) and whether it failed.
+struct InstrumentedRun {
+  reports::Report report;
+  bool failed = false;
+  std::string failure;  // what failed first, in a few words
+  std::vector<reports::TraceSpan> spans;  // with keep_spans
+};
+struct RunSetup {
+  std::string command = "run";
+  inspector::Mode mode = inspector::Mode::full;
+  int glog_level = 0;
+  std::ostream* glog = nullptr;
+  bool keep_spans = false;
+  std::string progress_label;  // "" for none
+};
+InstrumentedRun instrumented_run(const RunArgs& args, const Resolved& resolved, const RunSetup& setup,
+                                 std::ostream& err);
+
+// The verdict of a finished report (summary.verdict and verdict_text).
+void set_verdict(reports::Report& report, bool inspected_trace, bool failed, const std::string& failure);
 
 }  // namespace ampcheck::cli

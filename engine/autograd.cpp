@@ -108,6 +108,8 @@ void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) 
         info.backward(BackwardArgs{g, node->inputs, node->output, node->params, node->saved});
     if (observe) {
       event.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      event.start = std::chrono::duration<double>(start.time_since_epoch()).count();
+    event.start = std::chrono::duration<double>(start.time_since_epoch()).count();
       event.grad_inputs = &in_grads;
       hooks::op_end(event);
     }

@@ -56,9 +56,10 @@ void scaler_update(const amp::ScalerEvent& e) {
 std::uint64_t next_sequence() { return ++g_sequence; }
 }  // namespace hooks
 
-void begin_step() {
-  const std::int64_t s = ++g_step;
-  for (Observer* o : observers()) o->on_step_begin(s);
+void begin_step() { begin_step(g_step.load() + 1); }
+void begin_step(std::int64_t step) {
+  g_step = step;
+  for (Observer* o : observers()) o->on_step_begin(step);
 }
 void end_step() {
   for (Observer* o : observers()) o->on_step_end(g_step.load());

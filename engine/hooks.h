@@ -46,6 +46,7 @@ struct OpEvent {
   DType out_dtype = DType::f32;      // on_op_end: the output's (forward) or grad's dtype
   std::string kernel;                // "cpu:matmul:f32" — backend, op, compute type
   double seconds = 0;                // on_op_end: wall time of the kernel
+  double start = 0;                  // on_op_end: when it began, steady-clock seconds (an arbitrary epoch)
 };
 
 struct ParamUpdate {
@@ -83,7 +84,10 @@ std::uint64_t next_sequence();
 }  // namespace hooks
 
 // Step boundaries, marked by the training loop: events carry the step number.
+// begin_step() counts on from the last; begin_step(n) starts step n (a loop that counts
+// its own steps from 1, so that a second run in the same process repeats the numbers).
 void begin_step();
+void begin_step(std::int64_t step);
 void end_step();
 std::int64_t current_step();
 

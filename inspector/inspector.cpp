@@ -25,29 +25,28 @@ std::optional<Mode> parse_mode(std::string_view text) {
   return std::nullopt;
 }
 
+// ---- Occurrences ----
+std::int64_t Occurrences::of(const OpEvent& e) {
+  if (e.step != step_) {
+    reset();
+    step_ = e.step;
+  }
+  const Key key(e.module, e.op);
+  if (e.phase != Phase::backward) return forward_[key]++;
+  const std::int64_t forwards = forward_[key];
+  return std::max<std::int64_t>(0, forwards - 1 - backward_[key]++);
+}
+
 // ---- NumericsRecorder ----
 NumericsRecorder::NumericsRecorder(Sampler sampler) { table_.sampler = sampler; }
 
-void NumericsRecorder::on_step_begin(std::int64_t step) {
-  step_ = step;
-  occurrence_.clear();
-}
-
-std::string NumericsRecorder::key_of(const OpEvent& e) {
-  if (e.step != step_) on_step_begin(e.step);  // events of a step not announced
-  // Forward and backward of one call share the occurrence: count forward calls only.
-  const auto id = std::make_pair(e.module, e.op);
-  const std::int64_t k = e.phase == Phase::forward ? occurrence_[id]++ : std::max<std::int64_t>(0, occurrence_[id] - 1);
-  return fmt::format("{}/{}#{}", e.module, op_name(e.op), k);
-}
+void NumericsRecorder::on_step_begin(std::int64_t) { occurrences_.reset(); }
 
 void NumericsRecorder::on_op_end(const OpEvent& e) {
   if (e.inserted_cast) return;  // the cast's output is the next op's input, seen there
-  if (!table_.sampler.take(e.step)) {
-    if (e.phase == Phase::forward) key_of(e);  // keep the occurrence count right
-    return;
-  }
-  const std::string key = key_of(e);
+  const std::int64_t k = occurrences_.of(e);  // counted on every step, sampled or not
+  if (!table_.sampler.take(e.step)) return;
+  const std::string key = fmt::format("{}/{}#{}", e.module, op_name(e.op), k);
   if (e.phase == Phase::forward && e.output && e.output->defined() && is_floating(e.output->dtype())) {
     table_.add(key + ":out", *e.output, e.step);
   } else if (e.phase == Phase::backward && e.grad_inputs) {

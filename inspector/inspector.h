@@ -31,7 +31,7 @@ std::optional<Mode> parse_mode(std::string_view text);
 
 // Numerics of every tensor the engine shows, keyed:
 //   "<module>/<op>#<k>:out"         forward output of the k-th call of op in module, per step
-//   "<module>/<op>#<k>:grad<i>"     backward: gradient of input i
+//   "<module>/<op>#<k>:grad<i>"     backward: gradient of input i (k: Occurrences)
 //   "param:<name>", "grad:<name>", "state:<name>.<buffer>"   at each optimizer update
 // and the update swamping of low-precision parameters updated without a master.
 class NumericsRecorder : public Observer {
@@ -52,11 +52,9 @@ class NumericsRecorder : public Observer {
   const std::map<std::string, Swamping>& swamping() const { return swamping_; }
 
  private:
-  std::string key_of(const OpEvent& e);
   NumericsTable table_;
   std::map<std::string, Swamping> swamping_;
-  std::map<std::pair<std::string, Op>, std::int64_t> occurrence_;  // per step
-  std::int64_t step_ = -1;
+  Occurrences occurrences_;
 };
 
 struct InspectorOptions {

@@ -118,7 +118,7 @@ std::string counts_text(const NonFiniteCounts& c) {
 std::string event_text(const NanEvent& e) {
   std::string s = std::string(op_name(e.op)) +
                   " in module '" + e.module + "', " + std::string(phase_name(e.phase)) + ", step " +
-                  std::to_string(e.step) + ", sequence " + std::to_string(e.sequence) + ": output " +
+                  std::to_string(e.step) + ": output " +
                   counts_text(e.output);
   return s;
 }

@@ -1,5 +1,7 @@
 #include "inspector/trace.h"
 
+#include "reports/text.h"
+
 #include <fmt/format.h>
 
 #include <array>
@@ -154,20 +156,45 @@ OpRecord make_record(const OpEvent& e) {
   if (e.output != nullptr && e.output->defined()) r.out_shape = e.output->shape();
   else if (e.grad_output != nullptr && e.grad_output->defined()) r.out_shape = e.grad_output->shape();
   r.seconds = e.seconds;
+  r.start = e.start;
   return r;
 }
 
 OpTrace::OpTrace(OpTraceOptions options) : options_(options) {}
 
+std::string InstanceStats::name() const {
+  return fmt::format("{}/{}{}#{}", module, op_name(op), phase == Phase::backward ? "_grad" : "", occurrence);
+}
+
 void OpTrace::on_op_end(const OpEvent& e) {
   ++calls_;
-  if (records_.size() < options_.max_records) records_.push_back(make_record(e));
   if (e.inserted_cast) {
+    if (records_.size() < options_.max_records) records_.push_back(make_record(e));
     const DType from = e.dtypes_before.empty() ? DType::f32 : e.dtypes_before.front();
     ++casts_[{from, e.out_dtype}];
-  } else {
-    stats_[row_name(e)].add(kernel_dtype_of(e));
+    return;
   }
+  const OpRecord r = make_record(e);
+  stats_[row_name(e)].add(r.kernel_dtype);
+  const std::int64_t k = occurrences_.of(e);
+  const auto [it, added] = instance_index_.try_emplace({e.module, e.op, e.phase, k}, instances_.size());
+  if (added) {
+    instances_.emplace_back();
+    instances_.back().module = e.module;
+    instances_.back().op = e.op;
+    instances_.back().phase = e.phase;
+    instances_.back().occurrence = k;
+  }
+  InstanceStats& in = instances_[it->second];
+  ++in.calls;
+  in.reason = e.reason;
+  in.dtypes_in = r.dtypes_after;
+  in.compute_dtype = r.compute_dtype;
+  in.out_dtype = r.out_dtype;
+  in.kernel_dtypes.add(r.kernel_dtype);
+  for (const TraceCast& c : r.casts) ++in.casts[{c.input, c.from, c.to}];
+  ++in.kernels[r.kernel];
+  if (records_.size() < options_.max_records) records_.push_back(r);
 }
 
 std::uint64_t OpTrace::inserted_cast_calls() const {
@@ -178,35 +205,24 @@ std::uint64_t OpTrace::inserted_cast_calls() const {
 
 void OpTrace::clear() {
   records_.clear();
+  occurrences_.reset();
+  instances_.clear();
+  instance_index_.clear();
   calls_ = 0;
   stats_.clear();
   casts_.clear();
 }
 
 std::string operator_stats_table(const OpTrace& trace) {
-  // Column widths and fills as _print_operator_stats prints them (its print() joins
-  // the header's pieces with single spaces).
-  std::string out = fmt::format("<{:-^120}>\n", " op list ");
-  out += fmt::format("<{:-^40} | {:-^17} | {:-^17} | {:-^17} | {:-^17}>\n", " Op Name ",
-                     " FP16 Calls ", " BF16 Calls ", " FP32 Calls", " Other Calls ");
+  std::vector<reports::OpTypeRow> rows;
   for (const auto& [name, c] : trace.op_stats())
-    out += fmt::format("  {:<40}|  {:<17}|  {:<17}|  {:<17}|  {:<17}\n", name, c.fp16, c.bf16,
-                       c.fp32, c.other);
-  out += fmt::format("<{:-^120}>\n",
-                     fmt::format(" op count: {} ", trace.op_stats().size()));
-  // Paddle counts its AMP casts as transfer_dtype rows; here they are kept apart, so
-  // the rows above are the model's own ops.
-  out += fmt::format("  inserted casts (AMP policy, not in the rows above): {}",
-                     trace.inserted_cast_calls());
-  std::string sep = " (";
-  for (const auto& [key, count] : trace.inserted_casts()) {
-    out += fmt::format("{}{} -> {}: {}", sep, paddle_dtype_name(key.first),
-                       paddle_dtype_name(key.second), count);
-    sep = ", ";
-  }
-  if (!trace.inserted_casts().empty()) out += ")";
-  out += "\n";
-  return out;
+    rows.push_back({name, {static_cast<std::int64_t>(c.fp16), static_cast<std::int64_t>(c.bf16),
+                           static_cast<std::int64_t>(c.fp32), static_cast<std::int64_t>(c.other)}});
+  std::vector<reports::InsertedCasts> casts;
+  for (const auto& [key, count] : trace.inserted_casts())
+    casts.push_back({std::string(info(key.first).long_name), std::string(info(key.second).long_name),
+                     static_cast<std::int64_t>(count)});
+  return reports::paddle_operator_table(rows, casts);
 }
 
 std::optional<int> parse_glog_level(std::string_view text) {

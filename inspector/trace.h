@@ -11,6 +11,7 @@
 #include <ostream>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -46,6 +47,7 @@ struct OpRecord {
   std::vector<Shape> shapes;         // inputs' shapes
   Shape out_shape;                   // forward: the output; backward: the incoming gradient
   double seconds = 0;
+  double start = 0;  // steady-clock seconds: for timelines only, never in the JSON report
 };
 
 // PaddlePaddle's name for input `index` of `op` (conv2d: Input, Filter, Bias; matmul:
@@ -65,6 +67,39 @@ struct DtypeCalls {
   void add(DType d);
   std::uint64_t total() const { return fp16 + bf16 + fp32 + other; }
   bool operator==(const DtypeCalls&) const = default;
+};
+
+// Which call of its (module, op) pair an event is within its step: the op instance.
+// Forward calls count up from 0. Backward runs the tape in reverse, so the first
+// backward call of a pair belongs to its last forward call: backward counts down.
+class Occurrences {
+ public:
+  std::int64_t of(const OpEvent& e);
+  void reset() { forward_.clear(), backward_.clear(); }
+
+ private:
+  using Key = std::pair<std::string, Op>;
+  std::int64_t step_ = -1;
+  std::map<Key, std::int64_t> forward_, backward_;
+};
+
+// One op instance (module, op, phase, occurrence within the step) over the run: its calls
+// are the steps it ran in; the dtypes are those of its last call.
+struct InstanceStats {
+  std::string module;
+  Op op = Op::cast;
+  Phase phase = Phase::forward;
+  std::int64_t occurrence = 0;
+  std::int64_t calls = 0;
+  amp::Reason reason = amp::Reason::off;
+  std::vector<DType> dtypes_in;  // as the kernel received them
+  DType compute_dtype = DType::f32;
+  DType out_dtype = DType::f32;
+  DtypeCalls kernel_dtypes;
+  std::map<std::tuple<std::size_t, DType, DType>, std::int64_t> casts;  // (input, from, to)
+  std::map<std::string, std::int64_t> kernels;
+  // "<module>/<op>#<k>", backward "<module>/<op>_grad#<k>": the numerics recorder's keys.
+  std::string name() const;
 };
 
 struct OpTraceOptions {
@@ -90,11 +125,17 @@ class OpTrace : public Observer {
   // The policy's inserted cast calls by (from, to).
   const std::map<std::pair<DType, DType>, std::uint64_t>& inserted_casts() const { return casts_; }
   std::uint64_t inserted_cast_calls() const;
+  // Every op instance, in the order first seen; the policy's inserted casts are not
+  // instances (they are in the casts of the op they feed).
+  const std::vector<InstanceStats>& instances() const { return instances_; }
 
   void clear();
 
  private:
   OpTraceOptions options_;
+  Occurrences occurrences_;
+  std::vector<InstanceStats> instances_;
+  std::map<std::tuple<std::string, Op, Phase, std::int64_t>, std::size_t> instance_index_;
   std::vector<OpRecord> records_;
   std::uint64_t calls_ = 0;
   std::map<std::string, DtypeCalls> stats_;

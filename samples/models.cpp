@@ -35,6 +35,24 @@ Mlp::Mlp(std::int64_t in, std::int64_t hidden, std::int64_t classes, Generator& 
 
 Tensor Mlp::forward(const Tensor& x) { return (*head)((*act2)((*fc2)((*act1)((*fc1)(x))))); }
 
+// ---- OverflowMlp ----
+
+Tensor Energy::forward(const Tensor& x) { return square(mul(x, gain)); }
+
+OverflowMlp::OverflowMlp(std::int64_t in, std::int64_t hidden, std::int64_t classes, Generator& gen, double gain)
+    : nn::Module("OverflowMlp") {
+  require_positive(in, "OverflowMlp", "in");
+  require_positive(hidden, "OverflowMlp", "hidden");
+  require_positive(classes, "OverflowMlp", "classes");
+  fc1 = register_module("fc1", std::make_shared<nn::Linear>(in, hidden, gen));
+  energy = register_module("energy", std::make_shared<Energy>(gain));
+  norm = register_module("norm", std::make_shared<nn::LayerNorm>(Shape{hidden}));
+  act = register_module("act", std::make_shared<nn::Act>(nn::Activation::relu));
+  head = register_module("head", std::make_shared<nn::Linear>(hidden, classes, gen));
+}
+
+Tensor OverflowMlp::forward(const Tensor& x) { return (*head)((*act)((*norm)((*energy)((*fc1)(x))))); }
+
 // ---- ResidualBlock ----
 
 ResidualBlock::ResidualBlock(std::int64_t in, std::int64_t out, std::int64_t stride,

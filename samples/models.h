@@ -30,6 +30,29 @@ class Mlp : public nn::Module {
 
 };
 
+// A planted fp16 overflow, for bisect-nan: fc1, then "energy" = square(gain * h) (gain
+// 300, so any |h| > 0.86 squares past fp16's 65504 while fp32 holds it easily), then a
+// LayerNorm that brings the values back to order one, ReLU and a head. Under O2 every op
+// but the black list runs in fp16 and square's output overflows: the one fix is to
+// black-list square (black-listing what feeds it does not help: at O2 square casts its
+// input back down). Under O0 it trains like any MLP.
+class Energy : public nn::Module {
+ public:
+  explicit Energy(double g) : nn::Module("Energy"), gain(g) {}
+  Tensor forward(const Tensor& x) override;
+  double gain;
+};
+
+class OverflowMlp : public nn::Module {
+ public:
+  OverflowMlp(std::int64_t in, std::int64_t hidden, std::int64_t classes, Generator& gen, double gain = 300);
+  Tensor forward(const Tensor& x) override;
+  std::shared_ptr<nn::Linear> fc1, head;
+  std::shared_ptr<Energy> energy;
+  std::shared_ptr<nn::LayerNorm> norm;
+  std::shared_ptr<nn::Act> act;
+};
+
 // A ResNet basic block: relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)), where the
 // shortcut is the identity, or a strided 1x1 conv + BN ("shortcut.0", "shortcut.1")
 // when the stride or the channel count changes.

@@ -1,9 +1,11 @@
 // Trains a sample model on its synthetic data set with the AMP settings asked for: the
-// loop `ampcheck run` drives (an inspector, when attached, hears every step of it).
+// loop `ampcheck run`, `bisect-nan` and `compare` drive (an inspector, when attached,
+// hears every step of it). A Trainer goes one step at a time, so several can run in
+// lock step (compare); run() is the whole loop.
 #pragma once
 
 #include <cstdint>
-#include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -13,7 +15,8 @@
 
 namespace ampcheck::samples {
 
-// "mlp" (spiral), "cnn" (oriented stripes, BatchNorm), "transformer" (a sequence task).
+// "mlp" (spiral), "cnn" (oriented stripes, BatchNorm), "transformer" (a sequence task),
+// "overflow" (an MLP with a planted fp16 overflow, for bisect-nan).
 const std::vector<std::string_view>& sample_names();
 
 struct RunOptions {
@@ -26,20 +29,49 @@ struct RunOptions {
   amp::ScalingOptions scaling = amp::TorchScaling{};  // O0 runs unscaled
 };
 
+// One optimizer step as the scaler saw it.
+struct StepResult {
+  double loss = 0;        // the unscaled loss
+  double loss_scale = 1;  // the scale the backward used
+  bool found_inf = false;
+  bool skipped = false;
+};
+
 struct RunResult {
   std::string description;  // "Mlp 2-64-64-3 on spiral (300 samples)"
   std::int64_t parameters = 0;
   std::int64_t batch = 0;
   double lr = 0;
-  std::vector<double> losses;  // per step (the unscaled loss)
+  std::vector<StepResult> steps;
   double accuracy = 0;         // on the whole data set after training, eval mode
   std::int64_t skipped = 0;    // optimizer steps the scaler skipped
   double final_scale = 1;
   std::string scaling;         // the behaviour's name
 };
 
-// Throws std::invalid_argument naming an unknown model (with the closest name) or a
-// bad number.
+class Trainer {
+ public:
+  // Builds the model, data, optimizer and scaler. Throws std::invalid_argument naming an
+  // unknown model (with the closest name) or a bad number.
+  explicit Trainer(const RunOptions& options);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // One training step (begin_step / end_step around it, so observers see it).
+  StepResult step();
+  // Accuracy on the whole data set in eval mode, under the run's autocast; the model
+  // stays in eval mode afterwards.
+  double evaluate();
+  // What the steps so far made, with the accuracy of evaluate() (0 before it).
+  const RunResult& result() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+// The whole loop: options.steps steps, then evaluate().
 RunResult run(const RunOptions& options);
 
 }  // namespace ampcheck::samples

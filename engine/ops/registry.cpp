@@ -132,6 +132,7 @@ Tensor call(Op op, std::vector<Tensor> inputs, Params params) {
   }
   if (observe) {
     event.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    event.start = std::chrono::duration<double>(start.time_since_epoch()).count();
     event.output = &out;
     event.out_dtype = out.dtype();
     event.kernel = kernel_id(op, out.dtype());

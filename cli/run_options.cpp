@@ -1,0 +1,136 @@
+#include "cli/run_options.h"
+
+#include <CLI/CLI.hpp>  // CLI::App
+#include <fmt/format.h>
+#include <unistd.h>  // isatty
+
+#include <iostream>
+
+#include "ampcheck_build_info.h"  // AMPCHECK_VERSION
+#include "cli/usage_error.h"
+#include "engine/amp/config.h"
+#include "engine/device.h"
+#include "engine/dtype/convert.h"
+#include "inspector/to_report.h"
+
+namespace ampcheck::cli {
+
+void add_run_args(CLI::App* cmd, RunArgs& a, bool level) {
+  cmd->add_option("--model", a.model, "sample: mlp, cnn, transformer, overflow")->capture_default_str();
+  if (level) cmd->add_option("--level", a.level, "AMP level: O0 (fp32), O1, O2, O3")->capture_default_str();
+  cmd->add_option("--dtype", a.dtype, "low-precision dtype: float16 or bfloat16")->capture_default_str();
+  cmd->add_option("--steps", a.steps, "training steps")->capture_default_str();
+  cmd->add_option("--batch", a.batch, "batch size (default: the sample's)");
+  cmd->add_option("--lr", a.lr, "Adam learning rate (default: the sample's)");
+  cmd->add_option("--seed", a.seed, "seed of the model and data")->capture_default_str();
+  cmd->add_option("--config", a.config, "AMP config (PaddlePaddle, PyTorch, DeepSpeed, Apex or ampcheck JSON)");
+  cmd->add_option("--white", a.white, "custom_white_list, comma separated")->delimiter(',');
+  cmd->add_option("--black", a.black, "custom_black_list, comma separated")->delimiter(',');
+  cmd->add_option("--device", a.device, "where to train: auto, cpu, cuda")->capture_default_str();
+  cmd->add_flag("--quiet,-q", a.quiet, "no progress line");
+}
+
+Resolved resolve(const RunArgs& a) {
+  Resolved r;
+  samples::RunOptions& o = r.options;
+  o.model = a.model;
+  o.steps = a.steps;
+  o.batch = a.batch;
+  o.lr = a.lr;
+  o.seed = a.seed;
+  if (!a.config.empty()) {
+    try {
+      const amp::Config c = amp::load_config(a.config);
+      o.amp = c.amp;
+      o.scaling = c.scaling;
+      r.semantics = std::string(amp::style_name(c.style));
+    } catch (const amp::ConfigError& e) {
+      throw UsageError(e.what());
+    }
+  } else {
+    const auto level = amp::parse_level(a.level);
+    if (!level) throw UsageError("--level \"" + a.level + "\" is not a level; use O0, O1, O2 or O3");
+    o.amp.level = *level;
+    const auto dtype = try_parse_dtype(a.dtype);
+    if (!dtype || !is_low_precision(*dtype))
+      throw UsageError("--dtype \"" + a.dtype + "\": AMP runs in float16 or bfloat16");
+    o.amp.dtype = *dtype;
+  }
+  o.amp.custom_white_list.insert(o.amp.custom_white_list.end(), a.white.begin(), a.white.end());
+  o.amp.custom_black_list.insert(o.amp.custom_black_list.end(), a.black.begin(), a.black.end());
+  try {
+    const amp::Policy check(o.amp);  // list errors name the op before any training
+  } catch (const amp::PolicyError& e) {
+    throw UsageError(e.what());
+  }
+  const auto device = parse_device_request(a.device);
+  if (!device) throw UsageError("--device \"" + a.device + "\" is not a device; use auto, cpu or cuda");
+  // The engine trains on the CPU backend; a GPU asked for by name and absent is an error.
+  if (*device == DeviceRequest::cuda) {
+    try {
+      std::ostringstream notices;
+      if (resolve_device(*device, notices) == Device::cuda)
+        throw UsageError("--device cuda: the training engine runs on the CPU backend in this build; use --device cpu");
+    } catch (const DeviceError& e) {
+      throw UsageError(std::string("--device cuda: ") + e.what());
+    }
+  }
+  if (a.steps <= 0) throw UsageError("--steps must be positive, got " + std::to_string(a.steps));
+  if (a.batch < 0) throw UsageError("--batch must be positive, got " + std::to_string(a.batch));
+  if (a.lr < 0) throw UsageError("--lr must be positive, got " + std::to_string(a.lr));
+  return r;
+}
+
+samples::RunOptions with_level(samples::RunOptions o, amp::Level level) {
+  o.amp.level = level;
+  return o;
+}
+
+reports::RunInfo run_info(const std::string& command, const RunArgs& a, const Resolved& r,
+                          const samples::RunResult& result, const std::string& inspect) {
+  const samples::RunOptions& o = r.options;
+  reports::RunInfo info;
+  info.command = command;
+  info.model = o.model;
+  info.model_description = result.description;
+  info.parameters = result.parameters;
+  info.level = std::string(amp::level_name(o.amp.level));
+  info.dtype = o.amp.level == amp::Level::O0 ? "float32" : inspector::dtype_text(o.amp.dtype);
+  info.device = "cpu";
+  info.seed = o.seed;
+  info.steps = o.steps;
+  info.batch = result.batch;
+  info.lr = result.lr;
+  info.optimizer = "adam";
+  info.inspect = inspect;
+  info.amp.semantics = r.semantics;
+  info.amp.config_file = a.config;
+  info.amp.custom_white_list = o.amp.custom_white_list;
+  info.amp.custom_black_list = o.amp.custom_black_list;
+  info.amp.fp32_modules = o.amp.fp32_modules;
+  info.amp.loss_scaling = result.scaling;
+  info.amp.init_loss_scaling = result.steps.empty() ? result.final_scale : result.steps.front().loss_scale;
+  info.versions = {AMPCHECK_VERSION, cuda_build_description(), std::string(conversion_isa_name())};
+  return info;
+}
+
+Progress::Progress(std::ostream& err, bool quiet, std::string label, std::int64_t total)
+    : err_(err), enabled_(!quiet && &err == &std::cerr && isatty(STDERR_FILENO)), label_(std::move(label)), total_(total) {}
+
+Progress::~Progress() { done(); }
+
+void Progress::update(std::int64_t n, const std::string& text) {
+  if (!enabled_) return;
+  constexpr int kWidth = 24;
+  const int filled = total_ > 0 ? static_cast<int>(kWidth * n / total_) : kWidth;
+  err_ << fmt::format("\r{} [{:#<{}}{:.<{}}] {}/{} {}\x1b[K", label_, "", filled, "", kWidth - filled, n, total_, text)
+       << std::flush;
+  open_ = true;
+}
+
+void Progress::done() {
+  if (open_) err_ << "\r\x1b[K" << std::flush;
+  open_ = false;
+}
+
+}  // namespace ampcheck::cli

@@ -1,0 +1,68 @@
+// The training options `run`, `bisect-nan` and `compare` share, their parsing into the
+// engine's settings (bad values become UsageError naming the option and the fix), and
+// the report's run section that records them.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "reports/report.h"
+#include "samples/runner.h"
+
+namespace CLI {
+class App;
+}
+
+namespace ampcheck::cli {
+
+struct RunArgs {
+  std::string model = "mlp";
+  std::string level = "O2";
+  std::string dtype = "float16";
+  std::int64_t steps = 200;
+  std::int64_t batch = 0;
+  double lr = 0;
+  std::uint64_t seed = 0;
+  std::string config;  // an AMP config file in any framework's key names
+  std::vector<std::string> white, black;
+  std::string device = "auto";
+  bool quiet = false;
+};
+
+// Adds the shared options to `cmd` (`with_level`: compare takes --levels instead).
+void add_run_args(CLI::App* cmd, RunArgs& args, bool with_level = true);
+
+// What the options ask for, checked: the sample's options (a config file's settings, then
+// --white/--black on top), and the config's semantics ("ampcheck", "paddle", ...).
+struct Resolved {
+  samples::RunOptions options;
+  std::string semantics = "ampcheck";
+};
+Resolved resolve(const RunArgs& args);
+// The same with another level (compare, and bisect's fp32 reference).
+samples::RunOptions with_level(samples::RunOptions options, amp::Level level);
+
+// The report's run section for these settings and the trainer's numbers.
+reports::RunInfo run_info(const std::string& command, const RunArgs& args, const Resolved& r,
+                          const samples::RunResult& result, const std::string& inspect);
+
+// A progress line on a terminal: "\r<label> [####......] 12/200 <text>", on `err` only
+// when it is standard error, a terminal, and not --quiet; done() ends the line.
+class Progress {
+ public:
+  Progress(std::ostream& err, bool quiet, std::string label, std::int64_t total);
+  ~Progress();
+  void update(std::int64_t done, const std::string& text = {});
+  void done();
+
+ private:
+  std::ostream& err_;
+  bool enabled_;
+  bool open_ = false;
+  std::string label_;
+  std::int64_t total_;
+};
+
+}  // namespace ampcheck::cli

@@ -1,0 +1,192 @@
+#include "inspector/to_report.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+namespace ampcheck::inspector {
+namespace {
+
+reports::DtypeCounts counts(const DtypeCalls& c) {
+  return {static_cast<std::int64_t>(c.fp16), static_cast<std::int64_t>(c.bf16), static_cast<std::int64_t>(c.fp32),
+          static_cast<std::int64_t>(c.other)};
+}
+
+reports::LowPrecisionCounts counts(const LowPrecisionCounts& c) {
+  return {c.overflow, c.rounds_to_max, c.underflow, c.subnormal};
+}
+
+reports::OpInstance instance(const InstanceStats& s) {
+  reports::OpInstance o;
+  o.name = s.name();
+  o.type = std::string(op_name(s.op));
+  o.module = s.module;
+  o.phase = std::string(phase_name(s.phase));
+  o.occurrence = s.occurrence;
+  o.calls = s.calls;
+  o.reason = std::string(amp::reason_name(s.reason));
+  for (DType d : s.dtypes_in) o.dtypes_in.push_back(dtype_text(d));
+  o.compute = dtype_text(s.compute_dtype);
+  o.out = dtype_text(s.out_dtype);
+  o.kernel_dtypes = counts(s.kernel_dtypes);
+  for (const auto& [key, calls] : s.casts) {
+    const auto& [input, from, to] = key;
+    o.casts.push_back({static_cast<std::int64_t>(input), slot_name(s.op, input), dtype_text(from), dtype_text(to), calls});
+  }
+  for (const auto& [kernel, calls] : s.kernels) o.kernels.push_back({kernel, calls});
+  return o;
+}
+
+}  // namespace
+
+std::string dtype_text(DType d) { return is_floating(d) ? std::string(info(d).long_name) : "int64"; }
+
+reports::Numerics to_report(const TensorStats& s) {
+  reports::Numerics n;
+  n.count = s.count;
+  n.tensors = s.tensors;
+  n.zeros = s.zeros();
+  n.nan = s.nans();
+  n.pos_inf = s.pos_inf();
+  n.neg_inf = s.neg_inf();
+  n.f16 = counts(s.f16);
+  n.bf16 = counts(s.bf16);
+  n.min = s.min;
+  n.max = s.max;
+  n.absmax = s.absmax;
+  n.min_nonzero_abs = s.min_nonzero_abs;
+  n.mean = s.mean;
+  n.rms = s.rms;
+  n.dynamic_range_log2 = s.dynamic_range_log2;
+  const ExponentHistogram& h = s.histogram;
+  n.histogram.zero = h.zero;
+  n.histogram.nan = h.nan;
+  n.histogram.pos_inf = h.pos_inf;
+  n.histogram.neg_inf = h.neg_inf;
+  n.histogram.below = h.below;
+  n.histogram.above = h.above;
+  // Dense between the first and last nonempty exponent bins.
+  const auto first = std::find_if(h.by_exponent.begin(), h.by_exponent.end(), [](std::int64_t c) { return c != 0; });
+  if (first != h.by_exponent.end()) {
+    const auto last = std::find_if(h.by_exponent.rbegin(), h.by_exponent.rend(), [](std::int64_t c) { return c != 0; });
+    n.histogram.min_exponent = ExponentHistogram::kMinExponent + static_cast<int>(first - h.by_exponent.begin());
+    n.histogram.counts.assign(first, last.base());
+  }
+  return n;
+}
+
+reports::NanEvent to_report(const NanEvent& e) {
+  reports::NanEvent r;
+  r.step = e.step;
+  r.phase = std::string(phase_name(e.phase));
+  r.op = std::string(op_name(e.op));
+  r.module = e.module;
+  for (const TensorRange& t : e.inputs)
+    r.inputs.push_back({t.role, dtype_text(t.dtype), t.shape, t.non_finite.nan, t.non_finite.pos_inf,
+                        t.non_finite.neg_inf, t.min, t.max, t.absmax});
+  r.out_nan = e.output.nan;
+  r.out_pos_inf = e.output.pos_inf;
+  r.out_neg_inf = e.output.neg_inf;
+  return r;
+}
+
+std::vector<reports::TraceSpan> trace_spans(const OpTrace& trace) {
+  std::vector<reports::TraceSpan> spans;
+  const std::vector<OpRecord>& records = trace.records();
+  if (records.empty()) return spans;
+  double t0 = records.front().start;
+  for (const OpRecord& r : records) t0 = std::min(t0, r.start);
+  // Steps: from the first op's start to the last op's end.
+  std::map<std::int64_t, std::pair<double, double>> steps;
+  for (const OpRecord& r : records) {
+    const double begin = (r.start - t0) * 1e6, end = begin + r.seconds * 1e6;
+    reports::TraceSpan s;
+    s.name = std::string(op_name(r.op)) + (r.phase == Phase::backward ? "_grad" : "");
+    s.category = r.inserted_cast ? "cast" : std::string(phase_name(r.phase));
+    s.start_us = begin;
+    s.duration_us = r.seconds * 1e6;
+    s.args = {{"module", r.module}, {"dtype", dtype_text(r.kernel_dtype)}, {"out", dtype_text(r.out_dtype)},
+              {"compute", dtype_text(r.compute_dtype)}, {"reason", std::string(amp::reason_name(r.reason))},
+              {"kernel", r.kernel}, {"step", std::to_string(r.step)}};
+    for (const TraceCast& c : r.casts)
+      s.args.emplace_back("cast " + c.slot, dtype_text(c.from) + " -> " + dtype_text(c.to));
+    spans.push_back(std::move(s));
+    auto [it, added] = steps.try_emplace(r.step, begin, end);
+    if (!added) it->second = {std::min(it->second.first, begin), std::max(it->second.second, end)};
+  }
+  for (const auto& [step, range] : steps)
+    spans.push_back({"step " + std::to_string(step), "step", range.first, range.second - range.first, 0, {}});
+  return spans;
+}
+
+void fill_report(const Inspector& insp, reports::Report& report) {
+  if (const OpTrace* t = insp.trace()) {
+    report.op_types.clear();
+    for (const auto& [type, calls] : t->op_stats()) report.op_types.push_back({type, counts(calls)});
+    report.inserted_casts.clear();
+    for (const auto& [key, calls] : t->inserted_casts())
+      report.inserted_casts.push_back({dtype_text(key.first), dtype_text(key.second), static_cast<std::int64_t>(calls)});
+    report.ops.clear();
+    for (const InstanceStats& s : t->instances()) report.ops.push_back(instance(s));
+    report.summary.low_precision_calls = 0;
+    report.summary.total_calls = 0;
+    for (const auto& [type, calls] : t->op_stats()) {
+      report.summary.low_precision_calls += static_cast<std::int64_t>(calls.fp16 + calls.bf16);
+      report.summary.total_calls += static_cast<std::int64_t>(calls.total());
+    }
+  }
+
+  if (const NumericsRecorder* n = insp.numerics()) {
+    // "<instance>:out" / "<instance>:grad<i>" belong to op instances; the rest are tensors.
+    std::map<std::string, reports::OpInstance*> by_name;
+    for (reports::OpInstance& o : report.ops) by_name[o.name] = &o;
+    report.tensors.clear();
+    for (const auto& [key, stats] : n->table().stats) {
+      const auto colon = key.rfind(':');
+      const std::string role = colon == std::string::npos ? "" : key.substr(colon + 1);
+      if (colon != std::string::npos && (role == "out" || role.rfind("grad", 0) == 0) && key.find('/') != std::string::npos) {
+        std::string name = key.substr(0, colon);
+        if (role != "out") {  // a gradient: the backward instance of the same call
+          const auto hash = name.rfind('#');
+          name = name.substr(0, hash) + "_grad" + name.substr(hash);
+        }
+        if (auto it = by_name.find(name); it != by_name.end()) {
+          it->second->numerics.push_back({role, to_report(stats)});
+          continue;
+        }
+      }
+      report.tensors.push_back({key, to_report(stats)});
+    }
+    report.swamping.clear();
+    for (const auto& [name, s] : n->swamping()) report.swamping.push_back({name, s.updates, s.mean()});
+  }
+
+  if (const ShadowError* sh = insp.shadow()) {
+    std::map<std::string, reports::OpInstance*> by_name;
+    for (reports::OpInstance& o : report.ops)
+      if (o.phase == "forward") by_name[o.name] = &o;
+    for (const ShadowRecord& r : sh->records()) {
+      const std::string name = r.module + "/" + std::string(op_name(r.op)) + "#" + std::to_string(r.occurrence);
+      const auto it = by_name.find(name);
+      if (it == by_name.end() || (r.count == 0 && r.nonfinite == 0)) continue;
+      it->second->local_error = reports::LocalError{r.count,      r.nonfinite,     r.mean_error, r.mean_floor,
+                                                    r.worst_error, r.floor_at_worst, r.worst_step, r.max_abs_error};
+    }
+  }
+
+  if (const NanWatch* w = insp.nan()) {
+    const NanReport nr = w->report();
+    reports::NonFinite& nf = report.nonfinite;
+    nf = {};
+    if (nr.producer) nf.producer = to_report(*nr.producer);
+    nf.propagator_events = nr.propagators.events;
+    nf.propagators = nr.propagators.by_op;
+    for (const Failure& f : nr.failures) nf.failures.push_back({std::string(failure_kind_name(f.kind)), f.step, f.detail});
+    nf.updates = nr.updates();
+    nf.skipped = nr.skipped();
+    nf.absorbed = nr.absorbed();
+    nf.events_checked = nr.events_checked;
+  }
+}
+
+}  // namespace ampcheck::inspector

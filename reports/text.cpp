@@ -1,0 +1,230 @@
+#include "reports/text.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string_view>
+
+#include "reports/text_table.h"
+
+namespace ampcheck::reports {
+namespace {
+
+// PaddlePaddle prints float32 as "float" and float64 as "double" (DataTypeToString).
+std::string_view paddle_name(const std::string& dtype) {
+  if (dtype == "float32") return "float";
+  if (dtype == "float64") return "double";
+  return dtype;
+}
+
+std::string number(double v) { return std::isfinite(v) ? fmt::format("{:.6g}", v) : fmt::format("{}", v); }
+std::string loss(double v) { return std::isfinite(v) ? fmt::format("{:.4f}", v) : fmt::format("{}", v); }
+
+struct RangeRow {
+  std::string key;
+  const Numerics* n;
+};
+
+std::string range_section(const Report& r, std::size_t top) {
+  std::vector<RangeRow> rows;
+  for (const OpInstance& o : r.ops)
+    for (const NamedNumerics& nn : o.numerics) rows.push_back({o.name + ":" + nn.role, &nn.numerics});
+  for (const TensorNumerics& t : r.tensors) rows.push_back({t.key, &t.numerics});
+  std::erase_if(rows, [](const RangeRow& row) {
+    const Numerics& n = *row.n;
+    return n.f16.overflow + n.f16.underflow + n.bf16.overflow + n.bf16.underflow + n.nan + n.pos_inf + n.neg_inf == 0;
+  });
+  if (rows.empty()) return {};
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const RangeRow& a, const RangeRow& b) { return f16_out_of_range(*a.n) > f16_out_of_range(*b.n); });
+  if (rows.size() > top) rows.resize(top);
+  auto fraction = [](std::int64_t k, const Numerics& n) {
+    return fmt::format("{:.3g}", n.count ? static_cast<double>(k) / static_cast<double>(n.count) : 0.0);
+  };
+  TextTable t({"tensor", "non-finite", "f16 overflow", "f16 underflow", "bf16 overflow", "bf16 underflow"});
+  t.align(0, TextTable::Align::left);
+  for (const RangeRow& row : rows) {
+    const Numerics& n = *row.n;
+    t.add_row({row.key, fraction(n.nan + n.pos_inf + n.neg_inf, n), fraction(n.f16.overflow, n), fraction(n.f16.underflow, n), fraction(n.bf16.overflow, n),
+               fraction(n.bf16.underflow, n)});
+  }
+  return "Tensors with values outside the low-precision range (fraction of elements):\n" + t.render();
+}
+
+std::string error_section(const Report& r, std::size_t top) {
+  std::vector<const OpInstance*> rows;
+  for (const OpInstance& o : r.ops)
+    if (o.local_error && o.local_error->count > 0) rows.push_back(&o);
+  if (rows.empty()) return {};
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const OpInstance* a, const OpInstance* b) { return a->local_error->worst > b->local_error->worst; });
+  if (rows.size() > top) rows.resize(top);
+  TextTable t({"op instance", "dtype", "mean rel error", "worst rel error", "x rounding floor", "step"});
+  t.align(0, TextTable::Align::left);
+  for (const OpInstance* o : rows) {
+    const LocalError& e = *o->local_error;
+    const double times = e.floor_at_worst > 0 ? e.worst / e.floor_at_worst : (e.worst > 0 ? INFINITY : 1.0);
+    t.add_row({o->name, o->out, fmt::format("{:.3g}", e.mean), fmt::format("{:.3g}", e.worst),
+               fmt::format("{:.3g}", times), std::to_string(e.worst_step)});
+  }
+  return "Worst local (shadow) errors of low-precision ops, against an f64 recompute:\n" + t.render();
+}
+
+std::string event_text(const NanEvent& e) {
+  std::string s = fmt::format("{} in module '{}', {}, step {}: output", e.op, e.module, e.phase, e.step);
+  if (e.out_nan) s += fmt::format(" {} NaN", e.out_nan);
+  if (e.out_pos_inf) s += fmt::format(" {} +Inf", e.out_pos_inf);
+  if (e.out_neg_inf) s += fmt::format(" {} -Inf", e.out_neg_inf);
+  s += "\n";
+  for (const TensorRange& in : e.inputs) {
+    std::string shape;
+    for (std::int64_t d : in.shape) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+    s += fmt::format("  {} {} [{}]: min {}, max {}, absmax {}\n", in.role, in.dtype, shape, number(in.min),
+                     number(in.max), number(in.absmax));
+  }
+  return s;
+}
+
+std::string nonfinite_section(const Report& r) {
+  const NonFinite& nf = r.nonfinite;
+  if (nf.events_checked == 0 && nf.updates == 0) return {};
+  std::string s = "Non-finite values: ";
+  s += nf.producer ? "first produced by " + event_text(*nf.producer) : "no op produced one\n";
+  if (nf.propagator_events > 0) {
+    s += fmt::format("  carried on by {} op calls (", nf.propagator_events);
+    for (std::size_t i = 0; i < nf.propagators.size(); ++i)
+      s += fmt::format("{}{} x{}", i ? ", " : "", nf.propagators[i].first, nf.propagators[i].second);
+    s += ")\n";
+  }
+  for (const Failure& f : nf.failures) s += fmt::format("  failure: {} at step {}: {}\n", f.kind, f.step, f.detail);
+  return s;
+}
+
+std::string scaler_section(const Report& r) {
+  if (r.steps.empty()) return {};
+  std::vector<std::int64_t> skipped;
+  for (const StepRecord& s : r.steps)
+    if (s.skipped) skipped.push_back(s.step);
+  std::string s = fmt::format("Loss scale: {} -> {}", number(r.steps.front().loss_scale), number(r.summary.final_loss_scale));
+  if (r.nonfinite.updates > 0)
+    s += fmt::format(", {} of {} updates skipped ({} absorbed as expected probing)", r.nonfinite.skipped,
+                     r.nonfinite.updates, r.nonfinite.absorbed);
+  s += "\n";
+  if (!skipped.empty()) {
+    s += "  skipped steps:";
+    constexpr std::size_t kShown = 20;
+    for (std::size_t i = 0; i < std::min(kShown, skipped.size()); ++i) s += fmt::format(" {}", skipped[i]);
+    if (skipped.size() > kShown) s += fmt::format(" ... ({} in all)", skipped.size());
+    s += "\n";
+  }
+  return s;
+}
+
+std::string bisect_section(const Bisect& b) {
+  std::string s = fmt::format("Bisection over op {}s ({} candidates, {} runs):\n", b.granularity == "instance" ? "instance" : "type",
+                              b.candidates.size(), b.runs);
+  TextTable t({"trial", "fp32 (black-listed)", "result", "skipped", "final loss"});
+  t.align(1, TextTable::Align::left).align(2, TextTable::Align::left);
+  for (const Trial& tr : b.trials) {
+    std::string list;
+    for (const std::string& x : tr.black_list) list += (list.empty() ? "" : ",") + x;
+    t.add_row({std::to_string(tr.index), list.empty() ? "(none)" : list, tr.healthy ? "healthy" : "FAILED: " + tr.reason,
+               std::to_string(tr.skipped_steps), number(tr.final_loss)});
+  }
+  s += t.render() + "\n";
+  if (!b.found) return s + "No black list made the run healthy.\n";
+  std::string culprits;
+  for (const std::string& c : b.culprits) culprits += (culprits.empty() ? "" : ", ") + c;
+  s += "Minimal fix: run " + culprits + " in fp32\n\n";
+  s += "ampcheck config (--config):\n" + b.suggestion.ampcheck + "\n";
+  s += "PaddlePaddle:\n" + b.suggestion.paddle + "\n" + b.suggestion.paddle_fleet + "\n";
+  s += "PyTorch:\n" + b.suggestion.pytorch;
+  return s;
+}
+
+std::string compare_section(const Compare& c) {
+  std::string s = fmt::format("Levels in lock step (same seed, same data), errors against {}:\n", c.reference);
+  TextTable runs({"level", "loss start", "loss end", "accuracy", "skipped"});
+  for (const LevelRun& r : c.runs)
+    runs.add_row({r.level, r.losses.empty() ? "-" : number(r.losses.front()), number(r.final_loss),
+                  fmt::format("{:.1f}%", 100 * r.accuracy), std::to_string(r.skipped_steps)});
+  s += runs.render() + "\n";
+  std::vector<std::string> headers = {"op instance"};
+  const std::size_t levels = c.ops.empty() ? 0 : c.ops.front().levels.size();
+  for (std::size_t i = 0; i < levels; ++i) {
+    const std::string& l = c.ops.front().levels[i].level;
+    headers.push_back(l + " mean");
+    headers.push_back(l + " worst");
+    headers.push_back(l + " growth");
+  }
+  TextTable t(headers);
+  t.align(0, TextTable::Align::left);
+  std::size_t shown = 0;
+  for (const std::string& name : c.fastest_growing) {
+    if (++shown > 12) break;
+    const auto it = std::find_if(c.ops.begin(), c.ops.end(), [&](const CompareOp& o) { return o.name == name; });
+    if (it == c.ops.end()) continue;
+    std::vector<std::string> row = {name};
+    for (const LevelError& e : it->levels) {
+      row.push_back(fmt::format("{:.3g}", e.mean));
+      row.push_back(fmt::format("{:.3g}", e.worst));
+      row.push_back(fmt::format("{:.3g}x", e.growth));
+    }
+    t.add_row(row);
+  }
+  s += "Op outputs' relative error, fastest growing first (growth: last quarter of the steps over the first):\n";
+  return s + t.render();
+}
+
+}  // namespace
+
+double f16_out_of_range(const Numerics& n) {
+  const std::int64_t bad = n.f16.overflow + n.f16.underflow + n.nan + n.pos_inf + n.neg_inf;
+  return n.count ? static_cast<double>(bad) / static_cast<double>(n.count) : 0.0;
+}
+
+std::string paddle_operator_table(const std::vector<OpTypeRow>& rows, const std::vector<InsertedCasts>& casts) {
+  // Column widths and fills as _print_operator_stats prints them (its print() joins
+  // the header's pieces with single spaces).
+  std::string out = fmt::format("<{:-^120}>\n", " op list ");
+  out += fmt::format("<{:-^40} | {:-^17} | {:-^17} | {:-^17} | {:-^17}>\n", " Op Name ", " FP16 Calls ",
+                     " BF16 Calls ", " FP32 Calls", " Other Calls ");
+  for (const OpTypeRow& r : rows)
+    out += fmt::format("  {:<40}|  {:<17}|  {:<17}|  {:<17}|  {:<17}\n", r.type, r.calls.fp16, r.calls.bf16,
+                       r.calls.fp32, r.calls.other);
+  out += fmt::format("<{:-^120}>\n", fmt::format(" op count: {} ", rows.size()));
+  // Paddle counts its AMP casts as transfer_dtype rows; here they are kept apart, so
+  // the rows above are the model's own ops.
+  std::int64_t total = 0;
+  for (const InsertedCasts& c : casts) total += c.calls;
+  out += fmt::format("  inserted casts (AMP policy, not in the rows above): {}", total);
+  std::string sep = " (";
+  for (const InsertedCasts& c : casts) {
+    out += fmt::format("{}{} -> {}: {}", sep, paddle_name(c.from), paddle_name(c.to), c.calls);
+    sep = ", ";
+  }
+  if (!casts.empty()) out += ")";
+  return out + "\n";
+}
+
+std::string to_text(const Report& r, std::size_t top) {
+  const RunInfo& run = r.run;
+  std::string s = fmt::format("ampcheck {}: {} ({} parameters)\n", run.command, run.model_description, run.parameters);
+  s += fmt::format("  {} {}, {} semantics, {} steps, batch {}, {} lr {}, seed {}, device {}\n", run.level, run.dtype,
+                   run.amp.semantics, run.steps, run.batch, run.optimizer, number(run.lr), run.seed, run.device);
+  const Summary& sum = r.summary;
+  if (!r.steps.empty())
+    s += fmt::format("  loss {} -> {}, training accuracy {:.1f}%, skipped steps {} of {}, final loss scale {} ({})\n",
+                     loss(sum.initial_loss), loss(sum.final_loss), 100 * sum.accuracy, sum.skipped_steps,
+                     r.steps.size(), number(sum.final_loss_scale), run.amp.loss_scaling);
+  s += "\n";
+  if (!r.op_types.empty()) s += paddle_operator_table(r.op_types, r.inserted_casts) + "\n";
+  for (const std::string& part : {scaler_section(r), nonfinite_section(r), range_section(r, top), error_section(r, top)})
+    if (!part.empty()) s += part + "\n";
+  if (r.bisect) s += bisect_section(*r.bisect) + "\n";
+  if (r.compare) s += compare_section(*r.compare) + "\n";
+  return s + "verdict: " + sum.verdict_text + "\n";
+}
+
+}  // namespace ampcheck::reports

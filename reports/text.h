@@ -1,0 +1,26 @@
+// The report as text: the summary `ampcheck run` ends with and `ampcheck report --text`
+// prints from a saved file, readable in ten seconds: what ran, the loss and the scaler,
+// the per-op-type dtype table, where values left the low-precision range, the worst
+// local errors, the NaN producer, and one verdict line; bisect and compare sections
+// when the report has them.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "reports/report.h"
+
+namespace ampcheck::reports {
+
+std::string to_text(const Report& report, std::size_t top = 8);
+
+// PaddlePaddle's operator stats table (python/paddle/amp/debugging.py,
+// _print_operator_stats), then one line with the AMP policy's inserted casts.
+std::string paddle_operator_table(const std::vector<OpTypeRow>& rows, const std::vector<InsertedCasts>& casts);
+
+// The fraction of a tensor's elements that are NaN/Inf or overflow / underflow in fp16
+// (0 when empty): how the text ranks tensors.
+double f16_out_of_range(const Numerics& n);
+
+}  // namespace ampcheck::reports
