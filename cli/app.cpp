@@ -10,6 +10,7 @@
 #include "ampcheck_build_info.h"  // AMPCHECK_VERSION
 #include "cli/command.h"
 #include "cli/config_command.h"
+#include "cli/diff_command.h"
 #include "cli/doctor_command.h"
 #include "cli/exit_codes.h"
 #include "cli/fp_command.h"
@@ -37,6 +38,7 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   // Every command, in the order `--help` lists them.
   const std::vector<Command> commands = {
       add_run_command(app),
+      add_diff_command(app),
       add_fp_command(app),
       add_config_command(app),
       add_ops_command(app),

@@ -192,6 +192,12 @@ class Checker {
   }
 
   void dtypes() {
+    if (b_.op_types.empty() || c_.op_types.empty()) {
+      not_checked("dtype_change", fmt::format("needs the op dtype table in both runs (--inspect trace or above; "
+                                              "baseline: {}, current: {})",
+                                              b_.run.inspect, c_.run.inspect));
+      return;
+    }
     checked("dtype_change");
     std::map<std::string, std::pair<const DtypeCounts*, const DtypeCounts*>> types;
     for (const OpTypeRow& row : b_.op_types) types[row.type].first = &row.calls;
@@ -465,7 +471,8 @@ std::string drift_text(const DriftResult& result) {
   TextTable t({"", "rule", "subject", "baseline", "current", "detail"});
   for (std::size_t c = 0; c < 6; ++c) t.align(c, TextTable::Align::left);
   for (const Finding& f : result.findings) {
-    t.add_row({f.failing ? "FAIL" : "ok", f.rule, f.subject, f.baseline, f.current, f.detail});
+    const bool checked = std::find(result.checked.begin(), result.checked.end(), f.rule) != result.checked.end();
+    t.add_row({f.failing ? "FAIL" : checked ? "ok" : "skip", f.rule, f.subject, f.baseline, f.current, f.detail});
   }
   std::string out = t.render();
   const std::size_t failing = result.failing();

@@ -219,6 +219,18 @@ TEST(Drift, OverflowNotCheckedWithoutNumerics) {
   EXPECT_NE(f->detail.find("not checked"), std::string::npos);
 }
 
+TEST(Drift, DtypesNotCheckedWithoutTheTable) {
+  Report baseline = sample();
+  baseline.run.inspect = "off";
+  baseline.op_types.clear();
+  Report current = baseline;
+  const DriftResult r = compare_reports(baseline, current, DriftRules{});
+  EXPECT_FALSE(r.drifted()) << dump(r);
+  EXPECT_EQ(std::count(r.checked.begin(), r.checked.end(), "dtype_change"), 0);
+  ASSERT_NE(find(r, "dtype_change", "-"), nullptr) << dump(r);
+  EXPECT_NE(dump(r).find("skip  dtype_change"), std::string::npos) << dump(r);
+}
+
 TEST(Drift, NewNonFinite) {
   Report baseline = sample();
   baseline.nonfinite.producer.reset();
