@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ampcheck_build_info.h"  // AMPCHECK_VERSION
+#include "cli/bisect_command.h"
 #include "cli/command.h"
 #include "cli/config_command.h"
 #include "cli/diff_command.h"
@@ -38,6 +39,7 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   // Every command, in the order `--help` lists them.
   const std::vector<Command> commands = {
       add_run_command(app),
+      add_bisect_command(app),
       add_diff_command(app),
       add_fp_command(app),
       add_config_command(app),

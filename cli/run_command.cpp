@@ -98,6 +98,7 @@ InstrumentedRun instrumented_run(const RunArgs& args, const Resolved& resolved, 
   io.mode = setup.mode;
   io.glog_level = setup.glog_level;
   io.glog = setup.glog;
+  io.nan.max_skipped_fraction = setup.max_skipped_fraction;
   inspector::Inspector insp(io);
 
   std::unique_ptr<samples::Trainer> trainer;

@@ -33,6 +33,7 @@ struct RunSetup {
   int glog_level = 0;
   std::ostream* glog = nullptr;
   bool keep_spans = false;
+  double max_skipped_fraction = 0.05;  // more skipped updates than this fails the run
   std::string progress_label;  // "" for none
 };
 InstrumentedRun instrumented_run(const RunArgs& args, const Resolved& resolved, const RunSetup& setup,
