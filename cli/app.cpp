@@ -10,12 +10,14 @@
 #include "ampcheck_build_info.h"  // AMPCHECK_VERSION
 #include "cli/bisect_command.h"
 #include "cli/command.h"
+#include "cli/compare_command.h"
 #include "cli/config_command.h"
 #include "cli/diff_command.h"
 #include "cli/doctor_command.h"
 #include "cli/exit_codes.h"
 #include "cli/fp_command.h"
 #include "cli/ops_command.h"
+#include "cli/report_command.h"
 #include "cli/run_command.h"
 #include "cli/usage_error.h"
 #include "engine/dtype/convert.h"  // conversion_isa
@@ -40,7 +42,9 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   const std::vector<Command> commands = {
       add_run_command(app),
       add_bisect_command(app),
+      add_compare_command(app),
       add_diff_command(app),
+      add_report_command(app),
       add_fp_command(app),
       add_config_command(app),
       add_ops_command(app),

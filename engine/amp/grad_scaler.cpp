@@ -191,7 +191,11 @@ GradScaler::GradScaler(ScalingOptions options) : options_(std::move(options)) {
   counters_ = initial_counters(options_);
 }
 
-Tensor GradScaler::scale(const Tensor& loss) const { return mul(loss, scale_); }
+Tensor GradScaler::scale(const Tensor& loss) const {
+  // The scaler's own op, not the model's: observers see it in the optimizer phase.
+  const PhaseScope phase(Phase::optimizer);
+  return mul(loss, scale_);
+}
 
 void GradScaler::unscale_(optim::Optimizer& optimizer) {
   if (unscaled_)
