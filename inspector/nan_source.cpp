@@ -230,8 +230,9 @@ void NanWatch::on_op_end(const OpEvent& e) {
     return;
   }
 
-  if (backward) {
-    // Judged by the next scaler update: absorbed probing, or a real failure.
+  if (e.phase != Phase::forward) {
+    // Judged by the next scaler update: absorbed probing, or a real failure. The
+    // optimizer phase holds the scaler's own multiply, whose overflow is the probing.
     if (pending_.attribution.size() < options_.max_listed) pending_.attribution.push_back(ev);
     if (inputs_finite && !pending_.producer) pending_.producer = ev;
     else if (!inputs_finite) add_propagator(pending_.propagators, ev);

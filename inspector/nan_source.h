@@ -9,7 +9,8 @@
 //   allowed      an event of an allowed op or module (an attention mask's -Inf) is not
 //                reported; an event whose only non-finite inputs are such allowed values
 //                carries them on unreported (softmax over -Inf gives finite values anyway).
-// Backward events are held until the scaler's next update judges them. A dynamic scaler
+// Backward and optimizer-phase events (the scaler's multiply of the loss included) are
+// held until the scaler's next update judges them. A dynamic scaler
 // that finds Inf/NaN, skips the step and reacts (the scale drops, or a backoff counter
 // advances: Paddle's decr_count, DeepSpeed's hysteresis) has absorbed them: expected
 // probing, kept per update with its attribution (the first backward events whose

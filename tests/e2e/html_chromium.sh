@@ -45,26 +45,39 @@ if ! "$fixture" "$work/report.html"; then
   echo "FAIL: $fixture could not write $work/report.html"
   exit 1
 fi
-if load page "$work/report.html"; then
+# check_page NAME PAGE: the plots are in the DOM with content and nothing erred.
+check_page() {
+  local name=$1 page=$2 id content svg errors
+  load "$name" "$page" || return 0
   # Each plot's <svg> must hold what it plots: series polylines, heatmap cells.
   for check in 'loss-curve:<polyline' 'loss-scale:<polyline' 'exponent-heatmap:class="cell"'; do
     id=${check%%:*} content=${check#*:}
-    svg=$(perl -0ne 'print $1 if /(<svg[^>]*\bid="'"$id"'".*?<\/svg>)/s' "$work/page.dom")
+    svg=$(perl -0ne 'print $1 if /(<svg[^>]*\bid="'"$id"'".*?<\/svg>)/s' "$work/$name.dom")
     if [[ -z $svg ]]; then
-      fail "no <svg id=\"$id\"> in the DOM"
+      fail "$name: no <svg id=\"$id\"> in the DOM"
     elif ! grep -qF -- "$content" <<<"$svg"; then
-      fail "<svg id=\"$id\"> has no $content"
+      fail "$name: <svg id=\"$id\"> has no $content"
     else
       echo "ok: <svg id=\"$id\"> with $(grep -oF -- "$content" <<<"$svg" | wc -l) × $content"
     fi
   done
-  if grep -q 'data-errors=' "$work/page.dom"; then
-    fail "script errors recorded: $(grep -o 'data-errors="[^"]*"' "$work/page.dom")"
+  if grep -q 'data-errors=' "$work/$name.dom"; then
+    fail "script errors recorded: $(grep -o 'data-errors="[^"]*"' "$work/$name.dom")"
   else
     echo "ok: no script error recorded"
   fi
-  errors=$(console_errors "$work/page.log")
+  errors=$(console_errors "$work/$name.log")
   if [[ -n $errors ]]; then fail "console errors:"; echo "$errors"; else echo "ok: no console error"; fi
+}
+
+check_page fixture "$work/report.html"
+# And the page the CLI writes for a real run.
+if [[ -n ${AMPCHECK:-} ]]; then
+  if "$AMPCHECK" run --model mlp --level O2 --steps 30 --quiet --html "$work/run.html" >/dev/null; then
+    check_page run "$work/run.html"
+  else
+    fail "ampcheck run --html failed"
+  fi
 fi
 
 # Negative control: a page with a script error must trip both checks.
