@@ -1,9 +1,16 @@
 // `ampcheck run` in-process: the summary, the verdict, the reports it writes, and bad options.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "reports/json.h"
+#include "reports/text.h"
 #include "tests/cli_harness.h"
 
 namespace ampcheck {
@@ -40,6 +47,112 @@ TEST(CliRun, BadOptionsAreNamedWithExitCode2) {
     EXPECT_EQ(r.code, 2) << c.says << "\n" << r.err;
     EXPECT_TRUE(has(r.err, c.says)) << "expected \"" << c.says << "\" in: " << r.err;
   }
+}
+
+
+// The reports a run writes, in-process: the JSON reads back through the reader, two runs
+// in one process give the same bytes (steps count per run), and the text the run
+// printed is the saved report's text.
+TEST(CliRun, ReportsAreWrittenWholeAndRepeatable) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "ampcheck_cli_run_test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string a = (dir / "a.json").string(), b = (dir / "b.json").string(), html = (dir / "a.html").string(),
+                    trace = (dir / "trace.json").string();
+  const Result first = run({"run", "--steps", "12", "--quiet", "--report", a, "--html", html, "--chrome-trace", trace});
+  ASSERT_EQ(first.code, 0) << first.err;
+  const Result second = run({"run", "--steps", "12", "--quiet", "--report", b});
+  ASSERT_EQ(second.code, 0) << second.err;
+  auto slurp = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_EQ(slurp(a), slurp(b));
+  const reports::Report r = reports::read_report(a);
+  ASSERT_EQ(r.steps.size(), 12u);
+  EXPECT_EQ(r.steps.front().step, 1);
+  EXPECT_EQ(r.run.level, "O2");
+  EXPECT_EQ(reports::to_text(r), first.out);
+  // Every op instance's calls add up to the per-type table (forward rows by op name).
+  std::map<std::string, std::int64_t> by_type;
+  for (const reports::OpInstance& o : r.ops) by_type[o.type + (o.phase == "backward" ? "_grad" : "")] += o.calls;
+  for (const reports::OpTypeRow& row : r.op_types) EXPECT_EQ(by_type[row.type], row.calls.total()) << row.type;
+  EXPECT_TRUE(has(slurp(html), "<svg")) << html;
+  const auto t = nlohmann::json::parse(slurp(trace));
+  EXPECT_GT(t["traceEvents"].size(), 12u);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CliRun, JsonOutputIsTheReport) {
+  const Result r = run({"run", "--steps", "3", "--level", "O1", "--json", "--inspect", "stats"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const reports::Report rep = reports::from_json(r.out, "stdout");
+  EXPECT_EQ(rep.run.level, "O1");
+  EXPECT_EQ(rep.run.inspect, "stats");
+  EXPECT_EQ(rep.summary.verdict, "healthy");
+  // stats mode records no numerics
+  for (const reports::OpInstance& o : rep.ops) EXPECT_TRUE(o.numerics.empty()) << o.name;
+}
+
+// bisect-nan in-process on the planted overflow; a healthy run needs no fix.
+TEST(CliBisect, NamesThePlantedOpTypeOnly) {
+  const std::filesystem::path path = std::filesystem::temp_directory_path() / "ampcheck_bisect_test.json";
+  const Result r = run({"bisect-nan", "--model", "overflow", "--level", "O2", "--steps", "60", "--quiet", "--report",
+                        path.string()});
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  const reports::Report rep = reports::read_report(path);
+  ASSERT_TRUE(rep.bisect);
+  EXPECT_EQ(rep.bisect->culprits, std::vector<std::string>{"square"});
+  EXPECT_EQ(rep.bisect->suggested_black_list, std::vector<std::string>{"square"});
+  EXPECT_EQ(rep.bisect->runs, static_cast<std::int64_t>(rep.bisect->trials.size()));
+  // Every trial's verdict agrees with the black list: healthy exactly when square is in it.
+  for (const reports::Trial& t : rep.bisect->trials) {
+    const bool has_square = std::find(t.black_list.begin(), t.black_list.end(), "square") != t.black_list.end();
+    EXPECT_EQ(t.healthy, has_square) << t.index;
+  }
+  std::filesystem::remove(path);
+  const Result healthy = run({"bisect-nan", "--model", "mlp", "--steps", "5", "--quiet"});
+  EXPECT_EQ(healthy.code, 0) << healthy.err;
+  EXPECT_TRUE(has(healthy.out, "healthy as configured")) << healthy.out;
+}
+
+TEST(CliCompare, ErrorsAgainstO0AreZeroForO0AndPositiveForLowPrecision) {
+  const Result r = run({"compare", "--levels", "O2,O0", "--steps", "6", "--quiet", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const reports::Report rep = reports::from_json(r.out, "stdout");
+  ASSERT_TRUE(rep.compare);
+  EXPECT_EQ(rep.compare->reference, "O0");  // O0 is the reference wherever it is listed
+  ASSERT_EQ(rep.compare->runs.size(), 2u);
+  EXPECT_EQ(rep.compare->runs[1].level, "O2");
+  ASSERT_FALSE(rep.compare->ops.empty());
+  bool some_error = false;
+  for (const reports::CompareOp& o : rep.compare->ops) {
+    ASSERT_EQ(o.levels.size(), 1u);
+    EXPECT_GE(o.levels[0].worst, o.levels[0].mean) << o.name;
+    some_error = some_error || o.levels[0].mean > 0;
+  }
+  EXPECT_TRUE(some_error);  // fp16 cannot match fp32 everywhere
+  EXPECT_EQ(rep.compare->fastest_growing.size(), rep.compare->ops.size());
+}
+
+TEST(CliReport, RendersASavedReportAndRejectsBadOnes) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "ampcheck_cli_report_test";
+  std::filesystem::create_directories(dir);
+  const std::string json = (dir / "r.json").string(), html = (dir / "r.html").string();
+  ASSERT_EQ(run({"run", "--steps", "4", "--quiet", "--report", json}).code, 0);
+  const Result text = run({"report", json, "--text"});
+  EXPECT_EQ(text.code, 0) << text.err;
+  EXPECT_TRUE(has(text.out, "verdict: ")) << text.out;
+  EXPECT_EQ(run({"report", json, "--html", html}).code, 0);
+  EXPECT_TRUE(std::filesystem::exists(html));
+  {
+    std::ofstream bad(dir / "v2.json");
+    bad << R"({"schema_version": "2.0"})";
+  }
+  const Result v2 = run({"report", (dir / "v2.json").string(), "--text"});
+  EXPECT_EQ(v2.code, 2);
+  EXPECT_TRUE(has(v2.err, "schema_version 2.0")) << v2.err;
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
