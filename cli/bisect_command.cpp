@@ -16,7 +16,6 @@
 #include "cli/run_command.h"
 #include "cli/usage_error.h"
 #include "engine/amp/config.h"
-#include "reports/atomic_file.h"
 #include "reports/html.h"
 #include "reports/json.h"
 #include "reports/text.h"
@@ -198,14 +197,6 @@ reports::Suggestion suggestion(const Resolved& base, const reports::Bisect& b) {
   return s;
 }
 
-void write(const std::string& option, const std::string& path, const std::string& content) {
-  try {
-    reports::write_file_atomically(path, content);
-  } catch (const reports::WriteError& e) {
-    throw UsageError(option + ": " + e.what());
-  }
-}
-
 int run_bisect(const BisectOptions& o, std::ostream& out, std::ostream& err) {
   if (o.granularity != "type" && o.granularity != "instance")
     throw UsageError("--granularity \"" + o.granularity + "\": use type (op types) or instance (module paths)");
@@ -245,7 +236,6 @@ int run_bisect(const BisectOptions& o, std::ostream& out, std::ostream& err) {
 
   Trials trials{o, base, err, 0, b, {}};
   trials.cache[{}] = !first.failed;
-  bool search_failed = false;
   std::string why_not;
   if (!first.failed && o.loss_tolerance == 0) {
     b.found = true;  // healthy as configured: nothing to black-list
@@ -275,7 +265,6 @@ int run_bisect(const BisectOptions& o, std::ostream& out, std::ostream& err) {
         b.found = true;
       }
     } catch (const std::length_error& e) {
-      search_failed = true;
       why_not = e.what();
     }
   }
@@ -292,10 +281,9 @@ int run_bisect(const BisectOptions& o, std::ostream& out, std::ostream& err) {
     }
     if (!b.culprits.empty()) b.suggestion = suggestion(base, b);
   }
-  (void)search_failed;
 
-  if (!o.report.empty()) write("--report", o.report, reports::to_json(report));
-  if (!o.html.empty()) write("--html", o.html, reports::to_html(report));
+  if (!o.report.empty()) write_output("--report", o.report, reports::to_json(report));
+  if (!o.html.empty()) write_output("--html", o.html, reports::to_html(report));
   if (o.json) {
     out << reports::to_json(report);
   } else {

@@ -15,7 +15,6 @@
 #include "engine/hooks.h"
 #include "inspector/to_report.h"  // dtype_text
 #include "inspector/trace.h"      // Occurrences
-#include "reports/atomic_file.h"
 #include "reports/html.h"
 #include "reports/json.h"
 #include "reports/text.h"
@@ -210,15 +209,8 @@ int run_compare(const CompareOptions& o, std::ostream& out, std::ostream& err) {
                         worst_err->worst_step, c.fastest_growing.front())
           : "compared " + level_list + ": no op outputs to compare";
 
-  auto write = [](const std::string& option, const std::string& path, const std::string& content) {
-    try {
-      reports::write_file_atomically(path, content);
-    } catch (const reports::WriteError& e) {
-      throw UsageError(option + ": " + e.what());
-    }
-  };
-  if (!o.report.empty()) write("--report", o.report, reports::to_json(report));
-  if (!o.html.empty()) write("--html", o.html, reports::to_html(report));
+  if (!o.report.empty()) write_output("--report", o.report, reports::to_json(report));
+  if (!o.html.empty()) write_output("--html", o.html, reports::to_html(report));
   out << (o.json ? reports::to_json(report) : reports::to_text(report));
   return diverged ? kCheckFailed : kOk;
 }

@@ -9,7 +9,6 @@
 #include "cli/exit_codes.h"
 #include "cli/usage_error.h"
 #include "inspector/to_report.h"
-#include "reports/atomic_file.h"
 #include "reports/chrome_trace.h"
 #include "reports/html.h"
 #include "reports/json.h"
@@ -38,15 +37,6 @@ CLI::App* add_options(CLI::App& app, RunCommandOptions& o) {
   return run;
 }
 
-// Where a report goes: the path, or a UsageError naming the option and the system's reason.
-void write(const std::string& option, const std::string& path, const std::string& content) {
-  try {
-    reports::write_file_atomically(path, content);
-  } catch (const reports::WriteError& e) {
-    throw UsageError(option + ": " + e.what());
-  }
-}
-
 int run_run(const RunCommandOptions& o, std::ostream& out, std::ostream& err) {
   const Resolved resolved = resolve(o.args);
   const auto mode = inspector::parse_mode(o.inspect);
@@ -61,10 +51,10 @@ int run_run(const RunCommandOptions& o, std::ostream& out, std::ostream& err) {
   setup.progress_label = "training";
   const InstrumentedRun r = instrumented_run(o.args, resolved, setup, err);
 
-  if (!o.report.empty()) write("--report", o.report, reports::to_json(r.report));
-  if (!o.html.empty()) write("--html", o.html, reports::to_html(r.report));
+  if (!o.report.empty()) write_output("--report", o.report, reports::to_json(r.report));
+  if (!o.html.empty()) write_output("--html", o.html, reports::to_html(r.report));
   if (!o.chrome_trace.empty())
-    write("--chrome-trace", o.chrome_trace,
+    write_output("--chrome-trace", o.chrome_trace,
           reports::chrome_trace_json(r.spans, fmt::format("ampcheck {} {}", r.report.run.model, r.report.run.level)));
   out << (o.json ? reports::to_json(r.report) : reports::to_text(r.report));
   return r.failed ? kCheckFailed : kOk;

@@ -12,6 +12,7 @@
 #include "engine/device.h"
 #include "engine/dtype/convert.h"
 #include "inspector/to_report.h"
+#include "reports/atomic_file.h"
 
 namespace ampcheck::cli {
 
@@ -112,6 +113,14 @@ reports::RunInfo run_info(const std::string& command, const RunArgs& a, const Re
   info.amp.init_loss_scaling = result.steps.empty() ? result.final_scale : result.steps.front().loss_scale;
   info.versions = {AMPCHECK_VERSION, cuda_build_description(), std::string(conversion_isa_name())};
   return info;
+}
+
+void write_output(const std::string& option, const std::string& path, const std::string& content) {
+  try {
+    reports::write_file_atomically(path, content);
+  } catch (const reports::WriteError& e) {
+    throw UsageError(option + ": " + e.what());
+  }
 }
 
 Progress::Progress(std::ostream& err, bool quiet, std::string label, std::int64_t total)

@@ -48,6 +48,10 @@ samples::RunOptions with_level(samples::RunOptions options, amp::Level level);
 reports::RunInfo run_info(const std::string& command, const RunArgs& args, const Resolved& r,
                           const samples::RunResult& result, const std::string& inspect);
 
+// Writes a report file the user asked for with `option` (atomically); a failure is the
+// user's to fix: UsageError naming the option, the path and the system's reason.
+void write_output(const std::string& option, const std::string& path, const std::string& content);
+
 // A progress line on a terminal: "\r<label> [####......] 12/200 <text>", on `err` only
 // when it is standard error, a terminal, and not --quiet; done() ends the line.
 class Progress {
