@@ -1,19 +1,7 @@
 #!/usr/bin/env bash
 # The ampcheck binary end to end: output, exit codes, environment handling.
 set -u
-bin=${AMPCHECK:?set AMPCHECK to the ampcheck binary}
-fails=0
-expect() {  # expect CODE PATTERN -- ARGS...
-  local code=$1 pattern=$2; shift 3
-  local out rc
-  out=$("$@" 2>&1); rc=$?
-  if [[ $rc -ne $code ]] || ! grep -qF -- "$pattern" <<<"$out"; then
-    echo "FAIL: $* -> exit $rc (want $code), output lacks '$pattern':"; echo "$out" | head -20
-    fails=$((fails + 1))
-  else
-    echo "ok: $*"
-  fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib/expect.sh"
 expect 0 "verdict: healthy: AMP is on" -- "$bin" run --model mlp --level O2 --steps 20
 expect 0 "Pure fp16 run operator: linear" -- env GLOG_v=5 "$bin" run --model mlp --level O2 --steps 2 --inspect trace
 expect 0 "overflow -> inf" -- "$bin" fp 65504 65519 65520 6e-8 3e-8 1e-8 --dtype f16

@@ -5,24 +5,11 @@
 # and fails (exit 1) when the level changed; every command rejects bad arguments with
 # exit 2 and a message.
 set -u
-bin=${AMPCHECK:?set AMPCHECK to the ampcheck binary}
+source "$(dirname "${BASH_SOURCE[0]}")/lib/expect.sh"
 work=${WORK:?set WORK to a scratch directory}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 schema=$root/reports/schema/report.schema.json
 rm -rf "$work" && mkdir -p "$work"
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-ok() { echo "ok: $*"; }
-expect() {  # expect CODE PATTERN -- ARGS...
-  local code=$1 pattern=$2; shift 3
-  local out rc
-  out=$("$@" 2>&1); rc=$?
-  if [[ $rc -ne $code ]] || ! grep -qF -- "$pattern" <<<"$out"; then
-    fail "$* -> exit $rc (want $code), output lacks '$pattern':"; echo "$out" | tail -15
-  else
-    ok "$*"
-  fi
-}
 python=
 for py in /usr/bin/python3 python3; do
   if command -v "$py" >/dev/null && "$py" -c 'import jsonschema' 2>/dev/null; then python=$py; break; fi

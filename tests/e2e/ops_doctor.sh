@@ -1,19 +1,7 @@
 #!/usr/bin/env bash
 # `ampcheck ops` and `ampcheck doctor` end to end: output and exit codes.
 set -u
-bin=${AMPCHECK:?set AMPCHECK to the ampcheck binary}
-fails=0
-expect() {  # expect CODE PATTERN -- ARGS...
-  local code=$1 pattern=$2; shift 3
-  local out rc
-  out=$("$@" 2>&1); rc=$?
-  if [[ $rc -ne $code ]] || ! grep -qF -- "$pattern" <<<"$out"; then
-    echo "FAIL: $* -> exit $rc (want $code), output lacks '$pattern':"; echo "$out" | head -20
-    fails=$((fails + 1))
-  else
-    echo "ok: $*"
-  fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib/expect.sh"
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 expect 0 "AMP O1 float16" -- "$bin" ops
 expect 0 "runs in, bfloat16 inputs" -- "$bin" ops --level O2 --dtype bf16
