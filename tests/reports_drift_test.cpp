@@ -148,7 +148,8 @@ TEST(Drift, FinalLossDownBeyondToleranceAndNonFiniteLoss) {
 TEST(Drift, ValuesThatPrintAlikeGetAllTheirDigits) {
   Report current = sample();
   current.summary.final_loss = 0.8125 + 1e-9;  // within tolerance, but not the same number
-  const Finding* f = find(compare_reports(sample(), current, DriftRules{}), "final_loss_rel", "summary.final_loss");
+  const DriftResult result = compare_reports(sample(), current, DriftRules{});
+  const Finding* f = find(result, "final_loss_rel", "summary.final_loss");
   ASSERT_NE(f, nullptr);
   EXPECT_NE(f->baseline, f->current);
   EXPECT_FALSE(f->failing);
