@@ -135,6 +135,16 @@ Set ddmin(Set c, Trials& trials) {
   return c;
 }
 
+// The first non-finite value's producer (its op type or module), when it is a
+// candidate: tried alone before the search, since several single ops can each be a fix
+// (black-listing what feeds an overflowing op can keep it in fp32 too) and the producer
+// is the one a user expects to hear about.
+std::string prime_suspect(const reports::Bisect& b) {
+  if (!b.producer) return {};
+  const std::string key = b.granularity == "type" ? b.producer->op : b.producer->module;
+  return std::find(b.candidates.begin(), b.candidates.end(), key) != b.candidates.end() ? key : std::string();
+}
+
 std::string quoted(const Set& s, const char* quote) {
   std::string out;
   for (const std::string& x : s) out += (out.empty() ? "" : ", ") + std::string(quote) + x + quote;
@@ -260,6 +270,9 @@ int run_bisect(const BisectOptions& o, std::ostream& out, std::ostream& err) {
                                        : "even with every candidate in fp32 the run is not healthy: the cause is "
                                          "not the low precision of these ops (check the data, the learning rate, the "
                                          "loss scaling)";
+      } else if (const std::string suspect = prime_suspect(b); !suspect.empty() && trials.healthy({suspect})) {
+        b.culprits = {suspect};  // the op that made the first non-finite value, alone, is a fix
+        b.found = true;
       } else {
         b.culprits = ddmin(b.candidates, trials);
         b.found = true;

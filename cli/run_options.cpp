@@ -16,13 +16,29 @@
 
 namespace ampcheck::cli {
 
+namespace {
+
+template <typename T>
+void add_optional(CLI::App* cmd, const std::string& name, std::optional<T>& slot, const std::string& help) {
+  cmd->add_option_function<T>(name, [&slot](const T& v) { slot = v; }, help);
+}
+
+std::string sample_list() {
+  std::string s;
+  for (std::string_view n : samples::sample_names()) s += (s.empty() ? "" : ", ") + std::string(n);
+  return s;
+}
+
+}  // namespace
+
 void add_run_args(CLI::App* cmd, RunArgs& a, bool level) {
-  cmd->add_option("--model", a.model, "sample: mlp, cnn, transformer, overflow")->capture_default_str();
-  if (level) cmd->add_option("--level", a.level, "AMP level: O0 (fp32), O1, O2, O3")->capture_default_str();
-  cmd->add_option("--dtype", a.dtype, "low-precision dtype: float16 or bfloat16")->capture_default_str();
-  cmd->add_option("--steps", a.steps, "training steps")->capture_default_str();
-  cmd->add_option("--batch", a.batch, "batch size (default: the sample's)");
-  cmd->add_option("--lr", a.lr, "Adam learning rate (default: the sample's)");
+  cmd->add_option("--model", a.model, "a sample (" + sample_list() + ") or a model file (docs/model-format.md)")
+      ->capture_default_str();
+  if (level) add_optional(cmd, "--level", a.level, "AMP level: O0 (fp32), O1, O2, O3 (default: the model's, else O2)");
+  add_optional(cmd, "--dtype", a.dtype, "low-precision dtype: float16 or bfloat16 (default: the model's, else float16)");
+  add_optional(cmd, "--steps", a.steps, "training steps (default: the model's)");
+  add_optional(cmd, "--batch", a.batch, "batch size (default: the model's)");
+  add_optional(cmd, "--lr", a.lr, "learning rate (default: the model's)");
   cmd->add_option("--seed", a.seed, "seed of the model and data")->capture_default_str();
   cmd->add_option("--config", a.config, "AMP config (PaddlePaddle, PyTorch, DeepSpeed, Apex or ampcheck JSON)");
   cmd->add_option("--white", a.white, "custom_white_list, comma separated")->delimiter(',');
@@ -32,13 +48,30 @@ void add_run_args(CLI::App* cmd, RunArgs& a, bool level) {
 }
 
 Resolved resolve(const RunArgs& a) {
+  if (a.steps && *a.steps <= 0) throw UsageError("--steps must be positive, got " + std::to_string(*a.steps));
+  if (a.batch && *a.batch <= 0) throw UsageError("--batch must be positive, got " + std::to_string(*a.batch));
+  if (a.lr && !(*a.lr > 0)) throw UsageError("--lr must be positive, got " + fmt::format("{}", *a.lr));
+  samples::ModelFile file;
+  try {
+    file = samples::load_model(a.model);
+  } catch (const samples::ModelFileError& e) {
+    throw UsageError(std::string("--model: ") + e.what());
+  }
   Resolved r;
   samples::RunOptions& o = r.options;
   o.model = a.model;
-  o.steps = a.steps;
-  o.batch = a.batch;
-  o.lr = a.lr;
+  o.steps = a.steps.value_or(file.train.steps);
+  o.batch = a.batch.value_or(file.train.batch);
+  o.lr = a.lr.value_or(file.train.lr);
   o.seed = a.seed;
+  // AMP: the model file's block, or the defaults; a config file replaces it.
+  o.amp.level = *amp::parse_level(RunArgs::kLevel);
+  o.amp.dtype = *try_parse_dtype(RunArgs::kDtype);
+  if (file.amp) {
+    o.amp = file.amp->amp;
+    o.scaling = file.amp->scaling;
+    r.semantics = std::string(amp::style_name(file.amp->style));
+  }
   if (!a.config.empty()) {
     try {
       const amp::Config c = amp::load_config(a.config);
@@ -48,13 +81,16 @@ Resolved resolve(const RunArgs& a) {
     } catch (const amp::ConfigError& e) {
       throw UsageError(e.what());
     }
-  } else {
-    const auto level = amp::parse_level(a.level);
-    if (!level) throw UsageError("--level \"" + a.level + "\" is not a level; use O0, O1, O2 or O3");
+  }
+  if (a.level) {
+    const auto level = amp::parse_level(*a.level);
+    if (!level) throw UsageError("--level \"" + *a.level + "\" is not a level; use O0, O1, O2 or O3");
     o.amp.level = *level;
-    const auto dtype = try_parse_dtype(a.dtype);
+  }
+  if (a.dtype) {
+    const auto dtype = try_parse_dtype(*a.dtype);
     if (!dtype || !is_low_precision(*dtype))
-      throw UsageError("--dtype \"" + a.dtype + "\": AMP runs in float16 or bfloat16");
+      throw UsageError("--dtype \"" + *a.dtype + "\": AMP runs in float16 or bfloat16");
     o.amp.dtype = *dtype;
   }
   o.amp.custom_white_list.insert(o.amp.custom_white_list.end(), a.white.begin(), a.white.end());
@@ -76,9 +112,6 @@ Resolved resolve(const RunArgs& a) {
       throw UsageError(std::string("--device cuda: ") + e.what());
     }
   }
-  if (a.steps <= 0) throw UsageError("--steps must be positive, got " + std::to_string(a.steps));
-  if (a.batch < 0) throw UsageError("--batch must be positive, got " + std::to_string(a.batch));
-  if (a.lr < 0) throw UsageError("--lr must be positive, got " + std::to_string(a.lr));
   return r;
 }
 
@@ -102,7 +135,7 @@ reports::RunInfo run_info(const std::string& command, const RunArgs& a, const Re
   info.steps = o.steps;
   info.batch = result.batch;
   info.lr = result.lr;
-  info.optimizer = "adam";
+  info.optimizer = result.optimizer;
   info.inspect = inspect;
   info.amp.semantics = r.semantics;
   info.amp.config_file = a.config;

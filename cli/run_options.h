@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string_view>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -17,13 +19,14 @@ class App;
 
 namespace ampcheck::cli {
 
+// Unset optionals take the model file's value (its "train" and "amp" blocks), else the
+// defaults below.
 struct RunArgs {
-  std::string model = "mlp";
-  std::string level = "O2";
-  std::string dtype = "float16";
-  std::int64_t steps = 200;
-  std::int64_t batch = 0;
-  double lr = 0;
+  static constexpr std::string_view kLevel = "O2", kDtype = "float16";
+  std::string model = "mlp";  // a sample's name or a model file's path
+  std::optional<std::string> level, dtype;
+  std::optional<std::int64_t> steps, batch;
+  std::optional<double> lr;
   std::uint64_t seed = 0;
   std::string config;  // an AMP config file in any framework's key names
   std::vector<std::string> white, black;
@@ -34,8 +37,9 @@ struct RunArgs {
 // Adds the shared options to `cmd` (`with_level`: compare takes --levels instead).
 void add_run_args(CLI::App* cmd, RunArgs& args, bool with_level = true);
 
-// What the options ask for, checked: the sample's options (a config file's settings, then
-// --white/--black on top), and the config's semantics ("ampcheck", "paddle", ...).
+// What the options ask for, checked: the model file's defaults, a config file's settings
+// in place of the model's "amp" block, then the command line's on top; and the AMP
+// settings' semantics ("ampcheck", "paddle", ...).
 struct Resolved {
   samples::RunOptions options;
   std::string semantics = "ampcheck";

@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <numbers>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "engine/random.h"
+
+#include <nlohmann/json.hpp>
 
 namespace ampcheck::samples {
 namespace {
@@ -67,6 +70,25 @@ Dataset spiral(std::int64_t n_per_class, std::int64_t classes, double noise, std
     x[usize(2 * i + 1)] = static_cast<float>(r * std::cos(theta));
   }
   return {Tensor::from(x, {n, 2}), Tensor::from(interleaved_labels(n, classes), {n})};
+}
+
+Dataset blobs(std::int64_t n_per_class, std::int64_t classes, std::int64_t dims, double spread,
+              std::uint64_t seed) {
+  require(n_per_class >= 1 && classes >= 1 && dims >= 1,
+          "blobs: expects n_per_class, classes and dims >= 1, got " + std::to_string(n_per_class) + ", " +
+              std::to_string(classes) + " and " + std::to_string(dims));
+  require(spread > 0, "blobs: spread must be > 0");
+  Generator gen(seed);
+  const std::int64_t n = n_per_class * classes;
+  const std::vector<double> centres = uniform_values({classes, dims}, gen);
+  const std::vector<double> eps = normal_values({n, dims}, gen, spread);
+  std::vector<float> x(usize(n * dims));
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t d = 0; d < dims; ++d) {
+      const double centre = -4.0 + 8.0 * centres[usize((i % classes) * dims + d)];
+      x[usize(i * dims + d)] = static_cast<float>(centre + eps[usize(i * dims + d)]);
+    }
+  return {Tensor::from(x, {n, dims}), Tensor::from(interleaved_labels(n, classes), {n})};
 }
 
 Dataset images(std::int64_t n, std::int64_t classes, std::int64_t channels, std::int64_t size,
@@ -129,6 +151,73 @@ Dataset sequences(std::int64_t n, std::int64_t length, std::int64_t vocab, std::
     if (y[usize(r)] == 1) row[1 + pick(d[length], length - 1)] = first;
   }
   return {Tensor::from(x, {n, length}), Tensor::from(y, {n})};
+}
+
+namespace {
+
+// The shape of one sample's nested arrays, read along the first elements.
+Shape sample_shape(const nlohmann::json& v) {
+  Shape shape;
+  for (const nlohmann::json* p = &v; p->is_array() && !p->empty(); p = &(*p)[0])
+    shape.push_back(static_cast<std::int64_t>(p->size()));
+  return shape;
+}
+
+// Appends the numbers of one sample to `out`, checking it has `shape`.
+void flatten_sample(const nlohmann::json& v, const Shape& shape, std::size_t depth, std::vector<double>& out,
+                    const std::string& where) {
+  if (depth == shape.size()) {
+    require(v.is_number(), where + ": expects a number at depth " + std::to_string(depth + 1) + ", got " + v.dump());
+    out.push_back(v.get<double>());
+    return;
+  }
+  require(v.is_array() && static_cast<std::int64_t>(v.size()) == shape[depth],
+          where + ": does not have the shape of sample 1, " + to_string(shape));
+  for (const auto& e : v) flatten_sample(e, shape, depth + 1, out, where);
+}
+
+}  // namespace
+
+Dataset load_samples(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  require(static_cast<bool>(in), "data file \"" + path + "\" cannot be read; check the path");
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw std::invalid_argument("data file \"" + path + "\": not valid JSON: " + e.what());
+  }
+  const std::string where = "data file \"" + path + "\"";
+  require(doc.is_object() && doc.contains("x") && doc.contains("y") && doc["x"].is_array() && doc["y"].is_array(),
+          where + ": expects {\"x\": [one array per sample], \"y\": [one label per sample]}");
+  const std::string dtype = doc.value("dtype", std::string("float32"));
+  require(dtype == "float32" || dtype == "int64", where + ": \"dtype\" is float32 or int64, got \"" + dtype + "\"");
+  const auto& xs = doc["x"];
+  const auto& ys = doc["y"];
+  require(!xs.empty() && xs.size() == ys.size(), where + ": \"x\" has " + std::to_string(xs.size()) +
+                                                     " samples and \"y\" " + std::to_string(ys.size()) + " labels");
+  const Shape shape = sample_shape(xs[0]);
+  std::vector<double> values;
+  for (std::size_t i = 0; i < xs.size(); ++i)
+    flatten_sample(xs[i], shape, 0, values, where + ": sample " + std::to_string(i + 1));
+  std::vector<std::int64_t> labels;
+  for (std::size_t i = 0; i < ys.size(); ++i) {
+    require(ys[i].is_number_integer() && ys[i].get<std::int64_t>() >= 0,
+            where + ": label " + std::to_string(i + 1) + " is " + ys[i].dump() + "; labels are integers >= 0");
+    labels.push_back(ys[i].get<std::int64_t>());
+  }
+  const auto n = static_cast<std::int64_t>(xs.size());
+  Shape full{n};
+  full.insert(full.end(), shape.begin(), shape.end());
+  if (dtype == "int64") {
+    std::vector<std::int64_t> idx;
+    for (double v : values) {
+      require(v == std::floor(v) && v >= 0, where + ": int64 samples hold integers >= 0");
+      idx.push_back(static_cast<std::int64_t>(v));
+    }
+    return {Tensor::from(idx, full), Tensor::from(labels, {n})};
+  }
+  return {Tensor::from(values, full, DType::f32), Tensor::from(labels, {n})};
 }
 
 }  // namespace ampcheck::samples

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "engine/tensor.h"
 
@@ -26,6 +27,11 @@ Dataset batch(const Dataset& data, std::int64_t start, std::int64_t count);
 // point (r sin theta, r cos theta). x f32 [N, 2], y i64 [N], N = n_per_class * classes.
 Dataset spiral(std::int64_t n_per_class, std::int64_t classes = 3, double noise = 0.2,
                std::uint64_t seed = 0);
+
+// Gaussian blobs: `classes` centres drawn uniformly in [-4, 4]^dims, n_per_class points
+// around each at N(0, spread^2) per coordinate. x f32 [N, dims], y i64 [N].
+Dataset blobs(std::int64_t n_per_class, std::int64_t classes = 3, std::int64_t dims = 2,
+              double spread = 1.0, std::uint64_t seed = 0);
 
 // Oriented stripe patches: class k is a grating at angle pi * k / classes (period 4 px)
 // under a Gaussian window of width size / 5, at a random position, with random phase,
@@ -47,5 +53,11 @@ Dataset images(std::int64_t n, std::int64_t classes = 4, std::int64_t channels =
 // Needs length >= 2 and vocab >= 2.
 Dataset sequences(std::int64_t n, std::int64_t length = 8, std::int64_t vocab = 8,
                   std::uint64_t seed = 0);
+
+// A data file: a JSON object {"x": [...], "y": [...]} where x holds one (nested) array
+// per sample, all of one shape, and y one integer label per sample in [0, classes).
+// Optional "dtype": "float32" (default) or "int64" (token indices, for an embedding).
+// Throws std::invalid_argument naming the file and what is wrong.
+Dataset load_samples(const std::string& path);
 
 }  // namespace ampcheck::samples

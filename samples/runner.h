@@ -12,18 +12,15 @@
 
 #include "engine/amp/grad_scaler.h"
 #include "engine/amp/policy.h"
+#include "samples/model_file.h"
 
 namespace ampcheck::samples {
 
-// "mlp" (spiral), "cnn" (oriented stripes, BatchNorm), "transformer" (a sequence task),
-// "overflow" (an MLP with a planted fp16 overflow, for bisect-nan).
-const std::vector<std::string_view>& sample_names();
-
 struct RunOptions {
-  std::string model = "mlp";
-  std::int64_t steps = 200;
-  std::int64_t batch = 0;  // 0: the sample's own
-  double lr = 0;           // 0: the sample's own (Adam)
+  std::string model = "mlp";  // a sample's name (sample_names()) or a model file's path
+  std::int64_t steps = 0;     // 0: the model file's
+  std::int64_t batch = 0;     // 0: the model file's
+  double lr = 0;              // 0: the model file's
   std::uint64_t seed = 0;
   amp::AmpOptions amp;     // O0: no autocast, no decorate
   amp::ScalingOptions scaling = amp::TorchScaling{};  // O0 runs unscaled
@@ -38,10 +35,12 @@ struct StepResult {
 };
 
 struct RunResult {
-  std::string description;  // "Mlp 2-64-64-3 on spiral (300 samples)"
+  std::string description;  // the model file's
   std::int64_t parameters = 0;
+  std::int64_t steps_asked = 0;  // the options' steps, or the model file's
   std::int64_t batch = 0;
   double lr = 0;
+  std::string optimizer;    // "adam", "adamw", "sgd"
   std::vector<StepResult> steps;
   double accuracy = 0;         // on the whole data set after training, eval mode
   std::int64_t skipped = 0;    // optimizer steps the scaler skipped
@@ -51,8 +50,9 @@ struct RunResult {
 
 class Trainer {
  public:
-  // Builds the model, data, optimizer and scaler. Throws std::invalid_argument naming an
-  // unknown model (with the closest name) or a bad number.
+  // Loads the model file, builds the model, data, optimizer and scaler. Throws
+  // ModelFileError for a bad model (unknown sample, a file's error) and
+  // std::invalid_argument for a bad number.
   explicit Trainer(const RunOptions& options);
   ~Trainer();
   Trainer(const Trainer&) = delete;
@@ -71,7 +71,7 @@ class Trainer {
   std::unique_ptr<State> s_;
 };
 
-// The whole loop: options.steps steps, then evaluate().
+// The whole loop: the steps asked for (or the model file's), then evaluate().
 RunResult run(const RunOptions& options);
 
 }  // namespace ampcheck::samples

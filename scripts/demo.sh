@@ -19,8 +19,8 @@ echo "\$ ampcheck run --model mlp --level O2 --dtype float16 --steps 200 --repor
 echo
 echo "reports: $out/run.json (docs/report-format.md), $out/run.html (open it in a browser)"
 echo
-echo '$ ampcheck bisect-nan --model overflow --level O2 --steps 60'
-"$bin" bisect-nan --model overflow --level O2 --steps 60 --quiet >"$out/bisect.txt"
+echo '$ ampcheck bisect-nan --model variance_overflow --steps 60'
+"$bin" bisect-nan --model variance_overflow --steps 60 --quiet >"$out/bisect.txt"
 sed -n '/^Non-finite values/,/^  input/p; /^Bisection/,/^Minimal fix/p' "$out/bisect.txt"
 tail -n 1 "$out/bisect.txt"
 echo "(the suggested config, PaddlePaddle and PyTorch forms: $out/bisect.txt)"

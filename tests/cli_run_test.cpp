@@ -97,7 +97,7 @@ TEST(CliRun, JsonOutputIsTheReport) {
 // bisect-nan in-process on the planted overflow; a healthy run needs no fix.
 TEST(CliBisect, NamesThePlantedOpTypeOnly) {
   const std::filesystem::path path = std::filesystem::temp_directory_path() / "ampcheck_bisect_test.json";
-  const Result r = run({"bisect-nan", "--model", "overflow", "--level", "O2", "--steps", "60", "--quiet", "--report",
+  const Result r = run({"bisect-nan", "--model", "variance_overflow", "--steps", "60", "--quiet", "--report",
                         path.string()});
   ASSERT_EQ(r.code, 0) << r.err << r.out;
   const reports::Report rep = reports::read_report(path);

@@ -13,14 +13,18 @@ std::string join(const std::string& prefix, const std::string& name) {
 }  // namespace
 
 Tensor Module::operator()(const Tensor& x) {
+  return call([&] { return forward(x); });
+}
+
+Tensor Module::call(const std::function<Tensor()>& body) {
   const ModuleScope scope(path_);
   const amp::Policy* policy = amp::active_policy();
   if (policy && policy->fp32_module(path_)) {
     // A module the user keeps in fp32: every op inside casts its floating inputs up.
     const amp::Autocast fp32(&policy->fp32_policy());
-    return forward(x);
+    return body();
   }
-  return forward(x);
+  return body();
 }
 
 Tensor Module::register_parameter(const std::string& name, Tensor t) {

@@ -22,6 +22,9 @@ class Module {
   virtual Tensor forward(const Tensor& x) = 0;
   // forward() inside this module's path, so observers can name the layer of each op.
   Tensor operator()(const Tensor& x);
+  // `body` inside this module's path and fp32_modules policy, as operator() runs
+  // forward(): for callers that drive a module with several inputs (a model graph's node).
+  Tensor call(const std::function<Tensor()>& body);
 
   const std::string& type() const { return type_; }  // "Linear", "Conv2d", ...
   const std::string& path() const { return path_; }  // full dotted name; "" for the root

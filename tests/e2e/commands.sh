@@ -61,18 +61,18 @@ for i in 1 2; do "$bin" run --model mlp --level O2 --steps 10 --quiet --json >"$
 cmp -s "$work/stdout1.json" "$work/stdout2.json" && ok "--json output is byte-identical" || fail "--json output differs"
 validate "$work/stdout1.json"
 
-# bisect-nan on the planted fp16 overflow: square, and only square.
-expect 0 "fix found" -- "$bin" bisect-nan --model overflow --level O2 --steps 60 --quiet --report "$work/bisect.json"
+# bisect-nan on the planted fp16 overflow (the model file sets O1): square, and only square.
+expect 0 "fix found" -- "$bin" bisect-nan --model variance_overflow --steps 60 --quiet --report "$work/bisect.json"
 validate "$work/bisect.json"
 culprits=$(json_get "$work/bisect.json" 'r["bisect"]["culprits"]')
 [[ $culprits == "['square']" ]] && ok "bisect-nan names square and only it" || fail "culprits: $culprits"
 producer=$(json_get "$work/bisect.json" 'r["bisect"]["producer"]["op"]')
 [[ $producer == square ]] && ok "the producer is square" || fail "producer: $producer"
-expect 0 "run energy in fp32" -- "$bin" bisect-nan --model overflow --level O2 --steps 60 --quiet --granularity instance
+expect 0 "run norm.square in fp32" -- "$bin" bisect-nan --model variance_overflow --steps 60 --quiet --granularity instance
 expect 0 "healthy as configured" -- "$bin" bisect-nan --model mlp --level O2 --steps 10 --quiet
 # The suggested config really fixes the run.
 json_get "$work/bisect.json" 'r["bisect"]["suggestion"]["ampcheck"]' >"$work/fix.json"
-expect 0 "verdict: healthy" -- "$bin" run --model overflow --steps 60 --quiet --config "$work/fix.json"
+expect 0 "verdict: healthy" -- "$bin" run --model variance_overflow --steps 60 --quiet --config "$work/fix.json"
 
 # compare: O0, O1, O2 in lock step.
 expect 0 "O2 growth" -- "$bin" compare --model mlp --steps 12 --quiet --report "$work/compare.json"

@@ -1,0 +1,958 @@
+#include "samples/model_file.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include "engine/autograd.h"
+#include "engine/nn/layers.h"
+#include "engine/util/strings.h"
+#include "samples/builtin_models.h"
+
+namespace ampcheck::samples {
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void fail(const std::string& where, const std::string& msg) { throw ModelFileError(where + ": " + msg); }
+
+std::string in_quotes(std::string_view s) { return "\"" + std::string(s) + "\""; }
+
+std::string did_you_mean(std::string_view word, const std::vector<std::string_view>& known) {
+  const std::string_view best = closest(word, known, 3);
+  return best.empty() ? std::string() : " (did you mean " + in_quotes(best) + "?)";
+}
+
+std::string list(const std::vector<std::string_view>& names) {
+  std::string out;
+  for (std::string_view n : names) out += (out.empty() ? "" : ", ") + std::string(n);
+  return out;
+}
+
+// ---- typed fields ----------------------------------------------------------------
+
+enum class Type {
+  count,     // an integer >= 1
+  integer,   // any integer
+  number,    // any finite number
+  positive,  // a number > 0
+  fraction,  // a number in [0, 1)
+  boolean,
+  pair,      // a count or [count, count]
+  pair0,     // an integer >= 0 or [a, b] of them
+  dims,      // an array of integers
+  shape,     // an array of counts, one of which may be -1
+  constant,  // the name of a tensor constant
+  text,
+  texts,     // an array of strings
+};
+
+struct Field {
+  std::string_view name;
+  Type type;
+  bool required = false;
+};
+
+std::string type_text(Type t) {
+  switch (t) {
+    case Type::count: return "a positive integer";
+    case Type::integer: return "an integer";
+    case Type::number: return "a finite number";
+    case Type::positive: return "a number > 0";
+    case Type::fraction: return "a number in [0, 1)";
+    case Type::boolean: return "true or false";
+    case Type::pair: return "a positive integer or a pair [h, w] of them";
+    case Type::pair0: return "an integer >= 0 or a pair [h, w] of them";
+    case Type::dims: return "an array of dimension indices";
+    case Type::shape: return "an array of positive sizes (one may be -1)";
+    case Type::constant: return "the name of a tensor constant";
+    case Type::text: return "a string";
+    case Type::texts: return "an array of strings";
+  }
+  return "?";
+}
+
+bool is_int(const json& v) { return v.is_number_integer() || v.is_number_unsigned(); }
+
+bool valid(const json& v, Type t) {
+  switch (t) {
+    case Type::count: return is_int(v) && v.get<std::int64_t>() >= 1;
+    case Type::integer: return is_int(v);
+    case Type::number: return v.is_number() && std::isfinite(v.get<double>());
+    case Type::positive: return v.is_number() && v.get<double>() > 0 && std::isfinite(v.get<double>());
+    case Type::fraction: return v.is_number() && v.get<double>() >= 0 && v.get<double>() < 1;
+    case Type::boolean: return v.is_boolean();
+    case Type::pair:
+    case Type::pair0: {
+      const std::int64_t lo = t == Type::pair ? 1 : 0;
+      auto ok = [&](const json& e) { return is_int(e) && e.get<std::int64_t>() >= lo; };
+      return ok(v) || (v.is_array() && v.size() == 2 && ok(v[0]) && ok(v[1]));
+    }
+    case Type::dims: return v.is_array() && std::all_of(v.begin(), v.end(), is_int);
+    case Type::shape: {
+      if (!v.is_array()) return false;
+      int inferred = 0;
+      for (const json& e : v) {
+        if (!is_int(e)) return false;
+        const auto n = e.get<std::int64_t>();
+        if (n == -1) ++inferred;
+        else if (n < 1) return false;
+      }
+      return inferred <= 1;
+    }
+    case Type::constant:
+    case Type::text: return v.is_string();
+    case Type::texts: return v.is_array() && std::all_of(v.begin(), v.end(), [](const json& e) { return e.is_string(); });
+  }
+  return false;
+}
+
+// Checks `object`'s keys against `fields` (skipping `structural` ones): unknown keys,
+// missing required ones and mistyped values are errors naming `where` and the key.
+void check_fields(const json& object, const std::vector<Field>& fields, const std::string& where,
+                  const std::vector<std::string_view>& structural = {}) {
+  std::vector<std::string_view> known(structural);
+  for (const Field& f : fields) known.push_back(f.name);
+  for (const auto& [key, value] : object.items()) {
+    if (std::find(structural.begin(), structural.end(), key) != structural.end()) continue;
+    const auto f = std::find_if(fields.begin(), fields.end(), [&](const Field& x) { return x.name == key; });
+    if (f == fields.end())
+      fail(where, "unknown field " + in_quotes(key) + did_you_mean(key, known) + "; fields: " + list(known));
+    if (!valid(value, f->type))
+      fail(where, "field " + in_quotes(key) + " must be " + type_text(f->type) + ", got " + value.dump());
+  }
+  for (const Field& f : fields)
+    if (f.required && !object.contains(f.name))
+      fail(where, "missing field " + in_quotes(f.name) + " (" + type_text(f.type) + ")");
+}
+
+std::array<std::int64_t, 2> pair_of(const json& v) {
+  if (v.is_array()) return {v[0].get<std::int64_t>(), v[1].get<std::int64_t>()};
+  return {v.get<std::int64_t>(), v.get<std::int64_t>()};
+}
+
+template <typename T>
+T get(const json& object, std::string_view key, T fallback) {
+  const auto it = object.find(key);
+  return it == object.end() ? fallback : it->template get<T>();
+}
+
+// ---- node kinds -----------------------------------------------------------------
+
+// What a node's builder sees: its fields, its inputs (probe tensors), the constants.
+struct NodeContext {
+  const NodeSpec& spec;
+  const std::vector<Tensor>& inputs;  // probe values; scalar constants are undefined
+  const std::vector<std::optional<double>>& scalars;  // per input: a scalar constant
+  const std::map<std::string, Tensor>& tensors;       // tensor constants by name
+  Generator& gen;
+  std::string where;
+  double number(std::string_view k, double fallback) const { return get<double>(spec.fields, k, fallback); }
+  std::int64_t integer(std::string_view k, std::int64_t fallback) const {
+    return get<std::int64_t>(spec.fields, k, fallback);
+  }
+  bool flag(std::string_view k, bool fallback) const { return get<bool>(spec.fields, k, fallback); }
+  std::array<std::int64_t, 2> pair(std::string_view k, std::array<std::int64_t, 2> fallback) const {
+    const auto it = spec.fields.find(k);
+    return it == spec.fields.end() ? fallback : pair_of(*it);
+  }
+  std::vector<std::int64_t> ints(std::string_view k) const {
+    const auto it = spec.fields.find(k);
+    return it == spec.fields.end() ? std::vector<std::int64_t>{} : it->get<std::vector<std::int64_t>>();
+  }
+  Tensor constant(std::string_view k) const {
+    const auto it = spec.fields.find(k);
+    return it == spec.fields.end() ? Tensor{} : tensors.at(it->get<std::string>());
+  }
+  const Tensor& in(std::size_t i = 0) const { return inputs[i]; }
+  // The input's size along `dim`, requiring at least `rank` dims (else an error naming "inputs").
+  std::int64_t size_of(std::int64_t dim, std::int64_t rank, std::string_view layout) const {
+    const Tensor& x = inputs[0];
+    if (x.dim() < rank)
+      fail(where, "field \"inputs\": expects " + std::string(layout) + ", got a " + std::to_string(x.dim()) +
+                      "-d input");
+    return x.size(dim < 0 ? x.dim() + dim : dim);
+  }
+  void require_float(std::size_t i = 0) const {
+    if (inputs[i].defined() && !is_floating(inputs[i].dtype()))
+      fail(where, "field \"inputs\": expects a floating input, got " + std::string(name(inputs[i].dtype())) +
+                      " (token indices go into an embedding node)");
+  }
+};
+
+using Run = std::function<Tensor(const std::vector<Tensor>&)>;
+struct Built {
+  std::shared_ptr<nn::Module> module;  // a layer, or null for a plain op
+  Run run;
+};
+using Builder = std::function<Built(const NodeContext&)>;
+
+struct Kind {
+  std::string_view kind;
+  std::string_view summary;
+  int min_inputs, max_inputs;
+  std::vector<Field> fields;
+  Builder build;
+};
+
+Built unary(Tensor (*op)(const Tensor&)) {
+  return {nullptr, [op](const std::vector<Tensor>& in) { return op(in[0]); }};
+}
+
+template <typename Layer>
+Built layer(std::shared_ptr<Layer> m) {
+  return {m, [m](const std::vector<Tensor>& in) { return m->forward(in[0]); }};
+}
+
+// add/sub/mul/div: two tensors (broadcasting), or a tensor and a scalar (a scalar
+// constant as the second input, or the "scalar" field).
+Builder binary(Tensor (*tensors)(const Tensor&, const Tensor&), Tensor (*with_scalar)(const Tensor&, double)) {
+  return [=](const NodeContext& c) -> Built {
+    const bool has_field = c.spec.fields.contains("scalar");
+    const std::size_t n = c.inputs.size();
+    if (has_field && n != 1) fail(c.where, "field \"scalar\": give one input with it, or two inputs without it");
+    if (!has_field && n != 2) fail(c.where, "field \"inputs\": expects two inputs, or one and a \"scalar\" field");
+    if (c.scalars[0]) fail(c.where, "field \"inputs\": a scalar constant can only be the second input");
+    std::optional<double> s = has_field ? std::optional<double>(c.number("scalar", 0)) : c.scalars[1];
+    if (s) return {nullptr, [=, v = *s](const std::vector<Tensor>& in) { return with_scalar(in[0], v); }};
+    return {nullptr, [=](const std::vector<Tensor>& in) { return tensors(in[0], in[1]); }};
+  };
+}
+
+const std::vector<Kind>& kinds() {
+  using T = Type;
+  static const std::vector<Kind> table = {
+      // ---- layers (parameters drawn from the run's seed, in node order) ----
+      {"linear", "x W^T + b over the last dim; W [out, in] (in read from the input)", 1, 1,
+       {{"out", T::count, true}, {"bias", T::boolean}},
+       [](const NodeContext& c) {
+         c.require_float();
+         const std::int64_t in = c.size_of(-1, 1, "[..., features]");
+         return layer(std::make_shared<nn::Linear>(in, c.integer("out", 0), c.gen, c.flag("bias", true)));
+       }},
+      {"conv2d", "2-D convolution on [N, C, H, W]; groups = C makes it depthwise", 1, 1,
+       {{"out", T::count, true}, {"kernel", T::pair, true}, {"stride", T::pair}, {"padding", T::pair0},
+        {"dilation", T::pair}, {"groups", T::count}, {"bias", T::boolean}},
+       [](const NodeContext& c) {
+         c.require_float();
+         const std::int64_t in = c.size_of(1, 4, "[N, C, H, W]");
+         const std::int64_t groups = c.integer("groups", 1), out = c.integer("out", 0);
+         if (in % groups != 0 || out % groups != 0)
+           fail(c.where, "field \"groups\": " + std::to_string(groups) + " must divide the input channels (" +
+                             std::to_string(in) + ") and \"out\" (" + std::to_string(out) + ")");
+         Conv2dOptions o;
+         o.stride = c.pair("stride", {1, 1});
+         o.padding = c.pair("padding", {0, 0});
+         o.dilation = c.pair("dilation", {1, 1});
+         o.groups = groups;
+         return layer(std::make_shared<nn::Conv2d>(in, out, c.pair("kernel", {1, 1}), c.gen, o, c.flag("bias", true)));
+       }},
+      {"batch_norm", "BatchNorm over dim 1 of [N, C, ...] (batch statistics in training)", 1, 1,
+       {{"eps", T::positive}, {"momentum", T::fraction}},
+       [](const NodeContext& c) {
+         c.require_float();
+         return layer(std::make_shared<nn::BatchNorm2d>(c.size_of(1, 2, "[N, C, ...]"), c.number("eps", 1e-5),
+                                                        c.number("momentum", 0.1)));
+       }},
+      {"layer_norm", "LayerNorm over the last dim", 1, 1, {{"eps", T::positive}},
+       [](const NodeContext& c) {
+         c.require_float();
+         return layer(std::make_shared<nn::LayerNorm>(Shape{c.size_of(-1, 1, "[..., features]")}, c.number("eps", 1e-5)));
+       }},
+      {"embedding", "a table [num, dim] looked up by i64 indices", 1, 1,
+       {{"num", T::count, true}, {"dim", T::count, true}},
+       [](const NodeContext& c) {
+         if (c.in().dtype() != DType::i64)
+           fail(c.where, "field \"inputs\": expects i64 indices, got " + std::string(name(c.in().dtype())));
+         return layer(std::make_shared<nn::Embedding>(c.integer("num", 0), c.integer("dim", 0), c.gen));
+       }},
+      {"attention", "multi-head scaled dot-product attention on [B, T, D]: self (1 input) or query, key, value (3)",
+       1, 3, {{"heads", T::count, true}, {"mask", T::constant}},
+       [](const NodeContext& c) -> Built {
+         if (c.inputs.size() == 2) fail(c.where, "field \"inputs\": expects 1 input (self-attention) or 3 (query, key, value)");
+         c.require_float();
+         const std::int64_t dim = c.size_of(-1, 3, "[B, T, D]"), heads = c.integer("heads", 1);
+         if (dim % heads != 0)
+           fail(c.where, "field \"heads\": " + std::to_string(heads) + " does not divide the model dim " + std::to_string(dim));
+         auto m = std::make_shared<nn::MultiHeadAttention>(dim, heads, c.gen);
+         const Tensor mask = c.constant("mask");
+         return {m, [m, mask](const std::vector<Tensor>& in) {
+                   return in.size() == 1 ? m->forward(in[0], in[0], in[0], mask) : m->forward(in[0], in[1], in[2], mask);
+                 }};
+       }},
+      {"dropout", "zeroes a fraction p in training (its own seeded generator), identity in eval", 1, 1,
+       {{"p", T::fraction, true}},
+       [](const NodeContext& c) {
+         // The mask stream: the run's seed, and a counter that says which dropout node.
+         const std::uint64_t seed = c.gen.seed() ^ (0x9E3779B97F4A7C15ULL * (c.gen.advance(1) + 1));
+         return layer(std::make_shared<nn::Dropout>(c.number("p", 0), seed));
+       }},
+      // ---- activations and elementwise ops (registry ops) ----
+      {"relu", "max(x, 0)", 1, 1, {}, [](const NodeContext&) { return unary(relu); }},
+      {"gelu", "GELU (erf; \"tanh\": true for the tanh approximation)", 1, 1, {{"tanh", T::boolean}},
+       [](const NodeContext& c) -> Built {
+         const bool approx = c.flag("tanh", false);
+         return {nullptr, [approx](const std::vector<Tensor>& in) { return gelu(in[0], approx); }};
+       }},
+      {"silu", "x sigmoid(x)", 1, 1, {}, [](const NodeContext&) { return unary(silu); }},
+      {"sigmoid", "1 / (1 + exp(-x))", 1, 1, {}, [](const NodeContext&) { return unary(sigmoid); }},
+      {"tanh", "tanh(x)", 1, 1, {}, [](const NodeContext&) { return unary(tanh); }},
+      {"hardswish", "x relu6(x + 3) / 6", 1, 1, {}, [](const NodeContext&) { return unary(hardswish); }},
+      {"hardsigmoid", "relu6(x + 3) / 6", 1, 1, {}, [](const NodeContext&) { return unary(hardsigmoid); }},
+      {"add", "a + b (broadcasting), or a + scalar", 1, 2, {{"scalar", T::number}}, binary(add, add)},
+      {"sub", "a - b, or a - scalar", 1, 2, {{"scalar", T::number}}, binary(sub, sub)},
+      {"mul", "a * b, or a * scalar", 1, 2, {{"scalar", T::number}}, binary(mul, mul)},
+      {"div", "a / b, or a / scalar", 1, 2, {{"scalar", T::number}}, binary(div, div)},
+      {"neg", "-x", 1, 1, {}, [](const NodeContext&) { return unary(neg); }},
+      {"abs", "|x|", 1, 1, {}, [](const NodeContext&) { return unary(abs); }},
+      {"square", "x * x", 1, 1, {}, [](const NodeContext&) { return unary(square); }},
+      {"exp", "e^x", 1, 1, {}, [](const NodeContext&) { return unary(exp); }},
+      {"log", "ln x", 1, 1, {}, [](const NodeContext&) { return unary(log); }},
+      {"sqrt", "sqrt x", 1, 1, {}, [](const NodeContext&) { return unary(sqrt); }},
+      {"rsqrt", "1 / sqrt x", 1, 1, {}, [](const NodeContext&) { return unary(rsqrt); }},
+      {"reciprocal", "1 / x", 1, 1, {}, [](const NodeContext&) { return unary(reciprocal); }},
+      {"pow", "x ^ exponent", 1, 1, {{"exponent", T::number, true}},
+       [](const NodeContext& c) -> Built {
+         const double e = c.number("exponent", 1);
+         return {nullptr, [e](const std::vector<Tensor>& in) { return pow(in[0], e); }};
+       }},
+      {"clamp", "min(max(x, min), max); either bound may be left out", 1, 1, {{"min", T::number}, {"max", T::number}},
+       [](const NodeContext& c) -> Built {
+         const double inf = std::numeric_limits<double>::infinity();
+         const double lo = c.number("min", -inf), hi = c.number("max", inf);
+         if (lo > hi) fail(c.where, "field \"min\": " + std::to_string(lo) + " is above \"max\"");
+         return {nullptr, [lo, hi](const std::vector<Tensor>& in) { return clamp(in[0], lo, hi); }};
+       }},
+      // ---- GEMM ----
+      {"matmul", "a @ b (batched, broadcasting)", 2, 2, {}, [](const NodeContext&) -> Built {
+         return {nullptr, [](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); }};
+       }},
+      {"bmm", "[B, M, K] @ [B, K, N]", 2, 2, {}, [](const NodeContext&) -> Built {
+         return {nullptr, [](const std::vector<Tensor>& in) { return bmm(in[0], in[1]); }};
+       }},
+      // ---- reductions ----
+      {"sum", "sum over \"dims\" (dim 0 is the batch)", 1, 1, {{"dims", T::dims, true}, {"keepdim", T::boolean}},
+       [](const NodeContext& c) -> Built {
+         const auto d = c.ints("dims");
+         const bool k = c.flag("keepdim", false);
+         return {nullptr, [d, k](const std::vector<Tensor>& in) { return sum(in[0], d, k); }};
+       }},
+      {"mean", "mean over \"dims\"", 1, 1, {{"dims", T::dims, true}, {"keepdim", T::boolean}},
+       [](const NodeContext& c) -> Built {
+         const auto d = c.ints("dims");
+         const bool k = c.flag("keepdim", false);
+         return {nullptr, [d, k](const std::vector<Tensor>& in) { return mean(in[0], d, k); }};
+       }},
+      {"max", "max over \"dims\"", 1, 1, {{"dims", T::dims, true}, {"keepdim", T::boolean}},
+       [](const NodeContext& c) -> Built {
+         const auto d = c.ints("dims");
+         const bool k = c.flag("keepdim", false);
+         return {nullptr, [d, k](const std::vector<Tensor>& in) { return max(in[0], d, k); }};
+       }},
+      {"softmax", "softmax over \"dim\" (default -1)", 1, 1, {{"dim", T::integer}},
+       [](const NodeContext& c) -> Built {
+         const std::int64_t d = c.integer("dim", -1);
+         return {nullptr, [d](const std::vector<Tensor>& in) { return softmax(in[0], d); }};
+       }},
+      {"log_softmax", "log softmax over \"dim\" (default -1)", 1, 1, {{"dim", T::integer}},
+       [](const NodeContext& c) -> Built {
+         const std::int64_t d = c.integer("dim", -1);
+         return {nullptr, [d](const std::vector<Tensor>& in) { return log_softmax(in[0], d); }};
+       }},
+      // ---- pooling ----
+      {"max_pool2d", "max pooling on [N, C, H, W] (stride defaults to kernel)", 1, 1,
+       {{"kernel", T::pair, true}, {"stride", T::pair}, {"padding", T::pair0}},
+       [](const NodeContext& c) -> Built {
+         const auto k = c.pair("kernel", {1, 1}), s = c.pair("stride", k), p = c.pair("padding", {0, 0});
+         return {nullptr, [k, s, p](const std::vector<Tensor>& in) { return max_pool2d(in[0], k, s, p); }};
+       }},
+      {"avg_pool2d", "average pooling on [N, C, H, W] (padding counts as zeros)", 1, 1,
+       {{"kernel", T::pair, true}, {"stride", T::pair}, {"padding", T::pair0}},
+       [](const NodeContext& c) -> Built {
+         const auto k = c.pair("kernel", {1, 1}), s = c.pair("stride", k), p = c.pair("padding", {0, 0});
+         return {nullptr, [k, s, p](const std::vector<Tensor>& in) { return avg_pool2d(in[0], k, s, p); }};
+       }},
+      {"adaptive_avg_pool2d", "average pooling to an \"output\" size [h, w]", 1, 1, {{"output", T::pair, true}},
+       [](const NodeContext& c) -> Built {
+         const auto o = c.pair("output", {1, 1});
+         return {nullptr, [o](const std::vector<Tensor>& in) { return adaptive_avg_pool2d(in[0], o); }};
+       }},
+      // ---- shape ----
+      {"reshape", "to [N] + \"shape\" (per sample: the batch dim is kept; one size may be -1)", 1, 1,
+       {{"shape", T::shape, true}},
+       [](const NodeContext& c) -> Built {
+         const auto shape = c.ints("shape");
+         return {nullptr, [shape](const std::vector<Tensor>& in) {
+                   Shape full{in[0].size(0)};
+                   full.insert(full.end(), shape.begin(), shape.end());
+                   return reshape(in[0], full);
+                 }};
+       }},
+      {"flatten", "merges dims start_dim.. (default 1: [N, everything])", 1, 1, {{"start_dim", T::integer}},
+       [](const NodeContext& c) -> Built {
+         const std::int64_t d = c.integer("start_dim", 1);
+         return {nullptr, [d](const std::vector<Tensor>& in) { return flatten(in[0], d); }};
+       }},
+      {"permute", "reorders all dims (\"dims\" includes the batch dim 0)", 1, 1, {{"dims", T::dims, true}},
+       [](const NodeContext& c) -> Built {
+         const auto d = c.ints("dims");
+         return {nullptr, [d](const std::vector<Tensor>& in) { return permute(in[0], d); }};
+       }},
+      {"transpose", "swaps two dims, \"dims\": [a, b]", 1, 1, {{"dims", T::dims, true}},
+       [](const NodeContext& c) -> Built {
+         const auto d = c.ints("dims");
+         if (d.size() != 2) fail(c.where, "field \"dims\": expects two dims [a, b]");
+         return {nullptr, [d](const std::vector<Tensor>& in) { return transpose(in[0], d[0], d[1]); }};
+       }},
+      {"concat", "joins its inputs along \"dim\"", 2, 64, {{"dim", T::integer, true}},
+       [](const NodeContext& c) -> Built {
+         const std::int64_t d = c.integer("dim", 0);
+         return {nullptr, [d](const std::vector<Tensor>& in) { return concat(in, d); }};
+       }},
+      {"slice", "rows start..end (step) of \"dim\"", 1, 1,
+       {{"dim", T::integer, true}, {"start", T::integer, true}, {"end", T::integer, true}, {"step", T::count}},
+       [](const NodeContext& c) -> Built {
+         const std::int64_t d = c.integer("dim", 0), s = c.integer("start", 0), e = c.integer("end", 0),
+                            st = c.integer("step", 1);
+         return {nullptr, [=](const std::vector<Tensor>& in) { return slice(in[0], d, s, e, st); }};
+       }},
+      {"where", "condition != 0 ? a : b (inputs: condition, a, b)", 3, 3, {}, [](const NodeContext&) -> Built {
+         return {nullptr, [](const std::vector<Tensor>& in) { return where(in[0], in[1], in[2]); }};
+       }},
+      {"masked_fill", "x with \"value\" where the \"mask\" constant is nonzero", 1, 1,
+       {{"mask", T::constant, true}, {"value", T::number, true}},
+       [](const NodeContext& c) -> Built {
+         const Tensor mask = c.constant("mask");
+         const double v = c.number("value", 0);
+         return {nullptr, [mask, v](const std::vector<Tensor>& in) { return masked_fill(in[0], mask, v); }};
+       }},
+  };
+  return table;
+}
+
+const Kind* find_kind(std::string_view kind) {
+  for (const Kind& k : kinds())
+    if (k.kind == kind) return &k;
+  return nullptr;
+}
+
+std::vector<std::string_view> kind_names() {
+  std::vector<std::string_view> names;
+  for (const Kind& k : kinds()) names.push_back(k.kind);
+  return names;
+}
+
+// ---- the graph ----------------------------------------------------------------------
+
+// A plain op as a module, so that its calls carry the node's name (reports, bisect-nan's
+// instance granularity, fp32_modules) like a layer's do.
+class OpNode : public nn::Module {
+ public:
+  OpNode(std::string_view kind, Run run) : nn::Module(std::string(kind)), run_(std::move(run)) {}
+  Tensor forward(const Tensor& x) override { return run_({x}); }
+
+ private:
+  Run run_;
+};
+
+constexpr int kInput = -1;  // a reference to the model's input
+
+struct Operand {
+  int node = kInput;               // >= 0: a node's output
+  Tensor constant;                 // a tensor constant
+  std::optional<double> scalar;    // a scalar constant
+};
+
+class GraphModel : public nn::Module {
+ public:
+  explicit GraphModel(std::string name) : nn::Module("Model:" + std::move(name)) {}
+
+  void add(const std::string& name, std::shared_ptr<nn::Module> module, Run run, std::vector<Operand> operands) {
+    register_module(name, module);
+    nodes_.push_back({std::move(module), std::move(run), std::move(operands)});
+  }
+  void set_output(int node) { output_ = node; }
+
+  // Every node's value for input `x`, in order (the probe uses them all).
+  std::vector<Tensor> evaluate(const Tensor& x, std::size_t upto) {
+    std::vector<Tensor> values;
+    values.reserve(upto);
+    for (std::size_t i = 0; i < upto; ++i) values.push_back(run_node(i, x, values));
+    return values;
+  }
+  Tensor run_node(std::size_t i, const Tensor& x, const std::vector<Tensor>& values) {
+    Node& n = nodes_[i];
+    std::vector<Tensor> in;
+    in.reserve(n.operands.size());
+    for (const Operand& o : n.operands) {
+      if (o.scalar) continue;  // folded into the op
+      in.push_back(o.constant.defined() ? o.constant : o.node == kInput ? x : values[static_cast<std::size_t>(o.node)]);
+    }
+    return n.module->call([&] { return n.run(in); });
+  }
+
+  Tensor forward(const Tensor& x) override {
+    std::vector<Tensor> values;
+    values.reserve(nodes_.size());
+    for (std::size_t i = 0; i < nodes_.size(); ++i) values.push_back(run_node(i, x, values));
+    return values[static_cast<std::size_t>(output_)];
+  }
+
+ private:
+  struct Node {
+    std::shared_ptr<nn::Module> module;
+    Run run;
+    std::vector<Operand> operands;
+  };
+  std::vector<Node> nodes_;
+  int output_ = 0;
+};
+
+// ---- parsing ------------------------------------------------------------------------
+
+bool valid_name(const std::string& n) {
+  if (n.empty() || n.front() == '.' || n.back() == '.' || n.find("..") != std::string::npos) return false;
+  if (!std::isalpha(static_cast<unsigned char>(n.front())) && n.front() != '_') return false;
+  return std::all_of(n.begin(), n.end(), [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '.';
+  });
+}
+
+struct GeneratorInfo {
+  std::string_view name;
+  std::vector<Field> fields;
+};
+
+const std::vector<GeneratorInfo>& generators() {
+  using T = Type;
+  static const std::vector<GeneratorInfo> table = {
+      {"spiral", {{"n_per_class", T::count}, {"classes", T::count}, {"noise", T::number}}},
+      {"blobs", {{"n_per_class", T::count}, {"classes", T::count}, {"dims", T::count}, {"spread", T::positive}}},
+      {"images", {{"n", T::count}, {"classes", T::count}, {"channels", T::count}, {"size", T::count}}},
+      {"sequences", {{"n", T::count}, {"length", T::count}, {"vocab", T::count}}},
+  };
+  return table;
+}
+
+DataSpec parse_data(const json& d, const std::string& source, const std::string& folder) {
+  const std::string where = source + ": \"data\"";
+  if (!d.is_object()) fail(where, "must be an object: {\"generator\": \"spiral\", ...} or {\"file\": \"samples.json\"}");
+  DataSpec spec;
+  if (d.contains("file")) {
+    check_fields(d, {{"file", Type::text, true}}, where);
+    const std::filesystem::path p(d["file"].get<std::string>());
+    spec.file = (p.is_absolute() ? p : std::filesystem::path(folder) / p).string();
+    return spec;
+  }
+  if (!d.contains("generator"))
+    fail(where, "missing field \"generator\" (spiral, blobs, images, sequences) or \"file\"");
+  if (!d["generator"].is_string()) fail(where, "field \"generator\" must be a string");
+  spec.generator = d["generator"].get<std::string>();
+  std::vector<std::string_view> names;
+  for (const GeneratorInfo& g : generators()) names.push_back(g.name);
+  const auto g = std::find_if(generators().begin(), generators().end(),
+                              [&](const GeneratorInfo& x) { return x.name == spec.generator; });
+  if (g == generators().end())
+    fail(where, "field \"generator\": unknown generator " + in_quotes(spec.generator) + did_you_mean(spec.generator, names) +
+                    "; generators: " + list(names));
+  check_fields(d, g->fields, where + " (" + spec.generator + ")", {"generator"});
+  spec.params = d;
+  return spec;
+}
+
+ConstantSpec parse_constant(const std::string& name, const json& c, const std::string& source) {
+  const std::string where = source + ": constant " + in_quotes(name);
+  if (!valid_name(name)) fail(where, "a name is letters, digits, '_' and '.', starting with a letter");
+  if (!c.is_object()) fail(where, "must be an object: {\"value\": 0.125}, {\"shape\": [...], \"fill\": 1}, "
+                                  "{\"shape\": [...], \"values\": [...]}, {\"causal\": T} or {\"arange\": n}");
+  ConstantSpec out;
+  out.name = name;
+  if (c.contains("value")) {
+    check_fields(c, {{"value", Type::number, true}}, where);
+    out.scalar = c["value"].get<double>();
+  } else if (c.contains("causal")) {
+    check_fields(c, {{"causal", Type::count, true}}, where);
+    const auto t = c["causal"].get<std::int64_t>();
+    std::vector<float> m(static_cast<std::size_t>(t * t), 0.0f);
+    for (std::int64_t i = 0; i < t; ++i)
+      for (std::int64_t j = i + 1; j < t; ++j) m[static_cast<std::size_t>(i * t + j)] = 1.0f;
+    out.tensor = Tensor::from(m, {t, t});
+  } else if (c.contains("arange")) {
+    check_fields(c, {{"arange", Type::count, true}}, where);
+    out.tensor = Tensor::arange(c["arange"].get<std::int64_t>(), DType::i64);
+  } else if (c.contains("shape")) {
+    check_fields(c, {{"shape", Type::shape, true}, {"fill", Type::number}, {"values", Type::dims}}, where);
+    Shape shape = c["shape"].get<Shape>();
+    if (std::find(shape.begin(), shape.end(), -1) != shape.end()) fail(where, "field \"shape\": a constant's sizes are all known; no -1");
+    if (c.contains("fill") == c.contains("values")) fail(where, "give one of \"fill\" (a number) or \"values\" (numbers)");
+    if (c.contains("fill")) {
+      out.tensor = Tensor::full(shape, c["fill"].get<double>());
+    } else {
+      const json& v = c["values"];
+      if (!std::all_of(v.begin(), v.end(), [](const json& e) { return e.is_number(); }))
+        fail(where, "field \"values\" must be numbers");
+      const auto values = v.get<std::vector<double>>();
+      if (static_cast<std::int64_t>(values.size()) != numel(shape))
+        fail(where, "field \"values\": " + std::to_string(values.size()) + " numbers for shape " + to_string(shape) +
+                        " (" + std::to_string(numel(shape)) + ")");
+      out.tensor = Tensor::from(values, shape, DType::f32);
+    }
+  } else {
+    fail(where, "give \"value\", \"shape\" (with \"fill\" or \"values\"), \"causal\" or \"arange\"");
+  }
+  return out;
+}
+
+NodeSpec parse_node(const json& n, std::size_t index, const std::string& source) {
+  const std::string at = source + ": node " + std::to_string(index + 1);
+  if (!n.is_object()) fail(at, "must be an object with \"name\" and \"kind\"");
+  if (!n.contains("name") || !n["name"].is_string()) fail(at, "missing field \"name\" (a string)");
+  NodeSpec spec;
+  spec.name = n["name"].get<std::string>();
+  const std::string where = source + ": node " + in_quotes(spec.name);
+  if (!valid_name(spec.name))
+    fail(where, "field \"name\": letters, digits, '_' and '.' (dots group nodes into blocks), starting with a letter");
+  if (!n.contains("kind") || !n["kind"].is_string()) fail(where, "missing field \"kind\" (a string, such as \"linear\")");
+  spec.kind = n["kind"].get<std::string>();
+  const Kind* kind = find_kind(spec.kind);
+  if (!kind)
+    fail(where, "field \"kind\": unknown node kind " + in_quotes(spec.kind) + did_you_mean(spec.kind, kind_names()) +
+                    "; `ampcheck ops --nodes` lists the kinds");
+  const std::string here = where + " (" + spec.kind + ")";
+  if (n.contains("input") && n.contains("inputs")) fail(here, "give \"input\" or \"inputs\", not both");
+  if (n.contains("input")) {
+    if (!n["input"].is_string()) fail(here, "field \"input\" must be a node or constant name");
+    spec.inputs = {n["input"].get<std::string>()};
+  } else if (n.contains("inputs")) {
+    if (!valid(n["inputs"], Type::texts) || n["inputs"].empty())
+      fail(here, "field \"inputs\" must be an array of node or constant names");
+    spec.inputs = n["inputs"].get<std::vector<std::string>>();
+  }
+  check_fields(n, kind->fields, here, {"name", "kind", "input", "inputs"});
+  spec.fields = json::object();
+  for (const Field& f : kind->fields)
+    if (n.contains(f.name)) spec.fields[std::string(f.name)] = n[std::string(f.name)];
+  return spec;
+}
+
+// References: inputs name "input", a constant or an earlier node; constant-valued
+// fields name a tensor constant. The arity fits the kind.
+void check_references(const ModelFile& m) {
+  std::set<std::string> constants, scalars, seen;
+  for (const ConstantSpec& c : m.constants) (c.scalar ? scalars : constants).insert(c.name);
+  std::set<std::string> all;
+  for (const NodeSpec& n : m.nodes) all.insert(n.name);
+  for (std::size_t i = 0; i < m.nodes.size(); ++i) {
+    const NodeSpec& n = m.nodes[i];
+    const std::string where = m.source + ": node " + in_quotes(n.name) + " (" + n.kind + ")";
+    if (n.name == "input") fail(where, "field \"name\": \"input\" is the model's input; choose another name");
+    if (constants.count(n.name) || scalars.count(n.name)) fail(where, "field \"name\": a constant has this name");
+    if (seen.count(n.name)) fail(where, "field \"name\": a second node with this name");
+    const Kind& k = *find_kind(n.kind);
+    const auto count = static_cast<int>(n.inputs.empty() ? 1 : n.inputs.size());
+    if (count < k.min_inputs || count > k.max_inputs)
+      fail(where, "field \"inputs\": " + n.kind + " takes " +
+                      (k.min_inputs == k.max_inputs ? std::to_string(k.min_inputs)
+                                                    : std::to_string(k.min_inputs) + " to " + std::to_string(k.max_inputs)) +
+                      " input(s), got " + std::to_string(count));
+    for (const std::string& ref : n.inputs) {
+      if (ref == "input" || seen.count(ref) || constants.count(ref) || scalars.count(ref)) continue;
+      std::vector<std::string_view> known = {"input"};
+      for (const std::string& s : seen) known.push_back(s);
+      for (const ConstantSpec& c : m.constants) known.push_back(c.name);
+      if (all.count(ref))
+        fail(where, "field \"inputs\": " + in_quotes(ref) + " is defined later; nodes run in file order, so move it up");
+      fail(where, "field \"inputs\": " + in_quotes(ref) + " is neither an earlier node nor a constant" + did_you_mean(ref, known));
+    }
+    for (const auto& [key, value] : n.fields.items()) {
+      const auto f = std::find_if(k.fields.begin(), k.fields.end(), [&](const Field& x) { return x.name == key; });
+      if (f->type != Type::constant) continue;
+      const auto ref = value.get<std::string>();
+      if (scalars.count(ref)) fail(where, "field " + in_quotes(key) + ": " + in_quotes(ref) + " is a scalar; a tensor constant is needed");
+      if (!constants.count(ref)) fail(where, "field " + in_quotes(key) + ": no constant named " + in_quotes(ref));
+    }
+    seen.insert(n.name);
+  }
+  if (!m.output.empty() && !all.count(m.output)) {
+    std::vector<std::string_view> known(seen.begin(), seen.end());
+    fail(m.source, "field \"output\": no node named " + in_quotes(m.output) + did_you_mean(m.output, known));
+  }
+}
+
+std::string read_text(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ModelFileError(what + " " + in_quotes(path) + " cannot be read; check the path");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string shape_text(const Tensor& t) {
+  if (!t.defined()) return "scalar";
+  std::string s = "[N";
+  for (std::int64_t d = 1; d < t.dim(); ++d) s += ", " + std::to_string(t.size(d));
+  return s + "]";
+}
+
+}  // namespace
+
+// ---- public -----------------------------------------------------------------------
+
+const std::vector<std::string_view>& sample_names() {
+  static const std::vector<std::string_view> names = [] {
+    std::vector<std::string_view> n;
+    for (const BuiltinModel& b : builtin_models()) n.push_back(b.name);
+    return n;
+  }();
+  return names;
+}
+
+bool is_model_path(std::string_view model) {
+  return model.find('/') != std::string_view::npos ||
+         (model.size() > 5 && model.substr(model.size() - 5) == ".json");
+}
+
+ModelFile load_model(const std::string& model) {
+  if (is_model_path(model)) {
+    const std::string text = read_text(model, "model file");
+    return parse_model(text, model, std::filesystem::path(model).parent_path().string());
+  }
+  for (const BuiltinModel& b : builtin_models())
+    if (b.name == model) return parse_model(std::string(b.text), "sample " + std::string(b.name));
+  throw ModelFileError("unknown model " + in_quotes(model) + did_you_mean(model, sample_names()) + "; samples: " +
+                       list(sample_names()) + ", or a model file path (docs/model-format.md)");
+}
+
+ModelFile parse_model(const std::string& text, const std::string& source, const std::string& folder) {
+  json doc;
+  try {
+    doc = json::parse(text);
+  } catch (const json::parse_error& e) {
+    fail(source, std::string("not valid JSON: ") + e.what());
+  }
+  if (!doc.is_object()) fail(source, "a model file is a JSON object");
+  if (!doc.contains("ampcheck_model"))
+    fail(source, "not an ampcheck model file: it needs \"ampcheck_model\": 1 (docs/model-format.md)");
+  if (doc["ampcheck_model"] != 1)
+    fail(source, "field \"ampcheck_model\": version " + doc["ampcheck_model"].dump() + " is not supported; this ampcheck reads 1");
+  const std::vector<Field> top = {{"ampcheck_model", Type::integer, true},
+                                  {"name", Type::text},
+                                  {"description", Type::text},
+                                  {"data", Type::text, true},
+                                  {"constants", Type::text},
+                                  {"nodes", Type::text, true},
+                                  {"output", Type::text},
+                                  {"loss", Type::text},
+                                  {"train", Type::text},
+                                  {"amp", Type::text},
+                                  {"expect", Type::text}};
+  std::vector<std::string_view> top_names;
+  for (const Field& f : top) top_names.push_back(f.name);
+  for (const auto& [key, value] : doc.items())
+    if (std::find(top_names.begin(), top_names.end(), key) == top_names.end())
+      fail(source, "unknown field " + in_quotes(key) + did_you_mean(key, top_names) + "; fields: " + list(top_names));
+  for (const Field& f : top)
+    if (f.required && !doc.contains(f.name)) fail(source, "missing field " + in_quotes(f.name));
+
+  ModelFile m;
+  m.source = source;
+  m.name = get<std::string>(doc, "name", std::filesystem::path(source).stem().string());
+  m.description = get<std::string>(doc, "description", "");
+  m.data = parse_data(doc["data"], source, folder);
+  if (doc.contains("constants")) {
+    if (!doc["constants"].is_object()) fail(source, "field \"constants\" must be an object of named constants");
+    for (const auto& [name, c] : doc["constants"].items()) m.constants.push_back(parse_constant(name, c, source));
+  }
+  const json& nodes = doc["nodes"];
+  if (!nodes.is_array() || nodes.empty()) fail(source, "field \"nodes\" must be a non-empty array of nodes");
+  for (std::size_t i = 0; i < nodes.size(); ++i) m.nodes.push_back(parse_node(nodes[i], i, source));
+  if (doc.contains("output")) {
+    if (!doc["output"].is_string()) fail(source, "field \"output\" must be a node name");
+    m.output = doc["output"].get<std::string>();
+  }
+  check_references(m);
+
+  if (doc.contains("loss")) {
+    const json& l = doc["loss"];
+    const std::string where = source + ": \"loss\"";
+    if (l.is_string()) {
+      m.loss.kind = l.get<std::string>();
+    } else if (l.is_object()) {
+      check_fields(l, {{"kind", Type::text, true}, {"label_smoothing", Type::fraction}, {"weight", Type::positive}}, where);
+      m.loss.kind = l["kind"].get<std::string>();
+      m.loss.label_smoothing = get<double>(l, "label_smoothing", 0);
+      m.loss.weight = get<double>(l, "weight", 1);
+    } else {
+      fail(where, "must be \"cross_entropy\", \"mse\" or {\"kind\": ..., \"label_smoothing\": ..., \"weight\": ...}");
+    }
+    if (m.loss.kind != "cross_entropy" && m.loss.kind != "mse")
+      fail(where, "unknown loss " + in_quotes(m.loss.kind) + did_you_mean(m.loss.kind, {"cross_entropy", "mse"}) +
+                      "; losses: cross_entropy, mse");
+    if (m.loss.kind == "mse" && m.loss.label_smoothing != 0) fail(where, "label_smoothing is for cross_entropy");
+  }
+  if (doc.contains("train")) {
+    const json& t = doc["train"];
+    const std::string where = source + ": \"train\"";
+    if (!t.is_object()) fail(where, "must be an object");
+    check_fields(t, {{"steps", Type::count}, {"batch", Type::count}, {"lr", Type::positive}, {"optimizer", Type::text},
+                     {"weight_decay", Type::number}, {"momentum", Type::fraction}},
+                 where);
+    m.train.steps = get<std::int64_t>(t, "steps", m.train.steps);
+    m.train.batch = get<std::int64_t>(t, "batch", m.train.batch);
+    m.train.lr = get<double>(t, "lr", m.train.lr);
+    m.train.optimizer = get<std::string>(t, "optimizer", m.train.optimizer);
+    m.train.weight_decay = get<double>(t, "weight_decay", 0);
+    m.train.momentum = get<double>(t, "momentum", 0);
+    const std::vector<std::string_view> optimizers = {"adam", "adamw", "sgd"};
+    if (std::find(optimizers.begin(), optimizers.end(), m.train.optimizer) == optimizers.end())
+      fail(where, "field \"optimizer\": unknown optimizer " + in_quotes(m.train.optimizer) +
+                      did_you_mean(m.train.optimizer, optimizers) + "; optimizers: adam, adamw, sgd");
+    if (m.train.weight_decay < 0) fail(where, "field \"weight_decay\" must be >= 0");
+  }
+  if (doc.contains("amp")) {
+    if (!doc["amp"].is_object()) fail(source + ": \"amp\"", "must be an object in any config file's key names (docs/configs.md)");
+    try {
+      m.amp = amp::parse_config(doc["amp"].dump(), source + ": \"amp\"");
+    } catch (const amp::ConfigError& e) {
+      throw ModelFileError(e.what());
+    }
+  }
+  if (doc.contains("expect")) {
+    const json& e = doc["expect"];
+    const std::string where = source + ": \"expect\"";
+    if (!e.is_object()) fail(where, "must be an object");
+    check_fields(e, {{"accuracy", Type::fraction}, {"tolerance", Type::fraction}, {"failure", Type::text},
+                     {"culprit", Type::texts}, {"bisect_args", Type::texts}},
+                 where);
+    if (e.contains("accuracy")) m.expect.accuracy = e["accuracy"].get<double>();
+    if (e.contains("tolerance")) m.expect.tolerance = e["tolerance"].get<double>();
+    m.expect.failure = get<std::string>(e, "failure", "");
+    if (e.contains("culprit")) m.expect.culprit = e["culprit"].get<std::vector<std::string>>();
+    if (e.contains("bisect_args")) m.expect.bisect_args = e["bisect_args"].get<std::vector<std::string>>();
+  }
+  return m;
+}
+
+Dataset make_data(const ModelFile& file, std::uint64_t seed) {
+  const DataSpec& d = file.data;
+  const std::string where = file.source + ": \"data\"";
+  try {
+    if (!d.file.empty()) return load_samples(d.file);
+    const json& p = d.params;
+    if (d.generator == "spiral")
+      return spiral(get<std::int64_t>(p, "n_per_class", 100), get<std::int64_t>(p, "classes", 3), get<double>(p, "noise", 0.2), seed);
+    if (d.generator == "blobs")
+      return blobs(get<std::int64_t>(p, "n_per_class", 100), get<std::int64_t>(p, "classes", 3),
+                   get<std::int64_t>(p, "dims", 2), get<double>(p, "spread", 1.0), seed);
+    if (d.generator == "images")
+      return images(get<std::int64_t>(p, "n", 256), get<std::int64_t>(p, "classes", 4), get<std::int64_t>(p, "channels", 3),
+                    get<std::int64_t>(p, "size", 16), seed);
+    return sequences(get<std::int64_t>(p, "n", 512), get<std::int64_t>(p, "length", 8), get<std::int64_t>(p, "vocab", 8), seed);
+  } catch (const std::invalid_argument& e) {
+    fail(where, e.what());
+  }
+}
+
+std::shared_ptr<nn::Module> build(const ModelFile& file, const Dataset& data, Generator& gen) {
+  auto model = std::make_shared<GraphModel>(file.name);
+  std::map<std::string, int> index;
+  std::map<std::string, Tensor> tensors;
+  std::map<std::string, double> scalars;
+  for (const ConstantSpec& c : file.constants) {
+    if (c.scalar) scalars[c.name] = *c.scalar;
+    else tensors[c.name] = c.tensor;
+  }
+  const Dataset probe = batch(data, 0, std::min<std::int64_t>(2, data.size()));
+  NoGradGuard no_grad;
+  std::vector<Tensor> values;
+  for (std::size_t i = 0; i < file.nodes.size(); ++i) {
+    const NodeSpec& n = file.nodes[i];
+    const std::string where = file.source + ": node " + in_quotes(n.name) + " (" + n.kind + ")";
+    std::vector<std::string> refs = n.inputs;
+    if (refs.empty()) refs = {i == 0 ? "input" : file.nodes[i - 1].name};
+    std::vector<Operand> operands;
+    std::vector<Tensor> in;
+    std::vector<std::optional<double>> in_scalars;
+    for (const std::string& r : refs) {
+      Operand o;
+      if (r == "input") {
+        in.push_back(probe.x);
+      } else if (auto s = scalars.find(r); s != scalars.end()) {
+        o.scalar = s->second;
+        in.push_back(Tensor{});
+      } else if (auto t = tensors.find(r); t != tensors.end()) {
+        o.constant = t->second;
+        in.push_back(t->second);
+      } else {
+        o.node = index.at(r);
+        in.push_back(values[static_cast<std::size_t>(o.node)]);
+      }
+      in_scalars.push_back(o.scalar);
+      operands.push_back(std::move(o));
+    }
+    const NodeContext ctx{n, in, in_scalars, tensors, gen, where};
+    Built b;
+    try {
+      b = find_kind(n.kind)->build(ctx);
+    } catch (const ModelFileError&) {
+      throw;
+    } catch (const std::exception& e) {
+      fail(where, e.what());
+    }
+    if (!b.module) b.module = std::make_shared<OpNode>(n.kind, b.run);
+    // The module is eval (no running-stat updates, no dropout) and unobserved while probing.
+    b.module->eval();
+    model->add(n.name, b.module, b.run, std::move(operands));
+    try {
+      values.push_back(model->run_node(i, probe.x, values));
+    } catch (const std::exception& e) {
+      std::string shapes;
+      for (std::size_t k = 0; k < refs.size(); ++k) {
+        const std::string shape = in_scalars[k]           ? "scalar"
+                                  : tensors.count(refs[k]) ? to_string(in[k].shape())
+                                                           : shape_text(in[k]);
+        shapes += (shapes.empty() ? "" : ", ") + in_quotes(refs[k]) + " " + shape;
+      }
+      fail(where, "field \"inputs\": does not fit its inputs (" + shapes + "): " + e.what());
+    }
+    index[n.name] = static_cast<int>(i);
+  }
+  const int out = file.output.empty() ? static_cast<int>(file.nodes.size()) - 1 : index.at(file.output);
+  const Tensor& y = values[static_cast<std::size_t>(out)];
+  const std::string out_name = file.nodes[static_cast<std::size_t>(out)].name;
+  if (y.dim() != 2 || y.size(0) != probe.size() || !is_floating(y.dtype()))
+    fail(file.source, "field \"output\": node " + in_quotes(out_name) + " gives " + shape_text(y) +
+                          "; the loss needs floating [N, classes] (end with a linear node, or flatten)");
+  const std::vector<std::int64_t> labels = data.y.to_i64();
+  const std::int64_t classes = labels.empty() ? 0 : *std::max_element(labels.begin(), labels.end()) + 1;
+  if (y.size(1) < classes)
+    fail(file.source, "field \"output\": node " + in_quotes(out_name) + " gives " + std::to_string(y.size(1)) +
+                          " scores per sample, but the data has " + std::to_string(classes) + " classes");
+  model->set_output(out);
+  model->train();
+  return model;
+}
+
+const std::vector<NodeKindInfo>& node_kinds() {
+  static const std::vector<NodeKindInfo> infos = [] {
+    std::vector<NodeKindInfo> out;
+    for (const Kind& k : kinds()) {
+      NodeKindInfo info{k.kind, k.summary, {}};
+      for (const Field& f : k.fields) info.fields.push_back(std::string(f.name) + (f.required ? "*" : ""));
+      out.push_back(std::move(info));
+    }
+    return out;
+  }();
+  return infos;
+}
+
+}  // namespace ampcheck::samples

@@ -1,0 +1,118 @@
+// The model file: a JSON description of a model, its data, its loss and its default
+// training and AMP settings, so that users can bring an architecture without writing C++
+// (docs/model-format.md). The samples in samples/models/ are such files, built into the
+// binary; `ampcheck run --model path/to/model.json` reads one from disk.
+//
+// load_model() checks everything it can without building: the structure, every field of
+// every node (its type, its range, unknown names), the references between nodes and
+// constants. build() then creates the layers in file order, inferring their input sizes
+// by running each node on a two-row probe batch, so a shape that does not fit is caught
+// there. Every error is a ModelFileError that names the file, the node and the field.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/amp/config.h"
+#include "engine/nn/module.h"
+#include "engine/random.h"
+#include "samples/data.h"
+
+namespace ampcheck::samples {
+
+class ModelFileError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+// Where the samples come from: a synthetic generator with its parameters, or a file.
+struct DataSpec {
+  std::string generator;  // "spiral", "blobs", "images", "sequences"; empty for a file
+  nlohmann::json params;  // the generator's parameters, as written (checked)
+  std::string file;       // a data file, resolved against the model file's folder
+};
+
+// Default training settings; the command line overrides each one it is given.
+struct TrainSpec {
+  std::int64_t steps = 200;
+  std::int64_t batch = 32;
+  double lr = 1e-3;
+  std::string optimizer = "adam";  // "adam", "adamw", "sgd"
+  double weight_decay = 0;
+  double momentum = 0;  // sgd
+};
+
+struct LossSpec {
+  std::string kind = "cross_entropy";  // or "mse" (against the one-hot labels)
+  double label_smoothing = 0;          // cross_entropy
+  double weight = 1;                   // the loss is multiplied by this
+};
+
+// What the sample promises, for the tests and the README's table.
+struct Expectation {
+  std::optional<double> accuracy;   // reached in fp32 (O0) with the defaults
+  std::optional<double> tolerance;  // O1/O2 (fp16, bf16) accuracy stays within this of it
+  // An unstable sample: its documented fp16 failure and the cure bisect-nan should find.
+  std::string failure;                  // what goes wrong, in words
+  std::vector<std::string> culprit;     // the op types bisect-nan names (its black list)
+  std::vector<std::string> bisect_args; // extra bisect-nan options the failure needs
+};
+
+struct ConstantSpec {
+  std::string name;
+  std::optional<double> scalar;  // {"value": 0.125}
+  Tensor tensor;                 // otherwise
+};
+
+struct NodeSpec {
+  std::string name, kind;
+  std::vector<std::string> inputs;  // node names, constant names or "input"
+  nlohmann::json fields;            // the node's own fields, checked against its kind
+};
+
+struct ModelFile {
+  std::string source;  // the path, or "sample mlp"
+  std::string name, description;
+  DataSpec data;
+  std::vector<ConstantSpec> constants;
+  std::vector<NodeSpec> nodes;
+  std::string output;  // a node name (default: the last node)
+  LossSpec loss;
+  TrainSpec train;
+  std::optional<amp::Config> amp;  // the file's "amp" block, in any framework's key names
+  Expectation expect;
+};
+
+// The built-in samples, by name, in the order `ampcheck run --help` lists them.
+const std::vector<std::string_view>& sample_names();
+// Whether `model` names a file rather than a sample (it ends in .json or has a '/').
+bool is_model_path(std::string_view model);
+
+// A sample by name or a model file by path. Throws ModelFileError.
+ModelFile load_model(const std::string& model);
+// Parses model-file text; `folder` resolves a relative data file.
+ModelFile parse_model(const std::string& json_text, const std::string& source, const std::string& folder = ".");
+
+// The data set the file asks for, from `seed` (synthetic generators) or its file.
+Dataset make_data(const ModelFile& file, std::uint64_t seed);
+
+// Builds the model: parameters drawn from `gen` in node order, input sizes inferred on
+// the first two rows of `data`. Throws ModelFileError naming the node and the field.
+std::shared_ptr<nn::Module> build(const ModelFile& file, const Dataset& data, Generator& gen);
+
+// The kinds of node a file may use, with their fields (for errors and `ampcheck ops`).
+struct NodeKindInfo {
+  std::string_view kind;
+  std::string_view summary;
+  std::vector<std::string> fields;  // "out*" marks a required field
+};
+const std::vector<NodeKindInfo>& node_kinds();
+
+}  // namespace ampcheck::samples
