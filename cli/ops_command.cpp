@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>  // CLI::App
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <memory>
@@ -15,6 +16,7 @@
 #include "engine/dtype/dtype.h"
 #include "engine/ops/registry.h"
 #include "reports/text_table.h"
+#include "samples/model_file.h"
 
 namespace ampcheck::cli {
 namespace {
@@ -199,10 +201,31 @@ CLI::App* add_options(CLI::App& app, OpsOptions& o) {
   ops->add_option("--black", o.black, "ops added to custom_black_list (run fp32), comma separated")
       ->delimiter(',');
   ops->add_flag("--json", o.json, "print JSON instead of a table");
+  ops->add_flag("--nodes", o.nodes, "list the node kinds of model files (docs/model-format.md) and their fields");
   return ops;
 }
 
+// The model file's node kinds; fields marked * are required.
+std::string nodes_text() {
+  reports::TextTable t({"kind", "fields (* required)", "what it computes"});
+  t.align(0, reports::TextTable::Align::left).align(1, reports::TextTable::Align::left).align(2, reports::TextTable::Align::left);
+  for (const samples::NodeKindInfo& k : samples::node_kinds())
+    t.add_row({std::string(k.kind), fmt::format("{}", fmt::join(k.fields, ", ")), std::string(k.summary)});
+  return t.render();
+}
+
+std::string nodes_json() {
+  ordered_json kinds = ordered_json::array();
+  for (const samples::NodeKindInfo& k : samples::node_kinds())
+    kinds.push_back({{"kind", k.kind}, {"fields", k.fields}, {"summary", k.summary}});
+  return ordered_json{{"ampcheck_node_kinds", 1}, {"kinds", kinds}}.dump(2) + "\n";
+}
+
 int run_ops(const OpsOptions& opts, std::ostream& out, std::ostream&) {
+  if (opts.nodes) {
+    out << (opts.json ? nodes_json() : nodes_text());
+    return 0;
+  }
   const amp::AmpOptions options = resolve_options(opts);
   std::optional<amp::Policy> policy;
   try {

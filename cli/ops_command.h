@@ -14,6 +14,7 @@ struct OpsOptions {
   std::string config;  // an AMP config file (any framework's keys)
   std::vector<std::string> white, black;  // added to the custom lists
   bool json = false;
+  bool nodes = false;  // list the model file's node kinds instead
 };
 
 Command add_ops_command(CLI::App& app);
