@@ -1,5 +1,9 @@
-// The three sample models, built from engine/nn layers with hierarchical names
-// ("block2.conv1", "encoder.attn.q", ...), initialised from the caller's Generator.
+// Hand-written C++ twins of the samples mlp, cnn and transformer (samples/models/*.json),
+// built from engine/nn layers with hierarchical names ("block1.conv1", "encoder.attn.q",
+// ...), initialised from the caller's Generator. They are the independent reference the
+// model-file interpreter is tested against (same seed: the same parameters and
+// bit-identical outputs, tests/samples_model_file_test.cpp), and what the engine's
+// training tests and benchmarks train without going through a model file.
 //
 //   Mlp              2-D points -> classes: three Linear layers with ReLU or GELU
 //   SmallCnn         images -> classes: conv-BN-ReLU stem, residual blocks with
@@ -7,6 +11,7 @@
 //   TinyTransformer  token sequences -> classes: token + learned position embeddings,
 //                    one encoder layer (attention and a GELU feed-forward, residuals,
 //                    pre- or post-LayerNorm), mean over time, a linear head
+//   OverflowMlp      an MLP with a planted fp16 overflow, for the NaN-source tests
 #pragma once
 
 #include <cstdint>
