@@ -83,19 +83,22 @@ struct Trials {
     t.final_loss = run.report.summary.final_loss;
     t.healthy = !run.failed;
     t.reason = run.failure;
-    if (t.healthy && o.loss_tolerance > 0) {
-      const double rel = std::fabs(t.final_loss - reference_loss) / std::fabs(reference_loss);
-      if (!(rel <= o.loss_tolerance)) {
-        t.healthy = false;
-        t.reason = fmt::format("final loss {:.4f} is {:.3g} away from the fp32 run's {:.4f} (relative; tolerance {:g})",
-                               t.final_loss, rel, reference_loss, o.loss_tolerance);
-      }
-    }
+    judge_loss(t);
     if (!o.args.quiet && &err == &std::cerr && isatty_stderr())
       err << fmt::format("bisect trial {}: fp32 [{}] -> {}\n", t.index, fmt::join(set, ", "),
                          t.healthy ? "healthy" : "failed");
     bisect.trials.push_back(t);
     return cache[set] = t.healthy;
+  }
+  // With --loss-tolerance, a trial that is otherwise healthy also needs a final loss
+  // near the fp32 run's.
+  void judge_loss(reports::Trial& t) const {
+    if (!t.healthy || o.loss_tolerance <= 0) return;
+    const double rel = std::fabs(t.final_loss - reference_loss) / std::fabs(reference_loss);
+    if (rel <= o.loss_tolerance) return;
+    t.healthy = false;
+    t.reason = fmt::format("final loss {:.4g} is {:.3g} away from the fp32 run's {:.4g} (relative; tolerance {:g})",
+                           t.final_loss, rel, reference_loss, o.loss_tolerance);
   }
   static bool isatty_stderr();
 };
@@ -261,7 +264,8 @@ int run_bisect(const BisectOptions& o, std::ostream& out, std::ostream& err) {
         trials.reference_loss = instrumented_run(o.args, ref, ref_setup, err).report.summary.final_loss;
         b.reference_loss = trials.reference_loss;
         ++b.runs;
-        trials.cache.erase(Set{});
+        trials.judge_loss(b.trials.front());  // the run as configured, now held to the reference too
+        trials.cache[{}] = b.trials.front().healthy;
       }
       if (trials.healthy({})) {
         b.found = true;

@@ -134,6 +134,7 @@ std::string bisect_section(const Bisect& b) {
   }
   s += t.render() + "\n";
   if (!b.found) return s + "No black list made the run healthy.\n";
+  if (b.culprits.empty()) return s + "The run is healthy as configured: nothing to run in fp32.\n";
   std::string culprits;
   for (const std::string& c : b.culprits) culprits += (culprits.empty() ? "" : ", ") + c;
   s += "Minimal fix: run " + culprits + " in fp32\n\n";

@@ -10,13 +10,34 @@
 #   scripts/baselines.sh update   regenerates the reports. A change that moves precision
 #                                 fails `check` until this is run and the new reports
 #                                 are committed, deliberately, with the reason.
+#   scripts/baselines.sh table    prints the README's accuracy table from the committed
+#                                 reports (final loss / accuracy per configuration).
 #
 # Environment: AMPCHECK (the binary; default: build it with scripts/build.sh),
 # AMPCHECK_JOBS (parallel runs, default: the number of cores), WORK (scratch folder).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 mode=${1:-}
-[[ $mode == check || $mode == update ]] || { echo "usage: scripts/baselines.sh check|update" >&2; exit 2; }
+[[ $mode == check || $mode == update || $mode == table ]] || { echo "usage: scripts/baselines.sh check|update|table" >&2; exit 2; }
+
+if [[ $mode == table ]]; then
+  exec python3 - "$root/samples" <<'EOF'
+import json, sys
+samples = sys.argv[1]
+configs = ["O0", "O1-fp16", "O2-fp16", "O1-bf16", "O2-bf16"]
+print("| sample | " + " | ".join(configs) + " |")
+print("|---|" + "---|" * len(configs))
+for name in open(f"{samples}/models/ORDER").read().split():
+    cells = []
+    for c in configs:
+        r = json.load(open(f"{samples}/baselines/{name}.{c}.json"))
+        s = r["summary"]
+        loss = s["final_loss"]  # a number, or "NaN"/"Infinity" as the report writes non-finite values
+        loss = f"{loss:.3g}" if isinstance(loss, (int, float)) else loss.lower()
+        cells.append(f"{loss} / {100 * s['accuracy']:.1f}%" + (" ✗" if s["verdict"] == "failed" else ""))
+    print(f"| `{name}` | " + " | ".join(cells) + " |")
+EOF
+fi
 
 if [[ -z ${AMPCHECK:-} ]]; then
   bash "$root/scripts/build.sh" ampcheck >&2
