@@ -46,10 +46,12 @@ enum class Type {
   number,    // any finite number
   positive,  // a number > 0
   fraction,  // a number in [0, 1)
+  unit,      // a number in [0, 1]
   boolean,
   pair,      // a count or [count, count]
   pair0,     // an integer >= 0 or [a, b] of them
   dims,      // an array of integers
+  numbers,   // an array of finite numbers
   shape,     // an array of counts, one of which may be -1
   constant,  // the name of a tensor constant
   text,
@@ -69,10 +71,12 @@ std::string type_text(Type t) {
     case Type::number: return "a finite number";
     case Type::positive: return "a number > 0";
     case Type::fraction: return "a number in [0, 1)";
+    case Type::unit: return "a number in [0, 1]";
     case Type::boolean: return "true or false";
     case Type::pair: return "a positive integer or a pair [h, w] of them";
     case Type::pair0: return "an integer >= 0 or a pair [h, w] of them";
     case Type::dims: return "an array of dimension indices";
+    case Type::numbers: return "an array of finite numbers";
     case Type::shape: return "an array of positive sizes (one may be -1)";
     case Type::constant: return "the name of a tensor constant";
     case Type::text: return "a string";
@@ -90,6 +94,7 @@ bool valid(const json& v, Type t) {
     case Type::number: return v.is_number() && std::isfinite(v.get<double>());
     case Type::positive: return v.is_number() && v.get<double>() > 0 && std::isfinite(v.get<double>());
     case Type::fraction: return v.is_number() && v.get<double>() >= 0 && v.get<double>() < 1;
+    case Type::unit: return v.is_number() && v.get<double>() >= 0 && v.get<double>() <= 1;
     case Type::boolean: return v.is_boolean();
     case Type::pair:
     case Type::pair0: {
@@ -98,6 +103,10 @@ bool valid(const json& v, Type t) {
       return ok(v) || (v.is_array() && v.size() == 2 && ok(v[0]) && ok(v[1]));
     }
     case Type::dims: return v.is_array() && std::all_of(v.begin(), v.end(), is_int);
+    case Type::numbers:
+      return v.is_array() && std::all_of(v.begin(), v.end(), [](const json& e) {
+               return e.is_number() && std::isfinite(e.get<double>());
+             });
     case Type::shape: {
       if (!v.is_array()) return false;
       int inferred = 0;
@@ -572,6 +581,7 @@ DataSpec parse_data(const json& d, const std::string& source, const std::string&
 ConstantSpec parse_constant(const std::string& name, const json& c, const std::string& source) {
   const std::string where = source + ": constant " + in_quotes(name);
   if (!valid_name(name)) fail(where, "a name is letters, digits, '_' and '.', starting with a letter");
+  if (name == "input") fail(where, "\"input\" is the model's input; choose another name");
   if (!c.is_object()) fail(where, "must be an object: {\"value\": 0.125}, {\"shape\": [...], \"fill\": 1}, "
                                   "{\"shape\": [...], \"values\": [...]}, {\"causal\": T} or {\"arange\": n}");
   ConstantSpec out;
@@ -590,17 +600,14 @@ ConstantSpec parse_constant(const std::string& name, const json& c, const std::s
     check_fields(c, {{"arange", Type::count, true}}, where);
     out.tensor = Tensor::arange(c["arange"].get<std::int64_t>(), DType::i64);
   } else if (c.contains("shape")) {
-    check_fields(c, {{"shape", Type::shape, true}, {"fill", Type::number}, {"values", Type::dims}}, where);
+    check_fields(c, {{"shape", Type::shape, true}, {"fill", Type::number}, {"values", Type::numbers}}, where);
     Shape shape = c["shape"].get<Shape>();
     if (std::find(shape.begin(), shape.end(), -1) != shape.end()) fail(where, "field \"shape\": a constant's sizes are all known; no -1");
     if (c.contains("fill") == c.contains("values")) fail(where, "give one of \"fill\" (a number) or \"values\" (numbers)");
     if (c.contains("fill")) {
       out.tensor = Tensor::full(shape, c["fill"].get<double>());
     } else {
-      const json& v = c["values"];
-      if (!std::all_of(v.begin(), v.end(), [](const json& e) { return e.is_number(); }))
-        fail(where, "field \"values\" must be numbers");
-      const auto values = v.get<std::vector<double>>();
+      const auto values = c["values"].get<std::vector<double>>();
       if (static_cast<std::int64_t>(values.size()) != numel(shape))
         fail(where, "field \"values\": " + std::to_string(values.size()) + " numbers for shape " + to_string(shape) +
                         " (" + std::to_string(numel(shape)) + ")");
@@ -664,6 +671,11 @@ void check_references(const ModelFile& m) {
                       (k.min_inputs == k.max_inputs ? std::to_string(k.min_inputs)
                                                     : std::to_string(k.min_inputs) + " to " + std::to_string(k.max_inputs)) +
                       " input(s), got " + std::to_string(count));
+    const bool arithmetic = n.kind == "add" || n.kind == "sub" || n.kind == "mul" || n.kind == "div";
+    for (std::size_t r = 0; r < n.inputs.size(); ++r)
+      if (scalars.count(n.inputs[r]) && !(arithmetic && r == 1))
+        fail(where, "field \"inputs\": " + in_quotes(n.inputs[r]) +
+                        " is a scalar constant; only add, sub, mul and div take one, as their second input");
     for (const std::string& ref : n.inputs) {
       if (ref == "input" || seen.count(ref) || constants.count(ref) || scalars.count(ref)) continue;
       std::vector<std::string_view> known = {"input"};
@@ -763,6 +775,9 @@ ModelFile parse_model(const std::string& text, const std::string& source, const 
   for (const Field& f : top)
     if (f.required && !doc.contains(f.name)) fail(source, "missing field " + in_quotes(f.name));
 
+  for (const char* key : {"name", "description", "output"})
+    if (doc.contains(key) && !doc[key].is_string())
+      fail(source, "field " + in_quotes(key) + " must be a string, got " + doc[key].dump());
   ModelFile m;
   m.source = source;
   m.name = get<std::string>(doc, "name", std::filesystem::path(source).stem().string());
@@ -817,9 +832,11 @@ ModelFile parse_model(const std::string& text, const std::string& source, const 
       fail(where, "field \"optimizer\": unknown optimizer " + in_quotes(m.train.optimizer) +
                       did_you_mean(m.train.optimizer, optimizers) + "; optimizers: adam, adamw, sgd");
     if (m.train.weight_decay < 0) fail(where, "field \"weight_decay\" must be >= 0");
+    if (t.contains("momentum") && m.train.optimizer != "sgd")
+      fail(where, "field \"momentum\" is for \"optimizer\": \"sgd\" (Adam's betas are fixed at 0.9, 0.999)");
   }
   if (doc.contains("amp")) {
-    if (!doc["amp"].is_object()) fail(source + ": \"amp\"", "must be an object in any config file's key names (docs/configs.md)");
+    if (!doc["amp"].is_object()) fail(source + ": \"amp\"", "must be an object in any config file's key names (docs/amp.md)");
     try {
       m.amp = amp::parse_config(doc["amp"].dump(), source + ": \"amp\"");
     } catch (const amp::ConfigError& e) {
@@ -830,7 +847,7 @@ ModelFile parse_model(const std::string& text, const std::string& source, const 
     const json& e = doc["expect"];
     const std::string where = source + ": \"expect\"";
     if (!e.is_object()) fail(where, "must be an object");
-    check_fields(e, {{"accuracy", Type::fraction}, {"tolerance", Type::fraction}, {"failure", Type::text},
+    check_fields(e, {{"accuracy", Type::unit}, {"tolerance", Type::unit}, {"failure", Type::text},
                      {"culprit", Type::texts}, {"bisect_args", Type::texts}},
                  where);
     if (e.contains("accuracy")) m.expect.accuracy = e["accuracy"].get<double>();
@@ -898,6 +915,13 @@ std::shared_ptr<nn::Module> build(const ModelFile& file, const Dataset& data, Ge
       }
       in_scalars.push_back(o.scalar);
       operands.push_back(std::move(o));
+    }
+    if (n.kind == "embedding" && refs[0] == "input" && data.x.dtype() == DType::i64) {
+      const std::vector<std::int64_t> idx = data.x.to_i64();
+      const std::int64_t num = n.fields.value("num", std::int64_t{0});
+      if (!idx.empty() && *std::max_element(idx.begin(), idx.end()) >= num)
+        fail(where, "field \"num\": the data holds index " + std::to_string(*std::max_element(idx.begin(), idx.end())) +
+                        ", but the table has " + std::to_string(num) + " rows; \"num\" must exceed every index");
     }
     const NodeContext ctx{n, in, in_scalars, tensors, gen, where};
     Built b;

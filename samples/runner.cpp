@@ -43,7 +43,7 @@ Tensor loss_of(const LossSpec& l, const Tensor& output, const Tensor& labels) {
   } else {
     loss = cross_entropy(output, labels, l.label_smoothing);
   }
-  return l.weight == 1 ? loss : loss * l.weight;
+  return loss;
 }
 
 }  // namespace
@@ -98,6 +98,8 @@ StepResult Trainer::step() {
     amp::Autocast on(s.active);
     loss = loss_of(s.file.loss, (*s.model)(b.x), b.y);
   }
+  // The loss weight outside autocast: the loss stays fp32 whatever the level.
+  if (s.file.loss.weight != 1) loss = loss * s.file.loss.weight;
   StepResult out;
   out.loss_scale = s.scaler.scale();
   s.scaler.scale(loss).backward();

@@ -213,6 +213,34 @@ TEST(ModelFileErrors, ConstantsDataAndFile) {
   }
 }
 
+TEST(ModelFileErrors, ScalarsOnlyWhereAScalarOpTakesThem) {
+  const std::string extra = R"("constants": {"eps": {"value": 0.5}}, )";
+  for (const std::string nodes : {R"({"name": "r", "kind": "relu", "input": "eps"})",
+                                  R"({"name": "fc", "kind": "linear", "out": 3}, {"name": "m", "kind": "matmul", "inputs": ["fc", "eps"]})",
+                                  R"({"name": "fc", "kind": "linear", "out": 3}, {"name": "c", "kind": "concat", "dim": 1, "inputs": ["fc", "eps"]})",
+                                  R"({"name": "fc", "kind": "linear", "out": 3}, {"name": "s", "kind": "sub", "inputs": ["eps", "fc"]})"}) {
+    const std::string e = error_of(with_nodes(nodes, extra));
+    EXPECT_TRUE(has(e, R"(field "inputs": "eps" is a scalar constant; only add, sub, mul and div take one, as their second input)"))
+        << nodes << "\n" << e;
+  }
+  EXPECT_EQ(error_of(with_nodes(R"({"name": "fc", "kind": "linear", "out": 3}, {"name": "s", "kind": "mul", "inputs": ["fc", "eps"]})", extra)), "");
+}
+
+TEST(ModelFileErrors, TrainAndEmbeddingRanges) {
+  const std::string momentum = error_of(with_nodes(R"({"name": "fc", "kind": "linear", "out": 3})",
+                                                   R"("train": {"optimizer": "adam", "momentum": 0.9}, )"));
+  EXPECT_TRUE(has(momentum, R"(field "momentum" is for "optimizer": "sgd")")) << momentum;
+  // The sequences generator draws tokens in [0, vocab): a table of vocab - 1 rows is too small
+  // even when the two probe rows happen to fit.
+  const std::string table = R"({"ampcheck_model": 1, "data": {"generator": "sequences", "n": 64, "vocab": 8},
+      "nodes": [{"name": "tok", "kind": "embedding", "num": 7, "dim": 4}, {"name": "pool", "kind": "mean", "dims": [1]},
+                {"name": "head", "kind": "linear", "out": 2}]})";
+  const std::string e = error_of(table);
+  EXPECT_TRUE(has(e, R"(node "tok" (embedding): field "num": the data holds index 7, but the table has 7 rows)")) << e;
+  const std::string name = error_of(with_nodes(R"({"name": "fc", "kind": "linear", "out": 3})", R"("name": 5, )"));
+  EXPECT_TRUE(has(name, R"(field "name" must be a string, got 5)")) << name;
+}
+
 // ---- data ----------------------------------------------------------------------
 
 TEST(ModelFileData, ADataFileIsReadRelativeToTheModelFile) {
