@@ -237,6 +237,24 @@ Builder binary(Tensor (*tensors)(const Tensor&, const Tensor&), Tensor (*with_sc
   };
 }
 
+// sum/mean/max over "dims", keepdim optional.
+Builder reduction(Tensor (*op)(const Tensor&, std::vector<std::int64_t>, bool)) {
+  return [op](const NodeContext& c) -> Built {
+    const auto d = c.ints("dims");
+    const bool k = c.flag("keepdim", false);
+    return {nullptr, [op, d, k](const std::vector<Tensor>& in) { return op(in[0], d, k); }};
+  };
+}
+
+// max/avg pooling: kernel, stride (default: the kernel), padding.
+Builder pooling(Tensor (*op)(const Tensor&, std::array<std::int64_t, 2>, std::array<std::int64_t, 2>,
+                             std::array<std::int64_t, 2>)) {
+  return [op](const NodeContext& c) -> Built {
+    const auto k = c.pair("kernel", {1, 1}), st = c.pair("stride", k), p = c.pair("padding", {0, 0});
+    return {nullptr, [op, k, st, p](const std::vector<Tensor>& in) { return op(in[0], k, st, p); }};
+  };
+}
+
 const std::vector<Kind>& kinds() {
   using T = Type;
   static const std::vector<Kind> table = {
@@ -349,24 +367,9 @@ const std::vector<Kind>& kinds() {
          return {nullptr, [](const std::vector<Tensor>& in) { return bmm(in[0], in[1]); }};
        }},
       // ---- reductions ----
-      {"sum", "sum over \"dims\" (dim 0 is the batch)", 1, 1, {{"dims", T::dims, true}, {"keepdim", T::boolean}},
-       [](const NodeContext& c) -> Built {
-         const auto d = c.ints("dims");
-         const bool k = c.flag("keepdim", false);
-         return {nullptr, [d, k](const std::vector<Tensor>& in) { return sum(in[0], d, k); }};
-       }},
-      {"mean", "mean over \"dims\"", 1, 1, {{"dims", T::dims, true}, {"keepdim", T::boolean}},
-       [](const NodeContext& c) -> Built {
-         const auto d = c.ints("dims");
-         const bool k = c.flag("keepdim", false);
-         return {nullptr, [d, k](const std::vector<Tensor>& in) { return mean(in[0], d, k); }};
-       }},
-      {"max", "max over \"dims\"", 1, 1, {{"dims", T::dims, true}, {"keepdim", T::boolean}},
-       [](const NodeContext& c) -> Built {
-         const auto d = c.ints("dims");
-         const bool k = c.flag("keepdim", false);
-         return {nullptr, [d, k](const std::vector<Tensor>& in) { return max(in[0], d, k); }};
-       }},
+      {"sum", "sum over \"dims\" (dim 0 is the batch)", 1, 1, {{"dims", T::dims, true}, {"keepdim", T::boolean}}, reduction(sum)},
+      {"mean", "mean over \"dims\"", 1, 1, {{"dims", T::dims, true}, {"keepdim", T::boolean}}, reduction(mean)},
+      {"max", "max over \"dims\"", 1, 1, {{"dims", T::dims, true}, {"keepdim", T::boolean}}, reduction(max)},
       {"softmax", "softmax over \"dim\" (default -1)", 1, 1, {{"dim", T::integer}},
        [](const NodeContext& c) -> Built {
          const std::int64_t d = c.integer("dim", -1);
@@ -380,16 +383,10 @@ const std::vector<Kind>& kinds() {
       // ---- pooling ----
       {"max_pool2d", "max pooling on [N, C, H, W] (stride defaults to kernel)", 1, 1,
        {{"kernel", T::pair, true}, {"stride", T::pair}, {"padding", T::pair0}},
-       [](const NodeContext& c) -> Built {
-         const auto k = c.pair("kernel", {1, 1}), s = c.pair("stride", k), p = c.pair("padding", {0, 0});
-         return {nullptr, [k, s, p](const std::vector<Tensor>& in) { return max_pool2d(in[0], k, s, p); }};
-       }},
+       pooling(max_pool2d)},
       {"avg_pool2d", "average pooling on [N, C, H, W] (padding counts as zeros)", 1, 1,
        {{"kernel", T::pair, true}, {"stride", T::pair}, {"padding", T::pair0}},
-       [](const NodeContext& c) -> Built {
-         const auto k = c.pair("kernel", {1, 1}), s = c.pair("stride", k), p = c.pair("padding", {0, 0});
-         return {nullptr, [k, s, p](const std::vector<Tensor>& in) { return avg_pool2d(in[0], k, s, p); }};
-       }},
+       pooling(avg_pool2d)},
       {"adaptive_avg_pool2d", "average pooling to an \"output\" size [h, w]", 1, 1, {{"output", T::pair, true}},
        [](const NodeContext& c) -> Built {
          const auto o = c.pair("output", {1, 1});
@@ -491,13 +488,7 @@ class GraphModel : public nn::Module {
   }
   void set_output(int node) { output_ = node; }
 
-  // Every node's value for input `x`, in order (the probe uses them all).
-  std::vector<Tensor> evaluate(const Tensor& x, std::size_t upto) {
-    std::vector<Tensor> values;
-    values.reserve(upto);
-    for (std::size_t i = 0; i < upto; ++i) values.push_back(run_node(i, x, values));
-    return values;
-  }
+  // Node i's value for input `x`, given the values of the nodes before it.
   Tensor run_node(std::size_t i, const Tensor& x, const std::vector<Tensor>& values) {
     Node& n = nodes_[i];
     std::vector<Tensor> in;
