@@ -1,0 +1,86 @@
+// ampcheck's side of bench/peers: one sample model file trained step by step, timed per
+// step, driven over stdin so the peer script can interleave it with PyTorch and
+// PaddlePaddle workers in one run. The step is the one `ampcheck run --inspect off`
+// trains (samples::Trainer::step: the batch, zero_grad, forward and loss under
+// autocast, scaled backward, the scaler's unscale and check, the optimizer step, the
+// scaler update, loss.item()).
+//
+//   ampcheck_bench_peer_step --model mlp --level O1 --dtype bfloat16 --scaler none
+//   stdin:  "steps K"   -> stdout: {"ms": [t1, ..., tK]}   (one line per command)
+//
+// --scaler dynamic is PyTorch's GradScaler behaviour at its defaults; none is a static
+// scale of 1 (what a bf16 user runs). O0 always runs unscaled.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/amp/grad_scaler.h"
+#include "engine/amp/policy.h"
+#include "engine/dtype/dtype.h"
+#include "engine/parallel.h"
+#include "samples/runner.h"
+
+namespace {
+
+using namespace ampcheck;
+
+[[noreturn]] void usage(const std::string& why) {
+  std::fprintf(stderr,
+               "ampcheck_bench_peer_step: %s\nusage: ampcheck_bench_peer_step --model NAME|FILE [--level O0|O1|O2] "
+               "[--dtype float16|bfloat16] [--scaler dynamic|none] [--threads N] [--seed N]\n",
+               why.c_str());
+  std::exit(2);
+}
+
+samples::RunOptions parse(int argc, char** argv) {
+  std::map<std::string, std::string> args{{"--model", "mlp"}, {"--level", "O0"}, {"--dtype", "float16"},
+                                          {"--scaler", "dynamic"}, {"--threads", "0"}, {"--seed", "0"}};
+  for (int i = 1; i < argc; i += 2) {
+    if (!args.count(argv[i])) usage(std::string("unknown option ") + argv[i]);
+    if (i + 1 >= argc) usage(std::string(argv[i]) + " needs a value");
+    args[argv[i]] = argv[i + 1];
+  }
+  samples::RunOptions o;
+  o.model = args["--model"];
+  o.seed = std::stoull(args["--seed"]);
+  const auto level = amp::parse_level(args["--level"]);
+  if (!level) usage("--level " + args["--level"] + ": give O0, O1, O2 or O3");
+  o.amp.level = *level;
+  o.amp.dtype = parse_dtype(args["--dtype"]);
+  if (args["--scaler"] == "none" || o.amp.level == amp::Level::O0)
+    o.scaling = amp::StaticScaling{1.0};
+  else if (args["--scaler"] != "dynamic")
+    usage("--scaler " + args["--scaler"] + ": give dynamic or none");
+  if (const int threads = std::stoi(args["--threads"]); threads > 0) set_num_threads(threads);
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    samples::Trainer trainer(parse(argc, argv));
+    std::string command;
+    long steps = 0;
+    while (std::cin >> command >> steps) {
+      if (command != "steps" || steps <= 0) usage("stdin: expected \"steps K\" with K > 0, got \"" + command + "\"");
+      std::string line = "{\"ms\": [";
+      for (long i = 0; i < steps; ++i) {
+        const auto start = std::chrono::steady_clock::now();
+        trainer.step();
+        const std::chrono::duration<double, std::milli> took = std::chrono::steady_clock::now() - start;
+        line += (i ? ", " : "") + std::to_string(took.count());
+      }
+      std::cout << line << "]}" << std::endl;
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ampcheck_bench_peer_step: %s\n", e.what());
+    return 2;
+  }
+}
