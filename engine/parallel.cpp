@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <exception>
@@ -50,13 +51,16 @@ class Pool {
       body_ = &body;
       chunks_ = chunks;
       next_.store(0);
-      pending_ = static_cast<int>(workers_.size());
-      ++generation_;
+      pending_.store(static_cast<int>(workers_.size()));
+      generation_.fetch_add(1, std::memory_order_release);
     }
     cv_.notify_all();
     drain();
-    std::unique_lock<std::mutex> lock(mu_);
-    done_cv_.wait(lock, [&] { return pending_ == 0; });
+    spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; });
+    if (pending_.load(std::memory_order_acquire) != 0) {
+      std::unique_lock<std::mutex> lock(mu_);
+      done_cv_.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
+    }
     body_ = nullptr;
     if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
   }
@@ -76,18 +80,37 @@ class Pool {
     t_in_parallel = false;
   }
 
+  // A step runs hundreds of small parallel regions back to back: a worker that slept
+  // between them would be woken through the kernel each time (tens of microseconds, more
+  // than many regions take), so workers and the caller spin a short while first, as
+  // OpenMP runtimes do, and only then block.
+  template <typename Ready>
+  static void spin_until(Ready ready) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
+    for (int i = 0; !ready(); ++i) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+      if ((i & 63) == 63 && std::chrono::steady_clock::now() > until) return;
+    }
+  }
+
   void work() {
     std::uint64_t seen = 0;
     for (;;) {
-      {
+      auto moved = [&] { return stop_.load(std::memory_order_acquire) || generation_.load(std::memory_order_acquire) != seen; };
+      spin_until(moved);
+      if (!moved()) {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-        if (stop_) return;
-        seen = generation_;
+        cv_.wait(lock, moved);
       }
+      if (stop_.load(std::memory_order_acquire)) return;
+      seen = generation_.load(std::memory_order_acquire);
       drain();
-      std::lock_guard<std::mutex> lock(mu_);
-      if (--pending_ == 0) done_cv_.notify_one();
+      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        std::lock_guard<std::mutex> lock(mu_);
+        done_cv_.notify_one();
+      }
     }
   }
 
@@ -108,9 +131,9 @@ class Pool {
   const std::function<void(std::int64_t)>* body_ = nullptr;
   std::int64_t chunks_ = 0;
   std::atomic<std::int64_t> next_{0};
-  int pending_ = 0;
-  std::uint64_t generation_ = 0;
-  bool stop_ = false;
+  std::atomic<int> pending_{0};
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<bool> stop_{false};
   int threads_ = 1;
   std::exception_ptr error_;
 };

@@ -143,6 +143,19 @@ ConvGeom conv_check(const std::vector<Tensor>& in, const ConvParams& p) {
   return g;
 }
 
+// The output columns ox whose input column ox*sw - pw + j*dw lies inside [0, w): one
+// range per kernel column j, so the copy loops below carry no per-element bounds test.
+struct ColumnRange {
+  i64 lo = 0, hi = 0;  // ox in [lo, hi)
+};
+ColumnRange valid_columns(const ConvGeom& g, i64 j) {
+  const i64 shift = j * g.dw - g.pw;  // ix = ox*sw + shift
+  auto ceil_div = [](i64 a, i64 b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); };
+  const i64 lo = std::clamp<i64>(ceil_div(-shift, g.sw), 0, g.ow);
+  const i64 hi = std::clamp<i64>(ceil_div(g.w - shift, g.sw), lo, g.ow);
+  return {lo, hi};
+}
+
 // col[(c, i, j), (oy, ox)] = x[c, oy*sh - ph + i*dh, ox*sw - pw + j*dw], 0 in the padding;
 // rows are channel-major, so group g's rows are the contiguous block [g*k, (g+1)*k).
 template <typename T>
@@ -152,6 +165,8 @@ void im2col(const ConvGeom& g, const T* x, T* col) {
     for (i64 i = 0; i < g.kh; ++i) {
       for (i64 j = 0; j < g.kw; ++j) {
         T* row = col + ((c * g.kh + i) * g.kw + j) * g.ohw();
+        const ColumnRange r = valid_columns(g, j);
+        const i64 shift = j * g.dw - g.pw;
         for (i64 oy = 0; oy < g.oh; ++oy) {
           T* dst = row + oy * g.ow;
           const i64 iy = oy * g.sh - g.ph + i * g.dh;
@@ -159,11 +174,13 @@ void im2col(const ConvGeom& g, const T* x, T* col) {
             std::fill(dst, dst + g.ow, T{0});
             continue;
           }
-          const T* src = plane + iy * g.w;
-          for (i64 ox = 0; ox < g.ow; ++ox) {
-            const i64 ix = ox * g.sw - g.pw + j * g.dw;
-            dst[ox] = ix >= 0 && ix < g.w ? src[ix] : T{0};
-          }
+          const T* src = plane + iy * g.w + shift;
+          std::fill(dst, dst + r.lo, T{0});
+          if (g.sw == 1)
+            std::copy(src + r.lo, src + r.hi, dst + r.lo);
+          else
+            for (i64 ox = r.lo; ox < r.hi; ++ox) dst[ox] = src[ox * g.sw];
+          std::fill(dst + r.hi, dst + g.ow, T{0});
         }
       }
     }
@@ -190,15 +207,14 @@ void col2im(const ConvGeom& g, const T* col, T* x) {
     for (i64 i = 0; i < g.kh; ++i) {
       for (i64 j = 0; j < g.kw; ++j) {
         const T* row = col + ((c * g.kh + i) * g.kw + j) * g.ohw();
+        const ColumnRange r = valid_columns(g, j);
+        const i64 shift = j * g.dw - g.pw;
         for (i64 oy = 0; oy < g.oh; ++oy) {
           const i64 iy = oy * g.sh - g.ph + i * g.dh;
           if (iy < 0 || iy >= g.h) continue;
           const T* src = row + oy * g.ow;
-          T* dst = plane + iy * g.w;
-          for (i64 ox = 0; ox < g.ow; ++ox) {
-            const i64 ix = ox * g.sw - g.pw + j * g.dw;
-            if (ix >= 0 && ix < g.w) dst[ix] += src[ox];
-          }
+          T* dst = plane + iy * g.w + shift;
+          for (i64 ox = r.lo; ox < r.hi; ++ox) dst[ox * g.sw] += src[ox];
         }
       }
     }
