@@ -1,6 +1,7 @@
 // Shape ops: reshape (a view), permute, concat, slice. They move values without
 // arithmetic, so every dtype passes through bit for bit.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <numeric>
 #include <stdexcept>
@@ -14,43 +15,76 @@ namespace ampcheck {
 namespace impl {
 namespace {
 
-// out[i] = x[source(i)] for raw elements of any dtype.
-template <typename Source>
-Tensor gather(const Tensor& x, const Shape& out_shape, Source source) {
-  Tensor out = Tensor::empty(out_shape, x.dtype());
-  const std::size_t es = element_size(x.dtype());
-  const auto* src = static_cast<const char*>(x.raw());
-  auto* dst = static_cast<char*>(out.raw());
-  parallel_for(out.numel(), cpu::kChunk, [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t i = b; i < e; ++i)
-      std::memcpy(dst + static_cast<std::size_t>(i) * es, src + static_cast<std::size_t>(source(i)) * es, es);
-  });
-  return out;
-}
-
 std::vector<std::int64_t> strides_of(const Shape& s) {
   std::vector<std::int64_t> st(s.size(), 1);
   for (std::size_t i = s.size(); i-- > 1;) st[i - 1] = st[i] * s[i];
   return st;
 }
 
+// n elements of `es` bytes from src (every `stride` elements) to contiguous dst.
+void copy_strided(char* dst, const char* src, std::int64_t n, std::int64_t stride, std::size_t es) {
+  if (stride == 1) {
+    std::memcpy(dst, src, static_cast<std::size_t>(n) * es);
+    return;
+  }
+  auto typed = [&](auto word) {
+    using W = decltype(word);
+    for (std::int64_t i = 0; i < n; ++i)
+      std::memcpy(dst + static_cast<std::size_t>(i) * sizeof(W), src + static_cast<std::size_t>(i * stride) * sizeof(W),
+                  sizeof(W));
+  };
+  switch (es) {
+    case 1: typed(std::uint8_t{}); break;
+    case 2: typed(std::uint16_t{}); break;
+    case 4: typed(std::uint32_t{}); break;
+    default: typed(std::uint64_t{}); break;
+  }
+}
+
+// The output walked row by row (its last dim): one source offset computed per work item,
+// then stepped like an odometer, and each row copied as one run (a memcpy where the
+// source row is contiguous). Heads split and merged in attention are exactly that.
 Tensor permute_impl(const Tensor& x, const std::vector<std::int64_t>& perm) {
   const Shape& s = x.shape();
-  Shape out_shape(perm.size());
+  const std::size_t rank = perm.size();
+  Shape out_shape(rank);
   const auto in_strides = strides_of(s);
-  std::vector<std::int64_t> src_stride(perm.size());
-  for (std::size_t i = 0; i < perm.size(); ++i) {
+  std::vector<std::int64_t> src_stride(rank);
+  for (std::size_t i = 0; i < rank; ++i) {
     out_shape[i] = s[static_cast<std::size_t>(perm[i])];
     src_stride[i] = in_strides[static_cast<std::size_t>(perm[i])];
   }
-  return gather(x, out_shape, [&](std::int64_t i) {
+  Tensor out = Tensor::empty(out_shape, x.dtype());
+  if (out.numel() == 0) return out;
+  const std::size_t es = element_size(x.dtype());
+  const auto* src = static_cast<const char*>(x.raw());
+  auto* dst = static_cast<char*>(out.raw());
+  if (rank == 0) {
+    std::memcpy(dst, src, es);
+    return out;
+  }
+  const std::int64_t inner = out_shape[rank - 1], inner_stride = src_stride[rank - 1];
+  const std::int64_t rows = out.numel() / inner;
+  parallel_for(rows, std::max<std::int64_t>(1, cpu::kChunk / inner), [&](std::int64_t rb, std::int64_t re) {
+    std::vector<std::int64_t> idx(rank - 1);
     std::int64_t off = 0;
-    for (std::size_t d = out_shape.size(); d-- > 0;) {
-      off += (i % out_shape[d]) * src_stride[d];
-      i /= out_shape[d];
+    for (std::size_t d = rank - 1, r = static_cast<std::size_t>(rb); d-- > 0;) {
+      idx[d] = static_cast<std::int64_t>(r) % out_shape[d];
+      off += idx[d] * src_stride[d];
+      r /= static_cast<std::size_t>(out_shape[d]);
     }
-    return off;
+    for (std::int64_t row = rb; row < re; ++row) {
+      copy_strided(dst + static_cast<std::size_t>(row * inner) * es, src + static_cast<std::size_t>(off) * es, inner,
+                   inner_stride, es);
+      for (std::size_t d = rank - 1; d-- > 0;) {
+        off += src_stride[d];
+        if (++idx[d] < out_shape[d]) break;
+        off -= src_stride[d] * out_shape[d];
+        idx[d] = 0;
+      }
+    }
   });
+  return out;
 }
 
 std::vector<std::int64_t> checked_perm(const std::vector<std::int64_t>& perm, std::int64_t rank) {
