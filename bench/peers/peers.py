@@ -417,7 +417,7 @@ def main():
         if not os.access(f, os.X_OK):
             sys.exit(f"peers.py: {f} is not built: run bench/peers/run.sh, or cmake --build {args.ampcheck_build}")
     out = {"date": datetime.date.today().isoformat(), "machine": machine(),
-           "command": "bench/peers/peers.py " + " ".join(sys.argv[1:])}
+           "command": "bench/peers/peers.py " + " ".join(a.replace(ROOT + os.sep, "") for a in sys.argv[1:])}
     steps = {"speed": [speed], "scaler": [scaler], "ops": [ops], "all": [scaler, ops, speed]}[args.command]
     for f in steps:
         f(args, out)
