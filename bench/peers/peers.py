@@ -424,6 +424,7 @@ def main():
     text = to_markdown(out)
     print(text)
     if args.out_dir:
+        os.makedirs(args.out_dir, exist_ok=True)
         base = os.path.join(args.out_dir, f"{out['date']}-peers-cpu")
         write_atomically(base + ".md", text + "\n")
         write_atomically(base + ".json", json.dumps(out, indent=1) + "\n")
