@@ -70,6 +70,17 @@ class Graph:
             previous = n["name"]
         self.output = model.get("output", self.nodes[-1]["name"])
 
+    def forward(self, inp, constants, apply, make=None):
+        """Runs the nodes in file order; with make, creates each node's layer first from
+        its inputs (the probe pass that infers input sizes)."""
+        values = {"input": inp, **constants}
+        for n, wires in zip(self.nodes, self.wiring):
+            ins = [values[w] for w in wires]
+            if make:
+                make(n, ins)
+            values[n["name"]] = apply(n, ins)
+        return values[self.output]
+
 
 def torch_worker(model, mode, batch, lr, threads):
     import torch
@@ -143,13 +154,7 @@ def torch_worker(model, mode, batch, lr, threads):
         raise ValueError(k)
 
     def forward(inp, build=False):
-        values = {"input": inp, **constants}
-        for n, wires in zip(g.nodes, g.wiring):
-            ins = [values[w] for w in wires]
-            if build:
-                make(n, ins)
-            values[n["name"]] = apply(n, ins)
-        return values[g.output]
+        return g.forward(inp, constants, apply, make if build else None)
 
     with torch.no_grad():
         forward(x, build=True)
@@ -254,13 +259,7 @@ def paddle_worker(model, mode, batch, lr, threads):
         raise ValueError(k)
 
     def forward(inp, build=False):
-        values = {"input": inp, **constants}
-        for n, wires in zip(g.nodes, g.wiring):
-            ins = [values[w] for w in wires]
-            if build:
-                make(n, ins)
-            values[n["name"]] = apply(n, ins)
-        return values[g.output]
+        return g.forward(inp, constants, apply, make if build else None)
 
     def data(rows):
         return (paddle.randint(0, vocab, [rows] + shape) if integer else paddle.randn([rows] + shape))
