@@ -43,6 +43,7 @@ struct Feature {
 };
 std::vector<Feature> feature_list(const CpuFeatures& f) {
   return {{"F16C", "f16c", f.f16c},
+          {"FMA", "fma", f.fma},
           {"AVX2", "avx2", f.avx2},
           {"AVX-512F", "avx512f", f.avx512f},
           {"AVX-512BW", "avx512bw", f.avx512bw},
@@ -91,7 +92,7 @@ std::string doctor_text() {
   line("conversions", std::string(conversion_isa_name()) + isa_note() +
                           ": f32 <-> f16/bf16 buffers");
   line("threads", std::to_string(num_threads()));
-  line("BLAS", cpu_blas_description());
+  line("GEMM", cpu_gemm_description() + isa_note());
 
   s += "\nCUDA\n";
   line("build", cuda_build_description());
@@ -146,7 +147,8 @@ std::string doctor_json() {
         {"features", features},
         {"conversion_path", conversion_isa_name()},
         {"threads", num_threads()},
-        {"blas", cpu_blas_description()}}},
+        {"gemm_path", kernels::cpu::gemm_isa_name(cpu_gemm_isa())},
+        {"gemm", cpu_gemm_description()}}},
       {"cuda",
        {{"build", cuda_build_description()},
         {"built_with_cuda", built},

@@ -1,9 +1,8 @@
 #include "engine/device.h"
 
-#include <cblas.h>  // openblas_get_config, openblas_get_corename (OpenBLAS extensions)
-
 #include <string>
 
+#include "engine/dtype/convert.h"  // conversion_isa: AMPCHECK_CPU_ISA
 #include "kernels/cuda/cuda.h"
 
 namespace ampcheck {
@@ -36,12 +35,22 @@ std::string cuda_build_description() { return kernels::cuda::build_description()
 const CpuFeatures& cpu_features() { return kernels::cpu::cpu_features(); }
 const CudaInfo& cuda_info() { return kernels::cuda::cuda_info(); }
 
-std::string cpu_blas_description() {
-  const char* config = openblas_get_config();
-  const char* core = openblas_get_corename();
-  std::string s = config != nullptr ? config : "OpenBLAS (no configuration string)";
-  if (core != nullptr && *core != '\0') s += ", core " + std::string(core);
-  return s;
+kernels::cpu::GemmIsa cpu_gemm_isa() {
+  using kernels::cpu::GemmIsa;
+  using kernels::cpu::Isa;
+  static const GemmIsa isa = [] {
+    const Isa limit = conversion_isa();
+    GemmIsa best = GemmIsa::scalar;
+    if (limit >= Isa::f16c && kernels::cpu::gemm_isa_supported(GemmIsa::avx2)) best = GemmIsa::avx2;
+    if (limit >= Isa::avx512 && kernels::cpu::gemm_isa_supported(GemmIsa::avx512)) best = GemmIsa::avx512;
+    return best;
+  }();
+  return isa;
+}
+
+std::string cpu_gemm_description() {
+  return "ampcheck GEMM, " + std::string(kernels::cpu::gemm_isa_name(cpu_gemm_isa())) +
+         " path, one fma chain per element in ascending k (bits independent of ISA, threads and machine)";
 }
 
 }  // namespace ampcheck

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cuda/cuda.h"
 
 namespace ampcheck {
@@ -37,9 +38,12 @@ using kernels::cuda::CudaInfo;
 using kernels::cuda::GpuInfo;
 const CpuFeatures& cpu_features();
 const CudaInfo& cuda_info();  // versions and GPUs; built_with_cuda false without CUDA
-// The BLAS behind the CPU GEMMs, in its own words: OpenBLAS's build configuration
-// ("OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64") and the core
-// kernel set it picked at run time.
-std::string cpu_blas_description();
+// The CPU GEMM's instruction-set path: AVX-512 where the CPU has it, else AVX2+FMA, else
+// scalar; AMPCHECK_CPU_ISA lowers it as it lowers the conversions (scalar -> scalar,
+// f16c -> avx2, avx512 and avx512_bf16 -> avx512). Every path gives the same bits.
+kernels::cpu::GemmIsa cpu_gemm_isa();
+// The CPU GEMM in words, for `ampcheck doctor`: "ampcheck GEMM, avx512 path, one fma
+// chain per element in ascending k (bits independent of ISA, threads and machine)".
+std::string cpu_gemm_description();
 
 }  // namespace ampcheck

@@ -1,7 +1,5 @@
 #include "engine/parallel.h"
 
-#include <cblas.h>  // openblas_set_num_threads (OpenBLAS extension)
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -39,13 +37,6 @@ class Pool {
 
   void run(std::int64_t chunks, const std::function<void(std::int64_t)>& body) {
     std::lock_guard<std::mutex> run(run_mu_);
-    // Chunks that call GEMM run it single-threaded: OpenBLAS's own threads on top of
-    // ours would oversubscribe the cores (measured: 1.4x slower conv steps).
-    struct SingleThreadBlas {
-      int saved = openblas_get_num_threads();
-      SingleThreadBlas() { openblas_set_num_threads(1); }
-      ~SingleThreadBlas() { openblas_set_num_threads(saved); }
-    } blas;
     {
       std::lock_guard<std::mutex> lock(mu_);
       body_ = &body;
@@ -155,7 +146,6 @@ Pool& pool() {
 
 void set_num_threads(int n) {
   pool().resize(n);
-  openblas_set_num_threads(std::max(1, n));
 }
 
 int num_threads() { return pool().threads(); }

@@ -8,7 +8,6 @@
 namespace ampcheck {
 
 // Threads the CPU kernels use (default: the machine's cores, or AMPCHECK_NUM_THREADS).
-// Also sets OpenBLAS's thread count.
 void set_num_threads(int n);
 int num_threads();
 

@@ -3,6 +3,7 @@
 // section against what the machine has (/dev/nvidia0 is the driver's device node).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -23,7 +24,7 @@ TEST(CliDoctor, TextNamesTheConversionPathAndTheBuild) {
   EXPECT_TRUE(has(r.out, "conversions:")) << r.out;
   EXPECT_TRUE(has(r.out, "F16C:")) << r.out;
   EXPECT_TRUE(has(r.out, "AMX-FP16:")) << r.out;
-  EXPECT_TRUE(has(r.out, "BLAS:")) << r.out;
+  EXPECT_TRUE(has(r.out, "GEMM:")) << r.out;
   EXPECT_TRUE(has(r.out, "threads:")) << r.out;
   const testing::CliResult v = testing::run_cli({"--version"});
   // --version ends "...; CPU conversions: <path>)": doctor names the same path.
@@ -41,6 +42,7 @@ TEST(CliDoctor, CpuFeaturesAgreeWithTheCompilersDetection) {
 #if defined(__x86_64__)
   __builtin_cpu_init();
   EXPECT_EQ(features.at("f16c").get<bool>(), __builtin_cpu_supports("f16c") != 0);
+  EXPECT_EQ(features.at("fma").get<bool>(), __builtin_cpu_supports("fma") != 0);
   EXPECT_EQ(features.at("avx2").get<bool>(), __builtin_cpu_supports("avx2") != 0);
   EXPECT_EQ(features.at("avx512f").get<bool>(), __builtin_cpu_supports("avx512f") != 0);
   EXPECT_EQ(features.at("avx512bw").get<bool>(), __builtin_cpu_supports("avx512bw") != 0);
@@ -59,7 +61,18 @@ TEST(CliDoctor, JsonHasEveryField) {
   const Json& cpu = j.at("cpu");
   EXPECT_TRUE(cpu.at("conversion_path").is_string());
   EXPECT_GE(cpu.at("threads").get<int>(), 1);
-  EXPECT_TRUE(has(cpu.at("blas").get<std::string>(), "OpenBLAS")) << cpu.at("blas");
+  // The GEMM path follows the CPU's features: AVX-512F (with AVX2 and FMA) gives the
+  // avx512 path, AVX2 with FMA the avx2 path, anything else the scalar one.
+  const Json& f = cpu.at("features");
+  const bool avx2 = f.at("avx2").get<bool>() && f.at("fma").get<bool>();
+  const std::string expected = avx2 && f.at("avx512f").get<bool>() && f.at("avx512bw").get<bool>() ? "avx512"
+                               : avx2 && f.at("f16c").get<bool>()                               ? "avx2"
+                                                                                                 : "scalar";
+  if (std::getenv("AMPCHECK_CPU_ISA") == nullptr) {
+    EXPECT_EQ(cpu.at("gemm_path").get<std::string>(), expected);
+  }
+  EXPECT_TRUE(has(cpu.at("gemm").get<std::string>(), cpu.at("gemm_path").get<std::string>() + " path"))
+      << cpu.at("gemm");
   const Json& cuda = j.at("cuda");
   for (const char* key : {"build", "built_with_cuda", "driver_version", "runtime_version", "cublas_version",
                           "cudnn_version", "cupti_api_version", "gpus", "no_device"})

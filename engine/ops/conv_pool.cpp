@@ -236,10 +236,8 @@ Tensor conv_forward(const std::vector<Tensor>& in, const ConvGeom& g) {
       const T* cols = sample_columns(g, in[0], s, x, col);
       // y_g [C_out/g, OH*OW] = W_g [C_out/g, k] . col_g [k, OH*OW]
       for (i64 grp = 0; grp < g.groups; ++grp)
-        cpu::gemm(false, false, g.cout_g(), g.ohw(), g.k(), T{1},
-                  weight.data() + grp * g.cout_g() * g.k(), g.k(),
-                  cols + grp * g.k() * g.ohw(), g.ohw(), T{0},
-                  y.data() + grp * g.cout_g() * g.ohw(), g.ohw());
+        cpu::gemm(false, false, g.cout_g(), g.ohw(), g.k(), weight.data() + grp * g.cout_g() * g.k(), g.k(),
+                  cols + grp * g.k() * g.ohw(), g.ohw(), y.data() + grp * g.cout_g() * g.ohw(), g.ohw());
       if (has_bias)
         for (i64 c = 0; c < g.c_out; ++c) {
           T* row = y.data() + c * g.ohw();
@@ -272,10 +270,8 @@ std::vector<Tensor> conv_backward(const BackwardArgs& args, const ConvGeom& g) {
     for (i64 s = begin; s < end; ++s) {
       cpu::load(args.grad, s * y_size, y_size, gy.data());
       for (i64 grp = 0; grp < g.groups; ++grp)
-        cpu::gemm(true, false, g.k(), g.ohw(), g.cout_g(), T{1},
-                  weight.data() + grp * g.cout_g() * g.k(), g.k(),
-                  gy.data() + grp * g.cout_g() * g.ohw(), g.ohw(), T{0},
-                  gcol.data() + grp * g.k() * g.ohw(), g.ohw());
+        cpu::gemm(true, false, g.k(), g.ohw(), g.cout_g(), weight.data() + grp * g.cout_g() * g.k(), g.k(),
+                  gy.data() + grp * g.cout_g() * g.ohw(), g.ohw(), gcol.data() + grp * g.k() * g.ohw(), g.ohw());
       if (g.pointwise()) {
         cpu::store(gx, s * x_size, x_size, gcol.data());
       } else {
@@ -303,10 +299,9 @@ std::vector<Tensor> conv_backward(const BackwardArgs& args, const ConvGeom& g) {
           const T* cols = sample_columns(g, in[0], s, x, col);
           cpu::load(args.grad, s * y_size, y_size, gy.data());
           for (i64 grp = 0; grp < g.groups; ++grp)
-            cpu::gemm(false, true, g.cout_g(), g.k(), g.ohw(), T{1},
-                      gy.data() + grp * g.cout_g() * g.ohw(), g.ohw(),
-                      cols + grp * g.k() * g.ohw(), g.ohw(), T{1},
-                      acc.data() + grp * g.cout_g() * g.k(), g.k());
+            cpu::gemm(false, true, g.cout_g(), g.k(), g.ohw(), gy.data() + grp * g.cout_g() * g.ohw(), g.ohw(),
+                      cols + grp * g.k() * g.ohw(), g.ohw(), acc.data() + grp * g.cout_g() * g.k(), g.k(),
+                      /*accumulate=*/true);
         }
       }
     });

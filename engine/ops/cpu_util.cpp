@@ -1,12 +1,11 @@
 #include "engine/ops/cpu_util.h"
 
-#include <cblas.h>  // cblas_sgemm, cblas_dgemm (OpenBLAS)
-
-#include <climits>
 #include <cmath>
 #include <cstring>
 
+#include "engine/device.h"  // cpu_gemm_isa
 #include "engine/dtype/convert.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/fp_bits.h"
 
 namespace ampcheck::cpu {
@@ -59,11 +58,6 @@ void gather_any(const Tensor& t, const std::int64_t* offsets, std::int64_t n, T*
       convert(raw, t.dtype(), out + done, as, static_cast<std::size_t>(m));
     }
   }
-}
-
-int blas_int(std::int64_t v, const char* what) {
-  if (v > INT_MAX) throw std::invalid_argument(std::string("gemm: ") + what + " too large for BLAS");
-  return static_cast<int>(v);
 }
 
 }  // namespace
@@ -159,33 +153,39 @@ Tensor sum_to_shape(const Tensor& grad, const Shape& shape) {
 }
 
 namespace {
-// The one GEMM body for both precisions; Blas is cblas_sgemm or cblas_dgemm.
-template <typename T, typename Blas>
-void gemm_with(Blas blas, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
-               const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c,
-               std::int64_t ldc) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {  // BLAS rejects lda = 0; C = beta * C is all there is
-    for (std::int64_t i = 0; i < m; ++i)
-      for (std::int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0 ? T(0) : beta * c[i * ldc + j];
+template <typename T>
+void gemm_any(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std::int64_t lda,
+              const T* b, std::int64_t ldb, T* c, std::int64_t ldc, bool accumulate) {
+  kernels::cpu::GemmArgs<T> g;
+  g.trans_a = ta;
+  g.trans_b = tb;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.a = a;
+  g.lda = lda;
+  g.b = b;
+  g.ldb = ldb;
+  g.c = c;
+  g.ldc = ldc;
+  g.accumulate = accumulate;
+  const kernels::cpu::GemmPlan plan = kernels::cpu::gemm_plan(g, cpu_gemm_isa());
+  if (plan.tiles() == 1) {
+    kernels::cpu::gemm_tiles(plan, g, 0, 1);
     return;
   }
-  blas(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, blas_int(m, "m"),
-       blas_int(n, "n"), blas_int(k, "k"), alpha, a, blas_int(lda, "lda"), b, blas_int(ldb, "ldb"), beta, c,
-       blas_int(ldc, "ldc"));
+  parallel_for(plan.tiles(), 1, [&](std::int64_t lo, std::int64_t hi) { kernels::cpu::gemm_tiles(plan, g, lo, hi); });
 }
 }  // namespace
 
-void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
-          const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta,
-          float* c, std::int64_t ldc) {
-  gemm_with(cblas_sgemm, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda,
+          const float* b, std::int64_t ldb, float* c, std::int64_t ldc, bool accumulate) {
+  gemm_any(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, accumulate);
 }
 
-void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
-          const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double beta,
-          double* c, std::int64_t ldc) {
-  gemm_with(cblas_dgemm, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const double* a, std::int64_t lda,
+          const double* b, std::int64_t ldb, double* c, std::int64_t ldc, bool accumulate) {
+  gemm_any(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, accumulate);
 }
 
 DType float_dtype(const Tensor& t, const char* op) {

@@ -138,13 +138,16 @@ Tensor map_ternary(const Tensor& a, const Tensor& b, const Tensor& c, F f, DType
   return out;
 }
 
-// C[m,n] = alpha * op(A)[m,k] op(B)[k,n] + beta * C, row-major, through OpenBLAS.
+// C[m,n] = op(A)[m,k] op(B)[k,n] (accumulate: C += ...), row-major, through the project's
+// own GEMM (kernels/cpu/gemm.h): every element one fma chain over k in ascending order,
+// so the bits do not depend on the thread count, the ISA path or the machine. Runs its
+// tiles on the thread pool (serially when called from inside a parallel_for).
 void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
-          float alpha, const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
-          float beta, float* c, std::int64_t ldc);
+          const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
+          std::int64_t ldc, bool accumulate = false);
 void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
-          double alpha, const double* a, std::int64_t lda, const double* b, std::int64_t ldb,
-          double beta, double* c, std::int64_t ldc);
+          const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double* c,
+          std::int64_t ldc, bool accumulate = false);
 
 // The float dtype of an op's result, with a clear error for i64 inputs where a float
 // is required.

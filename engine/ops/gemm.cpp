@@ -1,6 +1,7 @@
-// matmul, linear, bmm through OpenBLAS. f16/bf16 operands are widened to f32 exactly,
-// multiplied with f32 accumulation (sgemm), and the result rounded once to the output
-// dtype: what tensor-core GEMMs with fp32 accumulation compute, up to summation order.
+// matmul, linear, bmm through the project's GEMM (kernels/cpu/gemm.h). f16/bf16 operands
+// are widened to f32 exactly, multiplied with f32 accumulation, and the result rounded
+// once to the output dtype: what tensor-core GEMMs with fp32 accumulation compute, up to
+// summation order (here fixed: one fma chain per element in ascending k).
 #include <stdexcept>
 #include <string>
 
@@ -56,8 +57,8 @@ template <typename T>
 void batched_gemm(const MatmulPlan& p, const T* a, const T* b, T* c) {
   parallel_for(p.batch, 1, [&](std::int64_t lo, std::int64_t hi) {
     for (std::int64_t i = lo; i < hi; ++i)
-      cpu::gemm(false, false, p.m, p.n, p.k, T(1), a + p.a_batch[static_cast<std::size_t>(i)] * p.m * p.k, p.k,
-                b + p.b_batch[static_cast<std::size_t>(i)] * p.k * p.n, p.n, T(0), c + i * p.m * p.n, p.n);
+      cpu::gemm(false, false, p.m, p.n, p.k, a + p.a_batch[static_cast<std::size_t>(i)] * p.m * p.k, p.k,
+                b + p.b_batch[static_cast<std::size_t>(i)] * p.k * p.n, p.n, c + i * p.m * p.n, p.n);
   });
 }
 
@@ -84,10 +85,10 @@ std::vector<Tensor> matmul_grads(const Tensor& x, const Tensor& y, const Tensor&
     for (std::int64_t i = 0; i < p.batch; ++i) {
       const auto ai = p.a_batch[static_cast<std::size_t>(i)], bi = p.b_batch[static_cast<std::size_t>(i)];
       const T* gi = g.data() + i * p.m * p.n;
-      cpu::gemm(false, true, p.m, p.k, p.n, T(1), gi, p.n, b.data() + bi * p.k * p.n, p.n, T(1),
-                ga.data() + ai * p.m * p.k, p.k);
-      cpu::gemm(true, false, p.k, p.n, p.m, T(1), a.data() + ai * p.m * p.k, p.k, gi, p.n, T(1),
-                gb.data() + bi * p.k * p.n, p.n);
+      cpu::gemm(false, true, p.m, p.k, p.n, gi, p.n, b.data() + bi * p.k * p.n, p.n, ga.data() + ai * p.m * p.k, p.k,
+                /*accumulate=*/true);
+      cpu::gemm(true, false, p.k, p.n, p.m, a.data() + ai * p.m * p.k, p.k, gi, p.n, gb.data() + bi * p.k * p.n, p.n,
+                /*accumulate=*/true);
     }
     return std::vector<Tensor>{cpu::from_values(ga, x.shape(), x.dtype()),
                                cpu::from_values(gb, y.shape(), y.dtype())};
@@ -137,7 +138,7 @@ Tensor linear_forward(const ForwardArgs& a) {
     using T = decltype(zero);
     const std::vector<T> xv = cpu::values<T>(x), wv = cpu::values<T>(w);
     std::vector<T> y(static_cast<std::size_t>(rows * out));
-    cpu::gemm(false, true, rows, out, in, T(1), xv.data(), in, wv.data(), in, T(0), y.data(), out);
+    cpu::gemm(false, true, rows, out, in, xv.data(), in, wv.data(), in, y.data(), out);
     if (has_bias) {
       const std::vector<T> bv = cpu::values<T>(a.in[2]);
       for (std::int64_t r = 0; r < rows; ++r)
@@ -155,8 +156,8 @@ std::vector<Tensor> linear_backward(const BackwardArgs& a) {
     using T = decltype(zero);
     const std::vector<T> xv = cpu::values<T>(x), wv = cpu::values<T>(w), g = cpu::values<T>(a.grad);
     std::vector<T> gx(xv.size()), gw(wv.size());
-    cpu::gemm(false, false, rows, in, out, T(1), g.data(), out, wv.data(), in, T(0), gx.data(), in);
-    cpu::gemm(true, false, out, in, rows, T(1), g.data(), out, xv.data(), in, T(0), gw.data(), in);
+    cpu::gemm(false, false, rows, in, out, g.data(), out, wv.data(), in, gx.data(), in);
+    cpu::gemm(true, false, out, in, rows, g.data(), out, xv.data(), in, gw.data(), in);
     std::vector<Tensor> grads{cpu::from_values(gx, x.shape(), x.dtype()),
                               cpu::from_values(gw, w.shape(), w.dtype())};
     if (a.in.size() == 3) {

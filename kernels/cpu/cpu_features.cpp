@@ -12,7 +12,7 @@ namespace {
 
 #if defined(__x86_64__)
 // CPUID bits (Intel SDM vol. 2A, CPUID; AMX-FP16 is newer than GCC 12's <cpuid.h>).
-constexpr unsigned kLeaf1EcxOsxsave = 1u << 27, kLeaf1EcxAvx = 1u << 28, kLeaf1EcxF16c = 1u << 29;
+constexpr unsigned kLeaf1EcxFma = 1u << 12, kLeaf1EcxOsxsave = 1u << 27, kLeaf1EcxAvx = 1u << 28, kLeaf1EcxF16c = 1u << 29;
 constexpr unsigned kLeaf7EbxAvx2 = 1u << 5, kLeaf7EbxAvx512f = 1u << 16, kLeaf7EbxAvx512bw = 1u << 30;
 constexpr unsigned kLeaf7EdxAmxBf16 = 1u << 22, kLeaf7EdxAvx512fp16 = 1u << 23,
                    kLeaf7EdxAmxTile = 1u << 24;
@@ -51,6 +51,7 @@ CpuFeatures detect() {
   const bool avx512_state = avx_state && (xcr & kXcr0Avx512) == kXcr0Avx512;
   const bool amx_state = (xcr & kXcr0Amx) == kXcr0Amx;
   f.f16c = avx_state && (c & kLeaf1EcxF16c);
+  f.fma = avx_state && (c & kLeaf1EcxFma);
   if (__get_cpuid_max(0, nullptr) < 7) return f;
   __cpuid_count(7, 0, a, b, c, d);
   const unsigned max_sub = a;

@@ -10,6 +10,7 @@ namespace ampcheck::kernels::cpu {
 struct CpuFeatures {
   std::string brand;         // "Intel(R) Xeon(R) Platinum 8480+", or empty where unknown
   bool f16c = false;         // f32 <-> f16 conversion instructions (needs AVX state)
+  bool fma = false;          // fused multiply-add on XMM/YMM (FMA3; needs AVX state)
   bool avx2 = false;
   bool avx512f = false;      // AVX-512 Foundation (needs ZMM/opmask state)
   bool avx512bw = false;

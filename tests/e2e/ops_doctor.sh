@@ -17,7 +17,8 @@ expect 2 'did you mean' -- "$bin" ops --dtype bfloat61
 expect 2 'no such file' -- "$bin" ops --config "$root/samples/configs/none.json"
 expect 2 '--bogus' -- "$bin" ops --bogus
 expect 0 "conversions:" -- "$bin" doctor
-expect 0 "BLAS:" -- "$bin" doctor
+expect 0 "GEMM:" -- "$bin" doctor
+expect 0 'ampcheck GEMM, scalar path' -- env AMPCHECK_CPU_ISA=scalar "$bin" doctor
 expect 0 '"ampcheck_doctor": 1' -- "$bin" doctor --json
 expect 0 'scalar (set by AMPCHECK_CPU_ISA)' -- env AMPCHECK_CPU_ISA=scalar "$bin" doctor
 expect 2 '--bogus' -- "$bin" doctor --bogus
