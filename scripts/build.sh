@@ -26,10 +26,11 @@ fi
 generator=()
 command -v ninja >/dev/null && [[ ! -f $dir/CMakeCache.txt ]] && generator=(-G Ninja)
 
+mkdir -p "$dir"
 cmake -S "$root" -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=$type \
-  -DAMPCHECK_CUDA="${AMPCHECK_CUDA:-AUTO}" -DAMPCHECK_SANITIZE="$sanitize" >"$dir.configure.log" 2>&1 \
-  || { cat "$dir.configure.log" >&2; exit 1; }
-grep -E '^-- (ampcheck|CUDA)' "$dir.configure.log" || true
+  -DAMPCHECK_CUDA="${AMPCHECK_CUDA:-AUTO}" -DAMPCHECK_SANITIZE="$sanitize" >"$dir/configure.log" 2>&1 \
+  || { cat "$dir/configure.log" >&2; exit 1; }
+grep -E '^-- (ampcheck|CUDA)' "$dir/configure.log" || true
 target_args=()
 for t in "${targets[@]}"; do target_args+=(--target "$t"); done
 cmake --build "$dir" -j "${AMPCHECK_JOBS:-$(nproc)}" "${target_args[@]}"
