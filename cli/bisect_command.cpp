@@ -13,6 +13,7 @@
 #include <unistd.h>  // isatty
 
 #include "cli/exit_codes.h"
+#include "cli/interrupt.h"
 #include "cli/run_command.h"
 #include "cli/usage_error.h"
 #include "engine/amp/config.h"
@@ -53,6 +54,13 @@ CLI::App* add_options(CLI::App& app, BisectOptions& o) {
 
 using Set = std::vector<std::string>;  // candidates, in the order first seen
 
+// A later run that Ctrl-C stopped: a partial run is no verdict on its black list, so the
+// search ends there, with the trials before it.
+struct SearchInterrupted {
+  std::int64_t bisect_run = 0;  // as bisect.runs counts them
+  std::int64_t steps_run = 0, steps_requested = 0;
+};
+
 // One trial: the run with `set` in fp32 on top of the user's lists.
 struct Trials {
   const BisectOptions& o;
@@ -75,7 +83,9 @@ struct Trials {
     setup.command = "bisect-nan";
     setup.mode = inspector::Mode::stats;
     setup.max_skipped_fraction = o.max_skipped;
+    setup.stop = InterruptScope::stop_predicate();
     const InstrumentedRun run = instrumented_run(o.args, r, setup, err);
+    if (const auto& i = run.report.interrupted) throw SearchInterrupted{bisect.runs + 1, i->steps_run, i->steps_requested};
     reports::Trial t;
     t.index = ++bisect.runs;
     t.black_list = set;
@@ -210,6 +220,35 @@ reports::Suggestion suggestion(const Resolved& base, const reports::Bisect& b) {
   return s;
 }
 
+// Writes the reports, prints the text and the outcome, returns the exit code.
+int finish_bisect(const BisectOptions& o, const reports::Report& report, const std::string& why_not,
+                  std::ostream& out) {
+  const reports::Bisect& b = *report.bisect;
+  if (!o.report.empty()) write_output("--report", o.report, reports::to_json(report));
+  if (!o.html.empty()) write_output("--html", o.html, reports::to_html(report));
+  if (o.json) {
+    out << reports::to_json(report);
+  } else {
+    out << reports::to_text(report);
+    if (const auto& i = report.interrupted)
+      out << fmt::format("bisect-nan: interrupted{} during {}, after {} of {} steps: the search did not finish, "
+                         "so no fix is claimed; {}\n",
+                         i->signal.empty() ? "" : " by " + i->signal,
+                         i->bisect_run == 1 ? "the run as configured" : fmt::format("run {}", i->bisect_run),
+                         i->steps_run, i->steps_requested,
+                         b.trials.empty() ? "no run was judged"
+                                          : fmt::format("the {} trial(s) judged before are above", b.trials.size()));
+    else if (b.found && b.culprits.empty())
+      out << "bisect-nan: the run is healthy as configured; nothing to black-list\n";
+    else if (b.found)
+      out << fmt::format("bisect-nan: fix found in {} runs: run {} in fp32\n", b.runs, fmt::join(b.culprits, ", "));
+    else
+      out << "bisect-nan: no fix found: " << why_not << "\n";
+  }
+  if (report.interrupted) return kInterrupted;
+  return b.found ? kOk : kCheckFailed;
+}
+
 int run_bisect(const BisectOptions& o, std::ostream& out, std::ostream& err) {
   if (o.granularity != "type" && o.granularity != "instance")
     throw UsageError("--granularity \"" + o.granularity + "\": use type (op types) or instance (module paths)");
@@ -221,12 +260,17 @@ int run_bisect(const BisectOptions& o, std::ostream& out, std::ostream& err) {
   if (base.options.amp.level == amp::Level::O0)
     throw UsageError("bisect-nan needs an AMP level (O1, O2 or O3): at O0 nothing runs in low precision");
 
+  // Ctrl-C stops the run in progress after its step; the report keeps the trials judged
+  // before it, marked interrupted, and the command exits 130.
+  const InterruptScope interrupt;
+
   // The unmodified run, traced: the producer and the candidates.
   RunSetup setup;
   setup.command = "bisect-nan";
   setup.mode = inspector::Mode::stats;
   setup.max_skipped_fraction = o.max_skipped;
   setup.progress_label = "bisect: the run as configured";
+  setup.stop = InterruptScope::stop_predicate();
   InstrumentedRun first = instrumented_run(o.args, base, setup, err);
   reports::Report report = first.report;
   reports::Bisect& b = report.bisect.emplace();
@@ -235,6 +279,11 @@ int run_bisect(const BisectOptions& o, std::ostream& out, std::ostream& err) {
   b.max_skipped_fraction = o.max_skipped;
   b.loss_tolerance = o.loss_tolerance;
   b.runs = 1;
+  if (report.interrupted) {
+    // Not judged: a partial run says nothing of the steps it did not run.
+    report.interrupted->bisect_run = 1;
+    return finish_bisect(o, report, "", out);
+  }
   b.trials.push_back({1, {}, !first.failed, first.failure, report.summary.skipped_steps, report.summary.final_loss});
 
   // Candidates: what ran in low precision, in the order first seen.
@@ -259,9 +308,12 @@ int run_bisect(const BisectOptions& o, std::ostream& out, std::ostream& err) {
         RunSetup ref_setup;
         ref_setup.command = "bisect-nan";
         ref_setup.mode = inspector::Mode::off;
+        ref_setup.stop = InterruptScope::stop_predicate();
         Resolved ref = base;
         ref.options = with_level(base.options, amp::Level::O0);
-        trials.reference_loss = instrumented_run(o.args, ref, ref_setup, err).report.summary.final_loss;
+        const InstrumentedRun fp32 = instrumented_run(o.args, ref, ref_setup, err);
+        if (const auto& i = fp32.report.interrupted) throw SearchInterrupted{b.runs + 1, i->steps_run, i->steps_requested};
+        trials.reference_loss = fp32.report.summary.final_loss;
         b.reference_loss = trials.reference_loss;
         ++b.runs;
         trials.judge_loss(b.trials.front());  // the run as configured, now held to the reference too
@@ -283,6 +335,10 @@ int run_bisect(const BisectOptions& o, std::ostream& out, std::ostream& err) {
       }
     } catch (const std::length_error& e) {
       why_not = e.what();
+    } catch (const SearchInterrupted& i) {
+      b.found = false;
+      b.culprits.clear();
+      mark_interrupted(report, i.steps_run, i.steps_requested, i.bisect_run);
     }
   }
   if (b.found) {
@@ -299,20 +355,7 @@ int run_bisect(const BisectOptions& o, std::ostream& out, std::ostream& err) {
     if (!b.culprits.empty()) b.suggestion = suggestion(base, b);
   }
 
-  if (!o.report.empty()) write_output("--report", o.report, reports::to_json(report));
-  if (!o.html.empty()) write_output("--html", o.html, reports::to_html(report));
-  if (o.json) {
-    out << reports::to_json(report);
-  } else {
-    out << reports::to_text(report);
-    if (b.found && b.culprits.empty())
-      out << "bisect-nan: the run is healthy as configured; nothing to black-list\n";
-    else if (b.found)
-      out << fmt::format("bisect-nan: fix found in {} runs: run {} in fp32\n", b.runs, fmt::join(b.culprits, ", "));
-    else
-      out << "bisect-nan: no fix found: " << why_not << "\n";
-  }
-  return b.found ? kOk : kCheckFailed;
+  return finish_bisect(o, report, why_not, out);
 }
 
 }  // namespace

@@ -10,6 +10,8 @@
 #include <memory>
 
 #include "cli/exit_codes.h"
+#include "cli/interrupt.h"
+#include "cli/run_command.h"  // mark_interrupted
 #include "cli/run_options.h"
 #include "cli/usage_error.h"
 #include "engine/hooks.h"
@@ -99,6 +101,9 @@ int run_compare(const CompareOptions& o, std::ostream& out, std::ostream& err) {
   RunArgs args = o.args;
   args.level = std::string(amp::level_name(levels.front() == amp::Level::O0 ? levels.back() : levels.front()));
   const Resolved base = resolve(args);
+  // Ctrl-C stops after the step every level is in (the levels stay in lock step), then
+  // reports the steps run and exits 130.
+  const InterruptScope interrupt;
 
   std::vector<std::unique_ptr<samples::Trainer>> trainers;
   try {
@@ -110,8 +115,10 @@ int run_compare(const CompareOptions& o, std::ostream& out, std::ostream& err) {
   std::vector<OutputCapture> captures(n_levels);
   std::map<std::string, std::vector<std::vector<double>>> errors;  // name -> level -> per step
   std::vector<OutputCapture::Seen> order;
-  Progress progress(err, o.args.quiet, "compare", base.options.steps);
-  for (std::int64_t step = 0; step < base.options.steps; ++step) {
+  const std::int64_t steps = base.options.steps;
+  std::int64_t ran = 0;
+  Progress progress(err, o.args.quiet, "compare", steps);
+  for (std::int64_t step = 0; step < steps; ++step) {
     for (std::size_t l = 0; l < n_levels; ++l) {
       captures[l].clear();
       add_observer(&captures[l]);
@@ -136,7 +143,8 @@ int run_compare(const CompareOptions& o, std::ostream& out, std::ostream& err) {
         per_level[l - 1].push_back(relative_error(it->second, y_ref));
       }
     }
-    progress.update(step + 1);
+    progress.update(ran = step + 1);
+    if (ran < steps && interrupt_requested()) break;
   }
   progress.done();
 
@@ -208,10 +216,12 @@ int run_compare(const CompareOptions& o, std::ostream& out, std::ostream& err) {
                         level_list, c.reference, worst_err->worst, worst_op->name, worst_err->level,
                         worst_err->worst_step, c.fastest_growing.front())
           : "compared " + level_list + ": no op outputs to compare";
+  if (ran < steps) mark_interrupted(report, ran, steps);
 
   if (!o.report.empty()) write_output("--report", o.report, reports::to_json(report));
   if (!o.html.empty()) write_output("--html", o.html, reports::to_html(report));
   out << (o.json ? reports::to_json(report) : reports::to_text(report));
+  if (report.interrupted) return kInterrupted;
   return diverged ? kCheckFailed : kOk;
 }
 

@@ -81,7 +81,10 @@ reports::DriftRules rules(const DiffOptions& o, const CLI::App& diff) {
 }
 
 std::string describe(const reports::Report& r) {
-  return fmt::format("{} {} {}, {} steps", r.run.model, r.run.level, r.run.dtype, r.run.steps);
+  const auto& i = r.interrupted;
+  return fmt::format("{} {} {}, {} steps{}", r.run.model, r.run.level, r.run.dtype, r.run.steps,
+                     !i ? "" : i->bisect_run > 1 ? ", bisect-nan search interrupted"
+                                                 : fmt::format(", interrupted after {}", i->steps_run));
 }
 
 int run_diff(const DiffOptions& o, const CLI::App& diff, std::ostream& out) {

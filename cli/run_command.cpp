@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "cli/exit_codes.h"
+#include "cli/interrupt.h"
 #include "cli/usage_error.h"
 #include "inspector/to_report.h"
 #include "reports/chrome_trace.h"
@@ -49,6 +50,8 @@ int run_run(const RunCommandOptions& o, std::ostream& out, std::ostream& err) {
   setup.glog = &err;
   setup.keep_spans = !o.chrome_trace.empty();
   setup.progress_label = "training";
+  const InterruptScope interrupt;  // Ctrl-C: stop after the step, report what was seen, exit 130
+  setup.stop = InterruptScope::stop_predicate();
   const InstrumentedRun r = instrumented_run(o.args, resolved, setup, err);
 
   if (!o.report.empty()) write_output("--report", o.report, reports::to_json(r.report));
@@ -57,6 +60,7 @@ int run_run(const RunCommandOptions& o, std::ostream& out, std::ostream& err) {
     write_output("--chrome-trace", o.chrome_trace,
           reports::chrome_trace_json(r.spans, fmt::format("ampcheck {} {}", r.report.run.model, r.report.run.level)));
   out << (o.json ? reports::to_json(r.report) : reports::to_text(r.report));
+  if (r.report.interrupted) return kInterrupted;
   return r.failed ? kCheckFailed : kOk;
 }
 
@@ -83,6 +87,25 @@ void set_verdict(reports::Report& report, bool inspected_trace, bool failed, con
   }
 }
 
+void mark_interrupted(reports::Report& report, std::int64_t steps_run, std::int64_t steps_requested,
+                      std::int64_t bisect_run) {
+  reports::Interruption& i = report.interrupted.emplace();
+  i.signal = std::string(interrupt_signal_name());
+  i.steps_run = steps_run;
+  i.steps_requested = steps_requested;
+  i.bisect_run = bisect_run;
+  if (bisect_run > 1) return;  // a later bisect-nan run: the report's own run is complete
+  reports::Summary& s = report.summary;
+  const std::string when = fmt::format("interrupted after {} of {} steps{}", steps_run, steps_requested,
+                                       i.signal.empty() ? "" : ", by " + i.signal);
+  if (s.verdict == "failed") {  // seen, so true whatever the steps not run would have done
+    s.verdict_text += " (the run was " + when + ")";
+    return;
+  }
+  s.verdict = "interrupted";
+  s.verdict_text = when + "; in the steps run: " + s.verdict_text;
+}
+
 InstrumentedRun instrumented_run(const RunArgs& args, const Resolved& resolved, const RunSetup& setup, std::ostream& err) {
   inspector::InspectorOptions io;
   io.mode = setup.mode;
@@ -99,9 +122,12 @@ InstrumentedRun instrumented_run(const RunArgs& args, const Resolved& resolved, 
   }
   Progress progress(err, args.quiet || setup.progress_label.empty(), setup.progress_label, resolved.options.steps);
   insp.attach();
-  for (std::int64_t i = 0; i < resolved.options.steps; ++i) {
+  const std::int64_t steps = resolved.options.steps;
+  std::int64_t ran = 0;
+  while (ran < steps) {
     const samples::StepResult s = trainer->step();
-    progress.update(i + 1, fmt::format("loss {:.4f} scale {:g}", s.loss, s.loss_scale));
+    progress.update(++ran, fmt::format("loss {:.4f} scale {:g}", s.loss, s.loss_scale));
+    if (ran < steps && setup.stop && setup.stop()) break;  // at least one step: a report needs one
   }
   insp.detach();  // the evaluation pass is not part of the training trace
   progress.done();
@@ -134,6 +160,7 @@ InstrumentedRun instrumented_run(const RunArgs& args, const Resolved& resolved, 
     }
   }
   set_verdict(rep, insp.trace() != nullptr, r.failed, r.failure);
+  if (ran < steps) mark_interrupted(rep, ran, steps);
   if (setup.keep_spans && insp.trace()) r.spans = inspector::trace_spans(*insp.trace());
   return r;
 }

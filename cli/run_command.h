@@ -3,6 +3,8 @@
 // asked for (JSON, HTML, Chrome trace).
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -35,11 +37,22 @@ struct RunSetup {
   bool keep_spans = false;
   double max_skipped_fraction = 0.05;  // more skipped updates than this fails the run
   std::string progress_label;  // "" for none
+  // Asked after each training step but the last: true stops the training there, and the
+  // report is marked interrupted with the steps run (the CLI's is InterruptScope's, so
+  // that nothing below the CLI knows of signals). Unset: every step runs.
+  std::function<bool()> stop;
 };
 InstrumentedRun instrumented_run(const RunArgs& args, const Resolved& resolved, const RunSetup& setup,
                                  std::ostream& err);
 
 // The verdict of a finished report (summary.verdict and verdict_text).
 void set_verdict(reports::Report& report, bool inspected_trace, bool failed, const std::string& failure);
+
+// Marks `report` interrupted and narrows its verdict to what was seen: a failure seen
+// stays "failed" (it happened); anything else becomes "interrupted", whose text says
+// "interrupted after N of M steps" and what the steps run showed. The signal is
+// interrupt_signal_name()'s.
+void mark_interrupted(reports::Report& report, std::int64_t steps_run, std::int64_t steps_requested,
+                      std::int64_t bisect_run = 0);
 
 }  // namespace ampcheck::cli

@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "ampcheck_build_info.h"  // AMPCHECK_VERSION
+#include "cli/interrupt.h"  // ReportWrite
 #include "cli/usage_error.h"
 #include "engine/amp/config.h"
 #include "engine/device.h"
@@ -149,6 +150,7 @@ reports::RunInfo run_info(const std::string& command, const RunArgs& a, const Re
 }
 
 void write_output(const std::string& option, const std::string& path, const std::string& content) {
+  const ReportWrite whole;  // a second Ctrl-C meanwhile waits for this file to be in place
   try {
     reports::write_file_atomically(path, content);
   } catch (const reports::WriteError& e) {

@@ -53,7 +53,9 @@ reports::RunInfo run_info(const std::string& command, const RunArgs& args, const
                           const samples::RunResult& result, const std::string& inspect);
 
 // Writes a report file the user asked for with `option` (atomically); a failure is the
-// user's to fix: UsageError naming the option, the path and the system's reason.
+// user's to fix: UsageError naming the option, the path and the system's reason. A
+// second Ctrl-C during the write ends the process once the file is in place
+// (cli/interrupt.h), so it leaves neither half a report nor a temporary file.
 void write_output(const std::string& option, const std::string& path, const std::string& content);
 
 // A progress line on a terminal: "\r<label> [####......] 12/200 <text>", on `err` only

@@ -190,6 +190,22 @@ class Checker {
           rules_.settings_must_match);
     }
   }
+    // An interrupted run covers fewer steps than its settings say: not like for like with
+    // a complete one (nor with one interrupted elsewhere), whatever its numbers look like.
+    const std::string bi = completion(b_), ci = completion(c_);
+    if (bi != ci)
+      add("settings_must_match", "interrupted", bi, ci,
+          rules_.settings_must_match
+              ? "an interrupted run covers only the steps it ran: finish it (or the baseline) before comparing"
+              : "an interrupted run covers only the steps it ran (allowed)",
+          rules_.settings_must_match);
+  }
+  static std::string completion(const Report& r) {
+    if (!r.interrupted) return "no";
+    const Interruption& i = *r.interrupted;
+    return i.bisect_run > 1 ? fmt::format("bisect-nan run {} after {} of {} steps", i.bisect_run, i.steps_run,
+                                          i.steps_requested)
+                            : fmt::format("after {} of {} steps", i.steps_run, i.steps_requested);
 
   void dtypes() {
     if (b_.op_types.empty() || c_.op_types.empty()) {

@@ -27,7 +27,8 @@ class RulesError : public std::runtime_error {
 struct DriftRules {
   // The run settings (command, model, level, dtype, device, seed, steps, batch, lr,
   // optimizer, inspect mode, AMP lists and loss scaling) must be equal: CI compares like
-  // for like, and a baseline recorded under other settings no longer says anything.
+  // for like, and a baseline recorded under other settings no longer says anything. An
+  // interrupted run (Report::interrupted) differs from a complete one here too.
   bool settings_must_match = true;
   // The per-op-type dtype table (calls per kernel dtype) must keep its mix: an op type
   // that ran fp16 and now runs fp32, or the reverse, or one that appears or disappears.

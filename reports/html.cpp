@@ -401,7 +401,7 @@ std::string section_open(std::string_view id, std::string_view title) {
 constexpr std::string_view kSectionClose = "</section>\n";
 
 std::string verdict_class(const std::string& verdict) {
-  for (std::string_view known : {"healthy", "failed", "amp_off", "reference", "unchecked"})
+  for (std::string_view known : {"healthy", "failed", "amp_off", "reference", "unchecked", "interrupted"})
     if (verdict == known) return std::string(known);
   return "unknown";
 }
@@ -420,11 +420,25 @@ std::string header(const Report& r) {
   out += fmt::format("<div class=\"verdict verdict-{}\" id=\"verdict\">{}{}</div>\n", verdict_class(s.verdict),
                      tag_in_text ? "" : fmt::format("<span class=\"verdict-tag\">{}</span> ", esc(tag)),
                      esc(s.verdict_text));
+  // Interrupted: how far the page's numbers go. `own`: the stopped training is the one the
+  // page shows (not a later bisect-nan run), so its steps are the steps run.
+  const bool own = r.interrupted && r.interrupted->bisect_run <= 1;
+  if (r.interrupted) {
+    const Interruption& i = *r.interrupted;
+    const std::string by = i.signal.empty() ? "" : ", by " + i.signal;
+    out += fmt::format("<div class=\"interrupted\" id=\"interrupted\">{}</div>\n",
+                       esc(own ? fmt::format("Interrupted after {} of {} steps{}: this page covers those steps only.",
+                                             i.steps_run, i.steps_requested, by)
+                               : fmt::format("bisect-nan run {} was interrupted after {} of {} steps{}: the search "
+                                             "did not finish; the run shown and the trials listed are complete.",
+                                             i.bisect_run, i.steps_run, i.steps_requested, by)));
+  }
+  const std::int64_t steps_shown = own ? r.interrupted->steps_run : run.steps;
 
   const std::vector<std::pair<std::string, std::string>> cards = {
       {"loss", fmt::format("{} → {}", num(s.initial_loss, 5), num(s.final_loss, 5))},
       {"accuracy", percent(s.accuracy, 1)},
-      {"skipped steps", fmt::format("{} of {}", s.skipped_steps, run.steps)},
+      {"skipped steps", fmt::format("{} of {}", s.skipped_steps, steps_shown)},
       {"final loss scale", num(s.final_loss_scale, 6)},
       {"low-precision calls", fmt::format("{} of {} ({})", s.low_precision_calls, s.total_calls,
                                           percent(static_cast<double>(s.low_precision_calls),
@@ -442,7 +456,7 @@ std::string header(const Report& r) {
       {"level", run.level},
       {"dtype", run.dtype},
       {"device", run.device},
-      {"steps", integer(run.steps)},
+      {"steps", own ? fmt::format("{} of {} (interrupted)", r.interrupted->steps_run, run.steps) : integer(run.steps)},
       {"batch", integer(run.batch)},
       {"seed", fmt::format("{}", run.seed)},
       {"optimizer", fmt::format("{} (lr {})", run.optimizer, num(run.lr, 6))},
@@ -881,11 +895,11 @@ std::string nonfinite_section(const Report& r) {
   return out + std::string(kSectionClose);
 }
 
-std::string bisect_section(const Bisect& b) {
+std::string bisect_section(const Bisect& b, bool interrupted) {
   std::string out = section_open("bisect", "bisect-nan");
   const std::vector<std::pair<std::string, std::string>> info = {
       {"granularity", b.granularity},
-      {"found", b.found ? "yes" : "no"},
+      {"found", b.found ? "yes" : interrupted ? "no: the search was interrupted" : "no"},
       {"culprits", list_or_none(b.culprits)},
       {"suggested black list", list_or_none(b.suggested_black_list)},
       {"suggested fp32 modules", list_or_none(b.suggested_fp32_modules)},
@@ -984,6 +998,8 @@ h1{font-size:1.5em;margin:.2em 0}h2{border-bottom:1px solid #ccc;padding-bottom:
 .verdict-amp_off{background:#fff4e0;border-color:#ef6c00;color:#8a3c00}
 .verdict-reference{background:#e8f0fb;border-color:#1565c0;color:#0d3c78}
 .verdict-unchecked,.verdict-unknown{background:#eeeeee;border-color:#757575;color:#333}
+.verdict-interrupted{background:#f3e8fb;border-color:#6a1b9a;color:#4a148c}
+.interrupted{padding:8px 14px;border:2px dashed #6a1b9a;border-radius:6px;margin:10px 0;color:#4a148c;font-weight:600}
 .cards{display:flex;flex-wrap:wrap;gap:8px;margin:8px 0}
 .card{background:#fff;border:1px solid #ddd;border-radius:6px;padding:6px 10px;min-width:120px}
 .card .k{font-size:.8em;color:#666}.card .v{font-size:1.1em;font-weight:600}
@@ -1068,7 +1084,7 @@ std::string to_html(const Report& report) {
   out += dtype_section(report);
   out += worst_section(report);
   out += nonfinite_section(report);
-  if (report.bisect) out += bisect_section(*report.bisect);
+  if (report.bisect) out += bisect_section(*report.bisect, report.interrupted.has_value());
   if (report.compare) out += compare_section(*report.compare);
   out += fmt::format("<footer class=\"caption\">ampcheck {}, report schema {}</footer>\n",
                      esc(report.run.versions.ampcheck), esc(report.schema_version));

@@ -307,11 +307,19 @@ constexpr void fields(V& v, S& s) {
   v("fastest_growing", s.fastest_growing);
 }
 // schema_version is not walked here: the writer writes the version it implements and the
+template <class V, Is<Interruption> S>
+constexpr void fields(V& v, S& s) {
+  v("signal", s.signal);
+  v("steps_run", s.steps_run);
+  v("steps_requested", s.steps_requested);
+  v("bisect_run", s.bisect_run);
+}
 // reader checks it before anything else (see to_json and from_json).
 template <class V, Is<Report> S>
 constexpr void fields(V& v, S& s) {
   v("run", s.run);
   v("steps", s.steps);
+  v("interrupted", s.interrupted);  // 1.1; optional, so a 1.0 file reads as complete
   v("op_types", s.op_types);
   v("inserted_casts", s.inserted_casts);
   v("ops", s.ops);
@@ -361,11 +369,12 @@ static_assert(kEveryMemberHasAField<
               Versions, AmpSettings, RunInfo, StepRecord, DtypeCounts, OpTypeRow, InsertedCasts,
               Histogram, LowPrecisionCounts, Numerics, LocalError, CastCount, KernelCount,
               NamedNumerics, OpInstance, TensorNumerics, Swamping, TensorRange, NanEvent, Failure,
-              NonFinite, Summary, Trial, Suggestion, Bisect, LevelRun, LevelError, CompareOp, Compare>);
+              NonFinite, Summary, Trial, Suggestion, Bisect, LevelRun, LevelError, CompareOp, Compare,
+              Interruption>);
 // Report's default schema_version is not constexpr, so fields(Report) cannot be walked
-// here: its members are counted by hand (schema_version, written apart, and the 11 of
+// here: its members are counted by hand (schema_version, written apart, and the 12 of
 // fields(Report)), and the test of the top-level keys checks fields(Report) itself.
-static_assert(member_count<Report>() == 1 + 11,
+static_assert(member_count<Report>() == 1 + 12,
               "Report gained a member: add it to fields(Report) in reports/json.cpp");
 
 template <class T>

@@ -21,7 +21,7 @@ namespace ampcheck::reports {
 // schema_version "MAJOR.MINOR": a reader accepts any minor of its major (fields added
 // in a newer minor are ignored) and rejects another major.
 inline constexpr int kSchemaMajor = 1;
-inline constexpr int kSchemaMinor = 0;
+inline constexpr int kSchemaMinor = 1;  // 1.1: Report::interrupted
 
 struct Versions {
   std::string ampcheck;         // "0.1.0"
@@ -286,9 +286,22 @@ struct Compare {
   std::vector<std::string> fastest_growing;  // op instance names, fastest first
 };
 
+// A training that a signal (Ctrl-C, SIGTERM) stopped before its last step: the report
+// holds what was seen up to there, and its verdict claims nothing about the steps not run.
+struct Interruption {
+  std::string signal;  // "SIGINT", "SIGTERM"; "" when an embedding program's stop check asked
+  std::int64_t steps_run = 0;        // of the training that was stopped
+  std::int64_t steps_requested = 0;  // what it was asked to run (run.steps)
+  // bisect-nan: the run that was stopped, numbered as bisect.runs counts them (1: the run
+  // as configured, whose steps this report holds; a later one ends the search early).
+  // 0 for run and compare, whose steps are the stopped training's.
+  std::int64_t bisect_run = 0;
+};
+
 struct Report {
   std::string schema_version = std::to_string(kSchemaMajor) + "." + std::to_string(kSchemaMinor);
   RunInfo run;
+  std::optional<Interruption> interrupted;  // absent when every requested step ran
   std::vector<StepRecord> steps;
   std::vector<OpTypeRow> op_types;
   std::vector<InsertedCasts> inserted_casts;

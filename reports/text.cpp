@@ -121,7 +121,20 @@ std::string scaler_section(const Report& r) {
   return s;
 }
 
-std::string bisect_section(const Bisect& b) {
+// What an interrupted report covers, in the words the verdict line uses.
+std::string interrupted_section(const Report& r) {
+  if (!r.interrupted) return {};
+  const Interruption& i = *r.interrupted;
+  const std::string by = i.signal.empty() ? "" : ", by " + i.signal;
+  if (i.bisect_run > 1)
+    return fmt::format("  bisect-nan run {} was interrupted after {} of {} steps{}: the search did not finish; "
+                       "the run as configured and the trials listed are complete\n",
+                       i.bisect_run, i.steps_run, i.steps_requested, by);
+  return fmt::format("  interrupted after {} of {} steps{}: everything below covers those steps only\n", i.steps_run,
+                     i.steps_requested, by);
+}
+
+std::string bisect_section(const Bisect& b, bool interrupted) {
   std::string s = fmt::format("Bisection over op {}s ({} candidates, {} runs):\n", b.granularity == "instance" ? "instance" : "type",
                               b.candidates.size(), b.runs);
   TextTable t({"trial", "fp32 (black-listed)", "result", "skipped", "final loss"});
@@ -133,6 +146,7 @@ std::string bisect_section(const Bisect& b) {
                std::to_string(tr.skipped_steps), number(tr.final_loss)});
   }
   s += t.render() + "\n";
+  if (!b.found && interrupted) return s + "The search was interrupted before it ended: no fix is claimed.\n";
   if (!b.found) return s + "No black list made the run healthy.\n";
   if (b.culprits.empty()) return s + "The run is healthy as configured: nothing to run in fp32.\n";
   std::string culprits;
@@ -214,6 +228,7 @@ std::string to_text(const Report& r, std::size_t top) {
   std::string s = fmt::format("ampcheck {}: {} ({} parameters)\n", run.command, run.model_description, run.parameters);
   s += fmt::format("  {} {}, {} semantics, {} steps, batch {}, {} lr {}, seed {}, device {}\n", run.level, run.dtype,
                    run.amp.semantics, run.steps, run.batch, run.optimizer, number(run.lr), run.seed, run.device);
+  s += interrupted_section(r);
   const Summary& sum = r.summary;
   if (!r.steps.empty())
     s += fmt::format("  loss {} -> {}, training accuracy {:.1f}%, skipped steps {} of {}, final loss scale {} ({})\n",
@@ -223,7 +238,7 @@ std::string to_text(const Report& r, std::size_t top) {
   if (!r.op_types.empty()) s += paddle_operator_table(r.op_types, r.inserted_casts) + "\n";
   for (const std::string& part : {scaler_section(r), nonfinite_section(r), range_section(r, top), error_section(r, top)})
     if (!part.empty()) s += part + "\n";
-  if (r.bisect) s += bisect_section(*r.bisect) + "\n";
+  if (r.bisect) s += bisect_section(*r.bisect, r.interrupted.has_value()) + "\n";
   if (r.compare) s += compare_section(*r.compare) + "\n";
   return s + "verdict: " + sum.verdict_text + "\n";
 }

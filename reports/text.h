@@ -2,7 +2,8 @@
 // prints from a saved file, readable in ten seconds: what ran, the loss and the scaler,
 // the per-op-type dtype table, where values left the low-precision range, the worst
 // local errors, the NaN producer, and one verdict line; bisect and compare sections
-// when the report has them.
+// when the report has them; for an interrupted run, "interrupted after N of M steps"
+// under the settings and in the verdict.
 #pragma once
 
 #include <cstddef>

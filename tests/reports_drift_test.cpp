@@ -89,6 +89,39 @@ TEST(Drift, LevelChangeFailsOnSettingsAndDtypes) {
   EXPECT_NE(find(allowed, "dtype_change", "layer_norm"), nullptr);  // still shown
 }
 
+// An interrupted run is the same report with fewer steps behind it: against a complete
+// baseline (all else equal) it is not like for like, and only settings_must_match says so.
+TEST(Drift, InterruptedRunAgainstACompleteBaselineFailsOnSettings) {
+  Report current = sample();
+  current.interrupted = Interruption{"SIGINT", 3, 4, 0};
+  const DriftResult r = compare_reports(sample(), current, DriftRules{});
+  EXPECT_TRUE(r.drifted()) << dump(r);
+  const std::vector<Finding> fails = failing(r);  // held: front() of a temporary would dangle
+  ASSERT_EQ(fails.size(), 1u) << dump(r);
+  const Finding& f = fails.front();
+  EXPECT_EQ(f.rule, "settings_must_match");
+  EXPECT_EQ(f.subject, "interrupted");
+  EXPECT_EQ(f.baseline, "no");
+  EXPECT_EQ(f.current, "after 3 of 4 steps");
+  // Either way round, and against one interrupted elsewhere.
+  EXPECT_TRUE(compare_reports(current, sample(), DriftRules{}).drifted());
+  Report elsewhere = sample();
+  elsewhere.interrupted = Interruption{"SIGTERM", 2, 4, 0};
+  EXPECT_TRUE(compare_reports(elsewhere, current, DriftRules{}).drifted());
+  // Two runs stopped at the same step saw the same steps (the signal does not matter).
+  Report same = sample();
+  same.interrupted = Interruption{"SIGTERM", 3, 4, 0};
+  const DriftResult alike = compare_reports(same, current, DriftRules{});
+  EXPECT_FALSE(alike.drifted()) << dump(alike);
+  EXPECT_EQ(find(alike, "settings_must_match", "interrupted"), nullptr);
+  // Allowed: listed, not failing.
+  DriftRules lenient;
+  lenient.settings_must_match = false;
+  const DriftResult allowed = compare_reports(sample(), current, lenient);
+  EXPECT_FALSE(allowed.drifted()) << dump(allowed);
+  ASSERT_NE(find(allowed, "settings_must_match", "interrupted"), nullptr);
+}
+
 TEST(Drift, DtypeChangeToBf16AndOpTypesAppearingOrVanishing) {
   Report baseline = sample();
   Report current = sample();

@@ -211,12 +211,38 @@ TEST(ReportHtml, EmptySectionsSayWhy) {
 
 TEST(ReportHtml, VerdictIsColouredByKind) {
   Report r = testing::sample_report(false, false);
-  for (const char* verdict : {"healthy", "failed", "amp_off", "reference", "unchecked"}) {
+  for (const char* verdict : {"healthy", "failed", "amp_off", "reference", "unchecked", "interrupted"}) {
     r.summary.verdict = verdict;
     EXPECT_NE(to_html(r).find(std::string("class=\"verdict verdict-") + verdict + "\""), std::string::npos) << verdict;
   }
   r.summary.verdict = "x\" onmouseover=\"";
   EXPECT_NE(to_html(r).find("class=\"verdict verdict-unknown\""), std::string::npos);
+}
+
+// An interrupted run's page says how far the numbers go, where the eye lands first.
+TEST(ReportHtml, InterruptedSaysHowFarItGot) {
+  Report r = testing::sample_report(false, false);
+  EXPECT_EQ(to_html(r).find("id=\"interrupted\""), std::string::npos);
+  // The fixture's 4 steps, as if asked for 10: the page covers the 4 run.
+  r.run.steps = 10;
+  r.interrupted = Interruption{"SIGINT", 4, 10, 0};
+  std::string page = to_html(r);
+  EXPECT_NE(page.find("<div class=\"interrupted\" id=\"interrupted\">Interrupted after 4 of 10 steps, by SIGINT: "
+                      "this page covers those steps only.</div>"),
+            std::string::npos);
+  EXPECT_NE(page.find("<dt>steps</dt><dd>4 of 10 (interrupted)</dd>"), std::string::npos);
+  EXPECT_NE(page.find("<div class=\"v\">1 of 4</div>"), std::string::npos);  // skipped steps of those run
+  EXPECT_EQ(count(page, "<div class=\"interrupted\""), 1u);
+
+  // A later bisect-nan run stopped: the page's own run is complete, the search is not.
+  r = testing::sample_report(true, false);
+  r.bisect->found = false;
+  r.interrupted = Interruption{"SIGTERM", 2, 4, 3};
+  page = to_html(r);
+  EXPECT_NE(page.find("bisect-nan run 3 was interrupted after 2 of 4 steps, by SIGTERM: the search did not finish"),
+            std::string::npos);
+  EXPECT_NE(page.find("<dt>steps</dt><dd>4</dd>"), std::string::npos);
+  EXPECT_NE(page.find("<dt>found</dt><dd>no: the search was interrupted</dd>"), std::string::npos);
 }
 
 TEST(ReportHtml, WorstLocalErrorsShowTheRatioToTheRoundingFloor) {

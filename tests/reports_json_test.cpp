@@ -48,7 +48,7 @@ TEST(ReportJson, RoundTripGivesTheSameText) {
 TEST(ReportJson, ReadBackValuesMatchTheReport) {
   const Report original = testing::sample_report();
   const Report r = from_json(to_json(original), "run.json");
-  EXPECT_EQ(r.schema_version, "1.0");
+  EXPECT_EQ(r.schema_version, "1.1");
   EXPECT_EQ(r.run.model_description, original.run.model_description);
   EXPECT_EQ(r.run.seed, 7u);
   EXPECT_EQ(r.run.amp.custom_black_list, std::vector<std::string>{"softmax"});
@@ -103,7 +103,7 @@ TEST(ReportJson, EqualReportsGiveIdenticalBytes) {
   EXPECT_EQ(a, b);
   EXPECT_EQ(a.substr(0, 2), "{\n");
   EXPECT_EQ(a.substr(a.size() - 2), "}\n");
-  EXPECT_NE(a.find("\n  \"schema_version\": \"1.0\",\n"), std::string::npos);
+  EXPECT_NE(a.find("\n  \"schema_version\": \"1.1\",\n"), std::string::npos);
 }
 
 TEST(ReportJson, TopLevelKeysInOrder) {
@@ -141,6 +141,42 @@ TEST(ReportJson, OptionalSectionsAbsentWhenEmpty) {
 
 TEST(ReportJson, NotJsonNamesTheSource) {
   const std::string e = read_error("{\"schema_version\": \"1.0\",");
+// Since 1.1: `interrupted`, right after `run`, only when a signal stopped the training.
+TEST(ReportJson, InterruptedIsWrittenAfterRunAndReadBack) {
+  Report original = testing::sample_report(false, false);
+  original.interrupted = Interruption{"SIGINT", 3, 4, 0};
+  const std::string text = to_json(original);
+  const ordered_json doc = ordered_json::parse(text);
+  std::vector<std::string> keys;
+  for (const auto& [key, value] : doc.items()) keys.push_back(key);
+  ASSERT_GE(keys.size(), 4u);
+  EXPECT_EQ(keys[1], "run");
+  EXPECT_EQ(keys[2], "interrupted");
+  EXPECT_EQ(keys[3], "steps");
+  EXPECT_EQ(doc["interrupted"],
+            (ordered_json{{"signal", "SIGINT"}, {"steps_run", 3}, {"steps_requested", 4}, {"bisect_run", 0}}));
+  const Report back = from_json(text, "run.json");
+  ASSERT_TRUE(back.interrupted.has_value());
+  EXPECT_EQ(back.interrupted->signal, "SIGINT");
+  EXPECT_EQ(back.interrupted->steps_run, 3);
+  EXPECT_EQ(back.interrupted->steps_requested, 4);
+  EXPECT_EQ(back.interrupted->bisect_run, 0);
+  EXPECT_EQ(to_json(back), text);
+
+  ordered_json broken = doc;
+  broken["interrupted"].erase("steps_run");
+  EXPECT_EQ(read_error(broken.dump()), "run.json: interrupted: missing field \"steps_run\"");
+}
+
+TEST(ReportJson, AOneZeroReportReadsAsComplete) {
+  ordered_json doc = sample_doc();
+  EXPECT_FALSE(doc.contains("interrupted"));  // a complete run has no marker
+  doc["schema_version"] = "1.0";
+  const Report r = from_json(doc.dump(), "run.json");
+  EXPECT_FALSE(r.interrupted.has_value());
+  EXPECT_EQ(r.schema_version, "1.0");
+}
+
   EXPECT_EQ(e.rfind("run.json is not JSON: parse error at line 1, column ", 0), 0u) << e;
   EXPECT_EQ(read_error("[1, 2]"), "run.json: expected a JSON object (an ampcheck report), got [1,2]");
 }
@@ -394,3 +430,11 @@ TEST_F(ReportJsonSchema, BrokenDocumentsAreRejected) {
 
 }  // namespace
 }  // namespace ampcheck::reports
+      if (compare) r.interrupted = Interruption{"SIGTERM", 2, 4, bisect ? 3 : 0};
+
+  // An interrupted run ran at least one step, and says how many.
+  doc = sample_doc();
+  doc["interrupted"] = {{"signal", "SIGINT"}, {"steps_run", 0}, {"steps_requested", 4}, {"bisect_run", 0}};
+  expect_rejected(doc, "zero_steps_run.json", "0 is less than the minimum of 1");
+  doc["interrupted"].erase("steps_run");
+  expect_rejected(doc, "no_steps_run.json", "'steps_run' is a required property");
