@@ -22,6 +22,7 @@
 #include "cli/usage_error.h"
 #include "engine/dtype/convert.h"  // conversion_isa
 #include "engine/device.h"
+#include "engine/tensor.h"  // OutOfMemory
 #include "engine/util/strings.h"  // closest: did-you-mean
 
 namespace ampcheck::cli {
@@ -96,6 +97,10 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
     for (const Command& c : commands)
       if (c.app->parsed()) return c.run(out, err);
   } catch (const UsageError& e) {
+    err << "ampcheck: " << e.what() << '\n';
+    return kUsage;
+  } catch (const OutOfMemory& e) {
+    // A size the user chose (a layer, the batch, the data) that the machine cannot hold.
     err << "ampcheck: " << e.what() << '\n';
     return kUsage;
   } catch (const std::exception& e) {

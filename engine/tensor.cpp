@@ -1,8 +1,14 @@
 #include "engine/tensor.h"
 
+#include <unistd.h>  // sysconf: the machine's memory where /proc/meminfo is missing
+
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>  // std::aligned_alloc, std::free
 #include <cstring>
+#include <fstream>
+#include <limits>
 #include <new>
 #include <sstream>
 #include <stdexcept>
@@ -25,10 +31,90 @@ struct Tensor::Impl {
 
 namespace {
 
-std::shared_ptr<void> allocate(std::size_t bytes) {
+// "22.4 GiB": bytes in binary units, one decimal.
+std::string human_bytes(double bytes) {
+  static constexpr const char* kUnits[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  std::size_t unit = 0;
+  while (bytes >= 1024 && unit + 1 < std::size(kUnits)) bytes /= 1024, ++unit;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, unit == 0 ? "%.0f %s" : "%.1f %s", bytes, kUnits[unit]);
+  return buf;
+}
+
+struct MachineMemory {
+  std::uint64_t available = 0, total = 0;  // bytes; 0: unknown
+};
+
+std::uint64_t read_number(const char* path) {
+  std::ifstream f(path);
+  std::uint64_t v = 0;
+  return f >> v ? v : 0;  // "max" (no limit) reads as 0
+}
+
+// What can be allocated without swapping: Linux's MemAvailable (sysconf's free pages
+// elsewhere), lowered by a cgroup v2 memory limit, as a container has.
+MachineMemory machine_memory() {
+  MachineMemory m;
+  std::ifstream info("/proc/meminfo");
+  std::string key;
+  std::uint64_t kib = 0;
+  std::string unit;
+  while (info >> key >> kib >> unit) {
+    if (key == "MemTotal:") m.total = kib * 1024;
+    if (key == "MemAvailable:") m.available = kib * 1024;
+  }
+  const long page = ::sysconf(_SC_PAGESIZE);
+  if (m.total == 0 && page > 0 && ::sysconf(_SC_PHYS_PAGES) > 0)
+    m.total = static_cast<std::uint64_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<std::uint64_t>(page);
+  if (m.available == 0 && page > 0 && ::sysconf(_SC_AVPHYS_PAGES) > 0)
+    m.available = static_cast<std::uint64_t>(::sysconf(_SC_AVPHYS_PAGES)) * static_cast<std::uint64_t>(page);
+  if (const std::uint64_t limit = read_number("/sys/fs/cgroup/memory.max"); limit > 0) {
+    const std::uint64_t used = std::min(limit, read_number("/sys/fs/cgroup/memory.current"));
+    m.total = m.total == 0 ? limit : std::min(m.total, limit);
+    m.available = m.available == 0 ? limit - used : std::min(m.available, limit - used);
+  }
+  return m;
+}
+
+std::string memory_text(const MachineMemory& m) {
+  if (m.total == 0) return "this machine's memory is unknown";
+  return "this machine has " + human_bytes(static_cast<double>(m.available)) + " available (" +
+         human_bytes(static_cast<double>(m.total)) + " in all)";
+}
+
+std::string tensor_text(const Shape& shape, DType dtype) {
+  return "a " + std::string(info(dtype).long_name) + " tensor of shape " + to_string(shape);
+}
+
+constexpr std::string_view kSmaller = "use smaller sizes (layer widths, batch, data)";
+
+// Below this, malloc is asked directly: reading the machine's memory costs more than a
+// small block, and no small block is refused for lack of memory.
+constexpr std::size_t kAskTheMachineFrom = std::size_t{256} << 20;
+
+std::shared_ptr<void> allocate(const Shape& shape, DType dtype) {
+  // The size in bytes, checked: a shape such as [3e9, 4e9] overflows 64 bits.
+  std::uint64_t elements = 1;
+  bool overflow = false;
+  for (std::int64_t d : shape) overflow = overflow || __builtin_mul_overflow(elements, static_cast<std::uint64_t>(d), &elements);
+  std::uint64_t bytes = 0;
+  overflow = overflow || elements > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) ||
+             __builtin_mul_overflow(elements, static_cast<std::uint64_t>(element_size(dtype)), &bytes) ||
+             bytes > std::numeric_limits<std::size_t>::max() - 128;
+  if (overflow)
+    throw OutOfMemory(tensor_text(shape, dtype) + " needs more than 2^63 elements or 16 EiB, more than any machine has; " +
+                      std::string(kSmaller));
+  if (bytes >= kAskTheMachineFrom) {
+    const MachineMemory m = machine_memory();
+    if (m.total > 0 && bytes > m.available)
+      throw OutOfMemory(tensor_text(shape, dtype) + " needs " + human_bytes(static_cast<double>(bytes)) + ", and " +
+                        memory_text(m) + "; " + std::string(kSmaller));
+  }
   const std::size_t rounded = (bytes + 63) / 64 * 64 + 64;  // never 0; room for vector tails
   void* p = std::aligned_alloc(64, rounded);
-  if (p == nullptr) throw std::bad_alloc();
+  if (p == nullptr)
+    throw OutOfMemory(tensor_text(shape, dtype) + " needs " + human_bytes(static_cast<double>(bytes)) +
+                      ", and the allocation failed; " + memory_text(machine_memory()) + "; " + std::string(kSmaller));
   return {p, [](void* q) { std::free(q); }};
 }
 
@@ -37,20 +123,36 @@ void check_shape(const Shape& shape) {
     if (d < 0) throw std::invalid_argument("tensor shape " + to_string(shape) + " has a negative size");
 }
 
-// Host doubles into a tensor of any dtype: floats rounded once, i64 must be integral.
-void store_f64(Tensor& t, const double* values) {
-  const auto n = static_cast<std::size_t>(t.numel());
+// Host doubles into elements [first, first + n) of a tensor of any dtype: floats rounded
+// once, i64 must be integral.
+void store_f64(Tensor& t, const double* values, std::size_t first, std::size_t n) {
   if (t.dtype() == DType::i64) {
-    auto* out = t.data<std::int64_t>();
+    auto* out = t.data<std::int64_t>() + first;
     for (std::size_t i = 0; i < n; ++i) {
       if (values[i] != std::floor(values[i]) || !std::isfinite(values[i]))
         throw std::invalid_argument("i64 tensor: value " + std::to_string(values[i]) + " at " +
-                                    std::to_string(i) + " is not an integer");
+                                    std::to_string(first + i) + " is not an integer");
       out[i] = static_cast<std::int64_t>(values[i]);
     }
     return;
   }
-  convert(values, DType::f64, t.raw(), t.dtype(), n);
+  convert(values, DType::f64, static_cast<char*>(t.raw()) + first * element_size(t.dtype()), t.dtype(), n);
+}
+
+void store_f64(Tensor& t, const double* values) { store_f64(t, values, 0, static_cast<std::size_t>(t.numel())); }
+
+// Element i of `t` set to value(i), through a small f64 buffer: a whole-tensor f64 copy
+// would need twice the tensor's memory again (four times a float32's).
+template <class F>
+void store_each(Tensor& t, F value) {
+  constexpr std::size_t kChunk = std::size_t{1} << 14;
+  const auto n = static_cast<std::size_t>(t.numel());
+  std::vector<double> v(std::min(n, kChunk));
+  for (std::size_t first = 0; first < n; first += kChunk) {
+    const std::size_t m = std::min(kChunk, n - first);
+    for (std::size_t i = 0; i < m; ++i) v[i] = value(first + i);
+    store_f64(t, v.data(), first, m);
+  }
 }
 
 }  // namespace
@@ -78,7 +180,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype) {
   auto impl = std::make_shared<Impl>();
   impl->shape = shape;
   impl->dtype = dtype;
-  impl->storage = allocate(static_cast<std::size_t>(ampcheck::numel(shape)) * element_size(dtype));
+  impl->storage = allocate(shape, dtype);
   return Tensor(std::move(impl));
 }
 
@@ -97,29 +199,22 @@ Tensor Tensor::full(const Shape& shape, double value, DType dtype) {
 }
 
 Tensor Tensor::arange(std::int64_t n, DType dtype) {
-  std::vector<double> v(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = static_cast<double>(i);
-  return from(v, {n}, dtype);
+  Tensor t = empty({n}, dtype);
+  store_each(t, [](std::size_t i) { return static_cast<double>(i); });
+  return t;
 }
 
 Tensor Tensor::randn(const Shape& shape, Generator& gen, DType dtype, double mean, double stddev) {
   Tensor t = empty(shape, dtype);
-  const auto n = static_cast<std::uint64_t>(t.numel());
-  const std::uint64_t first = gen.advance(n);
-  std::vector<double> v(n);
-  for (std::uint64_t i = 0; i < n; ++i) v[i] = mean + stddev * normal01(gen.seed(), first + i);
-  store_f64(t, v.data());
+  const std::uint64_t first = gen.advance(static_cast<std::uint64_t>(t.numel()));
+  store_each(t, [&](std::size_t i) { return mean + stddev * normal01(gen.seed(), first + i); });
   return t;
 }
 
 Tensor Tensor::uniform(const Shape& shape, Generator& gen, double low, double high, DType dtype) {
   Tensor t = empty(shape, dtype);
-  const auto n = static_cast<std::uint64_t>(t.numel());
-  const std::uint64_t first = gen.advance(n);
-  std::vector<double> v(n);
-  for (std::uint64_t i = 0; i < n; ++i)
-    v[i] = low + (high - low) * static_cast<double>(uniform01(gen.seed(), first + i));
-  store_f64(t, v.data());
+  const std::uint64_t first = gen.advance(static_cast<std::uint64_t>(t.numel()));
+  store_each(t, [&](std::size_t i) { return low + (high - low) * static_cast<double>(uniform01(gen.seed(), first + i)); });
   return t;
 }
 
@@ -279,8 +374,7 @@ void Tensor::convert_(DType target) {
 }
 
 void Tensor::fill(double value) {
-  const std::vector<double> v(static_cast<std::size_t>(numel()), value);
-  store_f64(*this, v.data());
+  store_each(*this, [value](std::size_t) { return value; });
 }
 
 // ---- autograd ----

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,19 @@ std::string to_string(const Shape& shape);  // "[2, 3, 4]"
 
 class Generator;
 struct Node;
+
+// A tensor larger than the memory there is: what() names its dtype, shape and size and
+// what the machine has. Tensor::empty asks the machine before allocating a large block,
+// so an impossible size is refused without a malloc (which could succeed on overcommit
+// and be killed later, or abort a sanitizer build).
+class OutOfMemory : public std::bad_alloc {
+ public:
+  explicit OutOfMemory(std::string message) : message_(std::make_shared<const std::string>(std::move(message))) {}
+  const char* what() const noexcept override { return message_->c_str(); }
+
+ private:
+  std::shared_ptr<const std::string> message_;  // shared: copying an exception must not throw
+};
 
 class Tensor {
  public:

@@ -4,10 +4,12 @@
 #include <cmath>
 #include <fstream>
 #include <numbers>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "common/json_text.h"
 #include "engine/random.h"
 
 #include <nlohmann/json.hpp>
@@ -181,13 +183,10 @@ void flatten_sample(const nlohmann::json& v, const Shape& shape, std::size_t dep
 Dataset load_samples(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   require(static_cast<bool>(in), "data file \"" + path + "\" cannot be read; check the path");
-  nlohmann::json doc;
-  try {
-    doc = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw std::invalid_argument("data file \"" + path + "\": not valid JSON: " + e.what());
-  }
+  std::ostringstream text;
+  text << in.rdbuf();
   const std::string where = "data file \"" + path + "\"";
+  const nlohmann::json doc = parse_json_text(text.str(), where);  // JsonTextError is an invalid_argument
   require(doc.is_object() && doc.contains("x") && doc.contains("y") && doc["x"].is_array() && doc["y"].is_array(),
           where + ": expects {\"x\": [one array per sample], \"y\": [one label per sample]}");
   const std::string dtype = doc.value("dtype", std::string("float32"));

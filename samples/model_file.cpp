@@ -13,6 +13,7 @@
 #include <sstream>
 #include <utility>
 
+#include "common/json_text.h"
 #include "engine/autograd.h"
 #include "engine/nn/layers.h"
 #include "engine/util/strings.h"
@@ -738,9 +739,9 @@ ModelFile load_model(const std::string& model) {
 ModelFile parse_model(const std::string& text, const std::string& source, const std::string& folder) {
   json doc;
   try {
-    doc = json::parse(text);
-  } catch (const json::parse_error& e) {
-    fail(source, std::string("not valid JSON: ") + e.what());
+    doc = parse_json_text(text, source);
+  } catch (const JsonTextError& e) {
+    throw ModelFileError(e.what());  // names the file, the line and column, and the fix
   }
   if (!doc.is_object()) fail(source, "a model file is a JSON object");
   if (!doc.contains("ampcheck_model"))

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <string>
 #include <vector>
@@ -301,6 +302,61 @@ TEST(AmpConfigPyTorch, DisabledPieces) {
   EXPECT_EQ(std::get<TorchScaling>(scaler_only.scaling).init_scale, 256.0);
 }
 
+TEST(AmpConfigPyTorch, GradScalerArgumentsWrittenFlat) {
+  // GradScaler(init_scale=1024, growth_factor=3, backoff_factor=0.25, growth_interval=7,
+  // enabled=True) as a user pastes its arguments: the keys are PyTorch's alone.
+  const Config c = parse_config(
+      R"({"init_scale": 1024, "growth_factor": 3, "backoff_factor": 0.25, "growth_interval": 7, "enabled": true})");
+  EXPECT_EQ(c.style, ConfigStyle::pytorch);
+  EXPECT_EQ(c.amp.level, Level::O0);  // a scaler alone: no autocast, the model runs in fp32
+  const auto& s = std::get<TorchScaling>(c.scaling);
+  EXPECT_EQ(s.init_scale, 1024.0);
+  EXPECT_EQ(s.growth_factor, 3.0);
+  EXPECT_EQ(s.backoff_factor, 0.25);
+  EXPECT_EQ(s.growth_interval, 7);
+  // Keys not given take torch/amp/grad_scaler.py's defaults.
+  const Config partial = parse_config(R"({"init_scale": 8, "device": "cpu"})");
+  const auto& d = std::get<TorchScaling>(partial.scaling);
+  EXPECT_EQ(d.init_scale, 8.0);
+  EXPECT_EQ(d.growth_factor, 2.0);
+  EXPECT_EQ(d.backoff_factor, 0.5);
+  EXPECT_EQ(d.growth_interval, 2000);
+  // enabled=False: GradScaler's methods are no-ops, the scale stays 1.
+  const Config off = parse_config(R"({"init_scale": 8, "enabled": false})");
+  EXPECT_EQ(std::get<StaticScaling>(off.scaling).scale, 1.0);
+  EXPECT_TRUE(has_note(off, "enabled is false")) << off.notes.front();
+  // Values are checked as in the block form, and a typo gets a did-you-mean.
+  const std::string bad = error_of(R"({"init_scale": 8, "backoff_factor": 1.5})");
+  EXPECT_NE(bad.find("test: backoff_factor: 1.5 is not a number in (0, 1)"), std::string::npos) << bad;
+  const std::string typo = error_of(R"({"init_scale": 8, "growth_intervl": 5})");
+  EXPECT_NE(typo.find("did you mean \"growth_interval\""), std::string::npos) << typo;
+  // Flat and block forms at once: which did the user mean?
+  const std::string both = error_of(R"({"init_scale": 8, "autocast": {"device_type": "cuda"}})");
+  EXPECT_NE(both.find("\"init_scale\""), std::string::npos) << both;
+  EXPECT_NE(both.find("\"autocast\""), std::string::npos) << both;
+}
+
+TEST(AmpConfigDeepSpeed, InitialScalePowerKeepsTheScaleAFiniteFloat32) {
+  // The scaled loss is a float32 tensor times 2^power: the power must keep that scale a
+  // positive finite float32, from the smallest subnormal to the largest power of two.
+  const int lo = std::numeric_limits<float>::min_exponent - std::numeric_limits<float>::digits;  // -149
+  const int hi = std::numeric_limits<float>::max_exponent - 1;                                  // 127
+  ASSERT_EQ(std::ldexp(1.0f, lo), std::numeric_limits<float>::denorm_min());
+  ASSERT_TRUE(std::isinf(std::ldexp(1.0f, hi + 1)));
+  for (int power : {lo, 0, 16, hi}) {
+    const Config c = parse_config(R"({"fp16": {"enabled": true, "initial_scale_power": )" + std::to_string(power) + "}}");
+    EXPECT_EQ(std::get<DeepSpeedScaling>(c.scaling).initial_scale_power, power);
+  }
+  for (int power : {lo - 1, hi + 1, 200}) {
+    const std::string e =
+        error_of(R"({"fp16": {"enabled": true, "initial_scale_power": )" + std::to_string(power) + "}}");
+    EXPECT_NE(e.find("fp16.initial_scale_power: " + std::to_string(power) + " is not an integer in [" +
+                     std::to_string(lo) + ", " + std::to_string(hi) + "]"),
+              std::string::npos)
+        << e;
+  }
+}
+
 TEST(AmpConfigDeepSpeed, Fp16Defaults) {
   // deepspeed/runtime/precision_config.py, DeepSpeedFP16Config.
   const Config c = parse_config(R"({"fp16": {"enabled": true}})");
@@ -412,6 +468,75 @@ TEST(AmpConfigErrors, DetectionAndJson) {
   EXPECT_NE(bad.find("line 3"), std::string::npos) << bad;
   EXPECT_NE(error_of("[1, 2]").find("not a JSON object"), std::string::npos);
   EXPECT_THROW(load_config(kRoot + "/samples/configs/no_such_file.json"), ConfigError);
+}
+
+// A framework is told by the keys only it uses, where they sit: top level or in a block.
+TEST(AmpConfigErrors, DetectionFromKeysOnlyOneFrameworkUses) {
+  struct Case {
+    const char* json;
+    ConfigStyle style;
+    const char* key;  // the key the detection names
+  };
+  const Case cases[] = {
+      {R"({"growth_interval": 10})", ConfigStyle::pytorch, "growth_interval"},
+      {R"({"enabled": true, "backoff_factor": 0.5})", ConfigStyle::pytorch, "backoff_factor"},
+      {R"({"grad_scaler": {"enabled": true}})", ConfigStyle::pytorch, "grad_scaler.enabled"},  // Paddle: enable
+      {R"({"grad_scaler": {"enable": true}})", ConfigStyle::paddle, "grad_scaler.enable"},
+      {R"({"grad_scaler": {"incr_ratio": 2}})", ConfigStyle::paddle, "grad_scaler.incr_ratio"},
+      {R"({"amp": {"enabled": false, "opt_level": "O2"}})", ConfigStyle::deepspeed, "amp"},  // Apex in DeepSpeed
+      {R"({"optimizer": {"type": "Adam"}})", ConfigStyle::deepspeed, "optimizer"},
+      {R"({"sharding": true})", ConfigStyle::paddle, "sharding"},  // a DistributedStrategy field
+      {R"({"enabled": true, "opt_level": "O1"})", ConfigStyle::apex, "opt_level"},
+      {R"({"level": "O2"})", ConfigStyle::ampcheck, "level"},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.json);
+    const Config c = parse_config(k.json);
+    ASSERT_FALSE(c.notes.empty());
+    EXPECT_EQ(c.notes.front(), "semantics: " + std::string(style_name(k.style)) + ", detected from the key \"" +
+                                   k.key + "\"");
+  }
+  // A strategy naming nothing of AMP trains in fp32, as fleet's default amp=false does.
+  EXPECT_EQ(parse_config(R"({"sharding": true})").amp.level, Level::O0);
+
+  // The truly ambiguous: "enabled" alone is amp.initialize's and GradScaler's.
+  const std::string alone = error_of(R"({"enabled": true})");
+  EXPECT_NE(alone.find("cannot tell which framework"), std::string::npos) << alone;
+  EXPECT_NE(alone.find("\"enabled\" (a key of pytorch and apex)"), std::string::npos) << alone;
+  // Keys of two frameworks: both named.
+  const std::string two = error_of(R"({"init_scale": 1024, "opt_level": "O1"})");
+  EXPECT_NE(two.find("\"init_scale\" (pytorch)"), std::string::npos) << two;
+  EXPECT_NE(two.find("\"opt_level\" (apex)"), std::string::npos) << two;
+  const std::string nested = error_of(R"({"grad_scaler": {"init_scale": 8, "incr_ratio": 2}})");
+  EXPECT_NE(nested.find("\"grad_scaler.init_scale\" (pytorch)"), std::string::npos) << nested;
+  EXPECT_NE(nested.find("\"grad_scaler.incr_ratio\" (paddle)"), std::string::npos) << nested;
+}
+
+// Numbers beyond a double and syntax errors: the source, the line and column, the fix.
+TEST(AmpConfigErrors, BadJsonNamesThePositionAndTheFix) {
+  for (const std::string number : {"1e999", "-1e400", "2e308"}) {
+    const std::string text = "{\n  \"amp\": true,\n  \"amp_configs\": {\"init_loss_scaling\": " + number + "}\n}";
+    const std::size_t at = text.find(number);
+    const std::size_t line_start = text.rfind('\n', at) + 1;
+    const std::string e = error_of(text);
+    EXPECT_EQ(e.rfind("test: line 3, column " + std::to_string(at - line_start + 1) + ": the number " + number, 0), 0u)
+        << e;
+    EXPECT_NE(e.find("1.8e308"), std::string::npos) << e;
+  }
+  const std::string bad_comma = "{\"amp\": true,\n \"amp_configs\": {\"incr_ratio\": 2,}\n}";
+  const std::size_t brace = bad_comma.find(",}") + 1, line2 = bad_comma.find('\n') + 1;
+  const std::string comma = error_of(bad_comma);
+  EXPECT_EQ(comma.rfind("test: line 2, column " + std::to_string(brace - line2 + 1) +
+                            ": not valid JSON: a comma before the closing '}'",
+                        0),
+            0u)
+      << comma;
+  EXPECT_NE(comma.find("remove it"), std::string::npos) << comma;
+  const std::string quote = error_of("{'amp': true}");
+  EXPECT_EQ(quote.rfind("test: line 1, column 2: not valid JSON: a single quote", 0), 0u) << quote;
+  EXPECT_NE(quote.find("double quotes"), std::string::npos) << quote;
+  EXPECT_EQ(error_of("").rfind("test: line 1, column 1: not valid JSON: the text is empty", 0), 0u);
+  EXPECT_EQ(error_of("{\"amp\": True}").rfind("test: line 1, column 9: not valid JSON: \"True\"", 0), 0u);
 }
 
 TEST(AmpConfigErrors, EveryBadConfigNamesItsKey) {

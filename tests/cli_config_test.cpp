@@ -60,6 +60,52 @@ TEST(CliConfigSimulate, PyTorchGrowsAfterEachIntervalOfCleanStepsAndBacksOffOnEa
   }
 }
 
+// PyTorch's rule, written from torch/amp/grad_scaler.py (_amp_update_scale_, the CPU and
+// CUDA kernels alike): on Inf/NaN the float32 scale is multiplied by backoff_factor and
+// the growth tracker reset; otherwise the tracker counts the clean step, and on reaching
+// growth_interval the scale is multiplied by growth_factor (kept only when finite) and
+// the tracker reset. The scale after each step.
+std::vector<float> torch_rule(float scale, float growth, float backoff, int interval, const std::string& found_inf) {
+  std::vector<float> after;
+  int tracker = 0;
+  for (char c : found_inf) {
+    if (c == '1') {
+      scale *= backoff;
+      tracker = 0;
+    } else if (++tracker == interval) {
+      if (std::isfinite(scale * growth)) scale *= growth;
+      tracker = 0;
+    }
+    after.push_back(scale);
+  }
+  return after;
+}
+
+TEST(CliConfigSimulate, FlatGradScalerArgumentsGiveTorchsHistory) {
+  // GradScaler(init_scale=1024, growth_factor=3, backoff_factor=0.25, growth_interval=3,
+  // enabled=True), its arguments pasted flat, without "framework" or "grad_scaler".
+  const std::string config = write_config(
+      "torch_flat.json",
+      R"({"init_scale": 1024, "growth_factor": 3, "backoff_factor": 0.25, "growth_interval": 3, "enabled": true})");
+  // By hand: x3 on the third clean step in a row, x0.25 and a skipped step on each Inf.
+  const std::vector<double> by_hand = {1024, 1024, 3072, 768, 768, 768, 192, 192, 192, 576};
+  const std::vector<Step> first = simulate(config, "0001001000");
+  ASSERT_EQ(first.size(), by_hand.size());
+  for (std::size_t i = 0; i < first.size(); ++i) EXPECT_EQ(first[i].scale_after, by_hand[i]) << "step " << i + 1;
+  // A longer sequence against the rule itself, with runs of Inf and of clean steps.
+  const std::string found_inf = "000000110000000001000100000000000011110000000000";
+  const std::vector<float> rule = torch_rule(1024, 3, 0.25, 3, found_inf);
+  const std::vector<Step> steps = simulate(config, found_inf);
+  ASSERT_EQ(steps.size(), rule.size());
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    EXPECT_EQ(steps[i].scale_after, static_cast<double>(rule[i])) << "step " << i + 1;
+    EXPECT_EQ(steps[i].skipped, found_inf[i] == '1') << "step " << i + 1;
+  }
+  // enabled=False: GradScaler scales nothing; its get_scale() is 1.0 throughout.
+  const std::string off = write_config("torch_flat_off.json", R"({"init_scale": 1024, "enabled": false})");
+  for (const Step& s : simulate(off, "0101")) EXPECT_EQ(s.scale_after, 1.0);
+}
+
 TEST(CliConfigSimulate, PaddleLowersOnlyAfterDecrEveryNInfSteps) {
   const std::string config = write_config(
       "paddle_scaler.json",
@@ -117,6 +163,33 @@ TEST(CliConfigSimulate, BadInputExits2NamingTheFix) {
   r = testing::run_cli({"config", "simulate", config});
   EXPECT_EQ(r.code, 2);
   EXPECT_TRUE(testing::has(r.err, "--found-inf")) << r.err;
+}
+
+// A number beyond a double, a syntax error, a scale power beyond float32: exit 2 with the
+// file, the position where there is one, and the fix, never an internal error.
+TEST(CliConfigSimulate, BadJsonExits2NamingTheFilePositionAndFix) {
+  const std::string text = R"({"init_loss_scaling": 1e999})";
+  const std::string overflow = write_config("paddle_overflow.json", text);
+  testing::CliResult r = testing::run_cli({"config", "simulate", overflow, "--found-inf", "01"});
+  EXPECT_EQ(r.code, 2) << r.err;
+  const std::string column = std::to_string(text.find("1e999") + 1);
+  EXPECT_EQ(r.err.rfind("ampcheck: " + overflow + ": line 1, column " + column + ": the number 1e999 is too large", 0),
+            0u)
+      << r.err;
+  EXPECT_TRUE(testing::has(r.err, "write a finite number")) << r.err;
+
+  const std::string comma = write_config("torch_comma.json", "{\n  \"init_scale\": 8,\n  \"growth_interval\": 2,\n}\n");
+  r = testing::run_cli({"config", "explain", comma});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_EQ(r.err.rfind("ampcheck: " + comma + ": line 4, column 1: not valid JSON: a comma before the closing '}'", 0),
+            0u)
+      << r.err;
+
+  const std::string power =
+      write_config("ds_power.json", R"({"fp16": {"enabled": true, "initial_scale_power": 200}})");
+  r = testing::run_cli({"config", "simulate", power, "--found-inf", "0"});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_TRUE(testing::has(r.err, "fp16.initial_scale_power: 200 is not an integer in [-149, 127]")) << r.err;
 }
 
 }  // namespace

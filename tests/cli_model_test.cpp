@@ -3,6 +3,8 @@
 // a bad file is a usage error naming the node and the field.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -64,6 +66,75 @@ TEST(CliModel, AFileOnDiskRunsAndItsErrorsExit2) {
   EXPECT_EQ(bad.code, 2);
   EXPECT_TRUE(has(bad.err, "bad.json: node \"head\" (linear): field \"inputs\": \"fc2\" is neither an earlier node"))
       << bad.err;
+  std::filesystem::remove_all(dir);
+}
+
+// A model file with a number beyond a double, or a syntax error: exit 2 naming the file,
+// the line and column and the fix (nlohmann's own message named neither, and the
+// overflow ended as an internal error).
+TEST(CliModel, BadJsonExits2NamingTheFilePositionAndFix) {
+  const auto dir = std::filesystem::temp_directory_path() / "ampcheck_cli_model_json_test";
+  std::filesystem::create_directories(dir);
+  const std::string overflow_text = "{\"ampcheck_model\": 1,\n \"data\": {\"generator\": \"spiral\", \"noise\": -1e400},\n"
+                                    " \"nodes\": [{\"name\": \"fc\", \"kind\": \"linear\", \"out\": 3}]}";
+  const std::string overflow = (dir / "overflow.json").string();
+  std::ofstream(overflow) << overflow_text;
+  auto r = run_cli({"run", "--model", overflow, "--quiet"});
+  EXPECT_EQ(r.code, 2) << r.err;
+  const std::size_t line2 = overflow_text.find('\n') + 1;
+  const std::string column = std::to_string(overflow_text.find("-1e400") - line2 + 1);
+  EXPECT_TRUE(has(r.err, overflow + ": line 2, column " + column + ": the number -1e400 is too large for a double"))
+      << r.err;
+  EXPECT_FALSE(has(r.err, "internal error")) << r.err;
+
+  // Below the smallest double is no error: the number reads as 0, as JSON parsers read it.
+  std::ofstream(dir / "tiny.json") << R"({"ampcheck_model": 1, "data": {"generator": "spiral", "noise": 1e-400},
+      "nodes": [{"name": "fc", "kind": "linear", "out": 3}], "train": {"steps": 1, "batch": 8, "lr": 0.1}})";
+  r = run_cli({"run", "--model", (dir / "tiny.json").string(), "--level", "O0", "--inspect", "off", "--quiet"});
+  EXPECT_LE(r.code, 1) << r.err;
+
+  std::ofstream(dir / "comma.json") << "{\"ampcheck_model\": 1,\n \"data\": {\"generator\": \"spiral\"},\n"
+                                       " \"nodes\": [{\"name\": \"a\", \"kind\": \"relu\"},]\n}";
+  r = run_cli({"run", "--model", (dir / "comma.json").string(), "--quiet"});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "comma.json: line 3, column 42: not valid JSON: a comma before the closing ']'")) << r.err;
+  EXPECT_TRUE(has(r.err, "remove it")) << r.err;
+  std::filesystem::remove_all(dir);
+}
+
+// Binary units, one decimal, as the message gives them.
+std::string pib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f PiB", bytes / std::ldexp(1.0, 50));
+  return buf;
+}
+
+// A layer no machine can hold: the message says what the tensor needs and what the
+// machine has, and nothing is allocated (the size is refused before malloc, so neither
+// an overcommitting kernel nor a sanitizer's allocator ever sees it).
+TEST(CliModel, ALayerTooBigForMemorySaysWhatItNeedsAndWhatTheMachineHas) {
+  const auto dir = std::filesystem::temp_directory_path() / "ampcheck_cli_model_memory_test";
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "huge.json").string();
+  // The spiral has 2 features: fc1's weight is [3e15, 2] float32, 2.4e16 bytes.
+  std::ofstream(path) << R"({"ampcheck_model": 1, "data": {"generator": "spiral"},
+      "nodes": [{"name": "fc1", "kind": "linear", "out": 3000000000000000}, {"name": "head", "kind": "linear", "out": 3}]})";
+  const auto r = run_cli({"run", "--model", path, "--steps", "1", "--quiet"});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "huge.json: node \"fc1\" (linear): a float32 tensor of shape [3000000000000000, 2] needs " +
+                             pib(3e15 * 2 * 4) + ", and this machine has "))
+      << r.err;
+  EXPECT_TRUE(has(r.err, " available (") && has(r.err, " in all)")) << r.err;
+  EXPECT_TRUE(has(r.err, "use smaller sizes")) << r.err;
+  EXPECT_FALSE(has(r.err, "bad_alloc")) << r.err;
+
+  // A shape whose size overflows 64 bits is refused the same way.
+  std::ofstream(path) << R"({"ampcheck_model": 1, "data": {"generator": "spiral"},
+      "nodes": [{"name": "fc1", "kind": "linear", "out": 9000000000000000000}]})";
+  const auto o = run_cli({"run", "--model", path, "--steps", "1", "--quiet"});
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_TRUE(has(o.err, "node \"fc1\" (linear): a float32 tensor of shape [9000000000000000000, 2] needs more than"))
+      << o.err;
   std::filesystem::remove_all(dir);
 }
 

@@ -5,9 +5,11 @@
 
 #include <cmath>
 #include <functional>
+#include <new>
 #include <string>
 #include <vector>
 
+#include "engine/random.h"
 #include "tests/op_check.h"
 
 namespace ampcheck {
@@ -260,6 +262,53 @@ TEST(OpsCore, BadInputsNameTheOpAndTheShapes) {
   EXPECT_NE(message([&] { permute(a, {0, 0}); }).find("appears twice"), std::string::npos);
   EXPECT_NE(message([&] { clamp(a, 1, 0); }).find("clamp: lo"), std::string::npos);
   EXPECT_NE(message([&] { call(Op::add, {a}); }).find("add takes 2 tensor inputs, got 1"), std::string::npos);
+}
+
+// The factories fill element i with the i-th value of the stream, rounded once to the
+// dtype, across the chunks they fill in (16384 elements each): the reference is the
+// stream itself and the compiler's float rounding.
+TEST(OpsCore, FactoriesFillEveryElementAcrossChunks) {
+  const std::int64_t n = 3 * 16384 + 7;
+  Generator gen(42);
+  gen.advance(5);  // a generator part-way through its stream
+  const Tensor r64 = Tensor::randn({n}, gen, DType::f64, 0.5, 2.0);
+  const Tensor u32 = Tensor::uniform({n}, gen, -3.0, 1.0, DType::f32);
+  const std::vector<double> r = r64.to_f64(), u = u32.to_f64();
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto k = static_cast<std::uint64_t>(i);
+    ASSERT_EQ(r[k], 0.5 + 2.0 * normal01(42, 5 + k)) << i;
+    ASSERT_EQ(u[k], static_cast<double>(static_cast<float>(-3.0 + 4.0 * static_cast<double>(uniform01(42, 5 + k + n)))))
+        << i;
+  }
+  EXPECT_EQ(gen.offset(), 5u + 2u * static_cast<std::uint64_t>(n));
+  const std::vector<double> a = Tensor::arange(n, DType::f32).to_f64();
+  for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(a[static_cast<std::size_t>(i)], static_cast<double>(i)) << i;
+  for (double v : Tensor::full({n}, 0.1, DType::f32).to_f64()) ASSERT_EQ(v, static_cast<double>(0.1f));
+}
+
+// A tensor no machine can hold is refused before malloc, naming its size and the
+// machine's memory; a size beyond 64 bits too (its byte count would wrap).
+TEST(OpsCore, ATensorTooLargeForMemoryNamesItsSize) {
+  const auto refusal = [](const std::function<void()>& f) -> std::string {
+    try {
+      f();
+    } catch (const OutOfMemory& e) {
+      return e.what();
+    }
+    return "(no OutOfMemory)";
+  };
+  const std::string big = refusal([] { Tensor::empty({3000000000000000, 2}); });
+  // 3e15 * 2 * 4 bytes = 2.4e16 bytes = 21.3 PiB.
+  EXPECT_NE(big.find("a float32 tensor of shape [3000000000000000, 2] needs 21.3 PiB, and this machine has "),
+            std::string::npos)
+      << big;
+  EXPECT_NE(big.find(" in all)"), std::string::npos) << big;
+  EXPECT_THROW(Tensor::empty({3000000000000000, 2}), OutOfMemory);
+  EXPECT_THROW(Tensor::empty({3000000000000000, 2}), std::bad_alloc);
+  const std::string wrap = refusal([] { Tensor::zeros({std::int64_t{1} << 40, std::int64_t{1} << 30}, DType::f16); });
+  EXPECT_NE(wrap.find("a float16 tensor of shape [1099511627776, 1073741824] needs more than"), std::string::npos)
+      << wrap;
+  EXPECT_EQ(Tensor::empty({0, 5}).numel(), 0);  // nothing to allocate is no error
 }
 
 TEST(OpsCore, RegistryNamesAndSuggestions) {

@@ -10,13 +10,13 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <set>
 #include <sstream>
 #include <string_view>
 #include <system_error>
 #include <type_traits>
 #include <utility>
 
+#include "common/json_text.h"
 #include "engine/dtype/dtype.h"
 #include "engine/ops/registry.h"
 #include "engine/util/strings.h"
@@ -336,10 +336,15 @@ PaddleScaling read_paddle_scaling(const Obj& o, PaddleScaling s) {
 // deepspeed/runtime/precision_config.py (DeepSpeedFP16Config) and
 // deepspeed/runtime/fp16/loss_scaler.py (positive window, hysteresis and min_scale).
 DeepSpeedScaling read_deepspeed_scaling(const Obj& o, DeepSpeedScaling s) {
-  s.initial_scale_power =
-      static_cast<int>(o.integer("initial_scale_power", -1074, 1023,
-                                 "the initial scale 2^power must be a positive finite double")
-                           .value_or(s.initial_scale_power));
+  // DeepSpeedFP16Config declares `initial_scale_power: int = 16` with no bound (older
+  // releases had Field(32, ge=0)) and starts at 2**power, a Python float; but the scaled
+  // loss is a float32 tensor times that scale, which PyTorch computes in float32, so a
+  // scale beyond float32 (2^128 and up) makes every step Inf, and one below its smallest
+  // subnormal (2^-149) makes it 0.
+  s.initial_scale_power = static_cast<int>(
+      o.integer("initial_scale_power", -149, 127,
+                "the initial scale 2^power must be a positive finite float32: 2^-149 to 2^127")
+          .value_or(s.initial_scale_power));
   s.loss_scale_window = o.integer("loss_scale_window", 1, kInt64Max).value_or(s.loss_scale_window);
   s.hysteresis = o.integer("hysteresis", 1, kInt64Max).value_or(s.hysteresis);
   s.min_loss_scale = o.number("min_loss_scale", {0, false}, {kInf, false}).value_or(s.min_loss_scale);
@@ -430,17 +435,22 @@ void read_paddle_amp_configs(const Obj& o, Config& c) {
   }
 }
 
+// python/paddle/amp/auto_cast.py: auto_cast(enable=True, custom_white_list=None,
+// custom_black_list=None, level='O1', dtype='float16', use_promote=True), and
+// decorate(models, optimizers, level, dtype, master_weight, save_dtype, master_grad,
+// excluded_layers); python/paddle/amp/grad_scaler.py: GradScaler(enable, ...).
+const Keys kPaddleAutoCastArgs = {"enable", "custom_white_list", "custom_black_list", "level", "dtype", "use_promote"};
+const Keys kPaddleDecorateArgs = {"level", "dtype", "master_weight", "save_dtype", "master_grad", "excluded_layers"};
+const Keys kPaddleGradScalerArgs = {"enable",           "init_loss_scaling",       "incr_ratio",
+                                    "decr_ratio",       "incr_every_n_steps",      "decr_every_n_nan_or_inf",
+                                    "use_dynamic_loss_scaling"};
+const Keys kPaddleDygraphBlocks = {"auto_cast", "decorate", "grad_scaler"};
+
 // paddle.amp.auto_cast / decorate / GradScaler keyword arguments (dynamic graph).
 void read_paddle_dygraph(const Obj& top, Config& c) {
-  // python/paddle/amp/auto_cast.py: auto_cast(enable=True, custom_white_list=None,
-  // custom_black_list=None, level='O1', dtype='float16', use_promote=True).
-  const auto ac = top.object(
-      "auto_cast", {"enable", "custom_white_list", "custom_black_list", "level", "dtype", "use_promote"});
-  const auto dec = top.object(
-      "decorate", {"level", "dtype", "master_weight", "save_dtype", "master_grad", "excluded_layers"});
-  const auto gs = top.object("grad_scaler",
-                             {"enable", "init_loss_scaling", "incr_ratio", "decr_ratio", "incr_every_n_steps",
-                              "decr_every_n_nan_or_inf", "use_dynamic_loss_scaling"});
+  const auto ac = top.object("auto_cast", kPaddleAutoCastArgs);
+  const auto dec = top.object("decorate", kPaddleDecorateArgs);
+  const auto gs = top.object("grad_scaler", kPaddleGradScalerArgs);
   bool enabled = true;
   Level level = Level::O1;
   DType dtype = DType::f16;
@@ -522,7 +532,8 @@ void read_paddle(const json& j, Config& c) {
   const auto is_one_of = [&j](const Keys& keys) {
     return std::any_of(keys.begin(), keys.end(), [&j](std::string_view k) { return j.contains(k); });
   };
-  if (is_one_of({"amp", "amp_configs"})) {
+  // A DistributedStrategy: its AMP keys, or only its other fields (detection reads those too).
+  if (is_one_of({"amp", "amp_configs"}) || is_one_of(kPaddleStrategyOtherKeys)) {
     Keys known = kPaddleStrategyOtherKeys;
     known.insert(known.end(), {"framework", "amp", "amp_configs"});
     const Obj top(
@@ -536,13 +547,16 @@ void read_paddle(const json& j, Config& c) {
       c.notes.push_back("no amp_configs: fleet's AMPConfig defaults");
       read_paddle_amp_configs(Obj(json::object(), "amp_configs", kPaddleAmpConfigKeys), c);
     }
+    if (!amp && !cfg) amp = false;  // fleet's default: a strategy that says nothing of AMP trains in fp32
     if (!amp) {
       c.notes.push_back(
           "no \"amp\" key: taken as amp=true (fleet's default is false, which would ignore amp_configs)");
     } else if (!*amp) {
       c.amp.level = Level::O0;
       c.scaling = no_scaling();
-      c.notes.push_back("amp is false: fleet ignores amp_configs: O0, everything in fp32, no loss scaling");
+      c.notes.push_back(top.has("amp") ? "amp is false: fleet ignores amp_configs: O0, everything in fp32, no loss scaling"
+                                       : "neither amp nor amp_configs: fleet's default amp=false: O0, everything in "
+                                         "fp32, no loss scaling");
     }
     std::vector<std::string> ignored;
     for (const std::string& k : top.given())
@@ -551,7 +565,7 @@ void read_paddle(const json& j, Config& c) {
       c.notes.push_back("ignored DistributedStrategy fields that are not about AMP: " + quoted_list(ignored));
     return;
   }
-  if (is_one_of({"auto_cast", "decorate", "grad_scaler"})) {
+  if (is_one_of(kPaddleDygraphBlocks)) {
     const Obj top(j, "", {"framework", "auto_cast", "decorate", "grad_scaler"},
                   "accepted in Paddle's dynamic-graph form: auto_cast, decorate, grad_scaler");
     read_paddle_dygraph(top, c);
@@ -572,14 +586,34 @@ std::optional<DType> torch_default_dtype(std::string_view device) {
   return std::nullopt;
 }
 
+// torch.autocast(device_type, dtype=None, enabled=True, cache_enabled=None)
+const Keys kTorchAutocastArgs = {"device_type", "dtype", "enabled", "cache_enabled"};
+// torch.amp.GradScaler(device="cuda", init_scale=2.**16, growth_factor=2.0,
+// backoff_factor=0.5, growth_interval=2000, enabled=True)
+const Keys kTorchGradScalerArgs = {"device",         "init_scale",      "growth_factor",
+                                   "backoff_factor", "growth_interval", "enabled"};
+const Keys kTorchBlocks = {"autocast", "grad_scaler"};
+
+// {"autocast": {...}, "grad_scaler": {...}}, or GradScaler's keyword arguments written
+// flat at the top level, as a user copies them from GradScaler(init_scale=..., ...).
 void read_pytorch(const json& j, Config& c) {
-  const Obj top(j, "", {"framework", "autocast", "grad_scaler"});
-  // torch.autocast(device_type, dtype=None, enabled=True, cache_enabled=None)
-  const auto ac = top.object("autocast", {"device_type", "dtype", "enabled", "cache_enabled"});
-  // torch.amp.GradScaler(device="cuda", init_scale=2.**16, growth_factor=2.0,
-  // backoff_factor=0.5, growth_interval=2000, enabled=True)
-  const auto gs = top.object("grad_scaler", {"device", "init_scale", "growth_factor", "backoff_factor",
-                                             "growth_interval", "enabled"});
+  std::string flat_key;
+  for (std::string_view k : kTorchGradScalerArgs)
+    if (j.contains(k) && flat_key.empty()) flat_key = k;
+  const bool flat = !flat_key.empty();
+  for (std::string_view block : kTorchBlocks)
+    if (flat && j.contains(block))
+      throw ConfigError("\"" + flat_key + "\" (a GradScaler argument written flat) and the \"" + std::string(block) +
+                        "\" block are both given; write GradScaler's arguments either all flat or all inside "
+                        "\"grad_scaler\" (torch.autocast's go in \"autocast\")");
+  Keys flat_keys = kTorchGradScalerArgs;
+  flat_keys.push_back("framework");
+  const Obj top = flat ? Obj(j, "", flat_keys,
+                             "accepted flat: framework and torch.amp.GradScaler's arguments (" +
+                                 join(kTorchGradScalerArgs) + "), or the blocks autocast and grad_scaler")
+                       : Obj(j, "", {"framework", "autocast", "grad_scaler"});
+  const std::optional<Obj> ac = flat ? std::nullopt : top.object("autocast", kTorchAutocastArgs);
+  const std::optional<Obj> gs = flat ? std::optional<Obj>(top) : top.object("grad_scaler", kTorchGradScalerArgs);
   constexpr std::string_view devices = "\"cuda\", \"cpu\", \"xpu\", \"mps\" or \"hpu\"";
   if (ac) {
     const std::string device = ac->string("device_type", devices).value_or("cuda");
@@ -614,7 +648,7 @@ void read_pytorch(const json& j, Config& c) {
     const TorchScaling s = read_torch_scaling(*gs, TorchScaling{});
     if (!gs->boolean("enabled", true)) {
       c.scaling = no_scaling();
-      c.notes.push_back("grad_scaler.enabled is false: no loss scaling (GradScaler's methods become no-ops)");
+      c.notes.push_back(gs->at("enabled") + " is false: no loss scaling (GradScaler's methods become no-ops)");
     } else {
       c.scaling = s;
       c.notes.push_back(
@@ -832,10 +866,13 @@ const Keys kDeepSpeedFp16Keys = {
 const Keys kDeepSpeedBf16Keys = {
     "enabled", "immediate_grad_update", "check_grad_overflow", "bf16_master_weights_and_grads",
     "bf16_optimizer_states"};
+const Keys kDeepSpeedTorchAutocastKeys = {"enabled", "dtype", "lower_precision_safe_modules"};
+const Keys kDeepSpeedBlocks = {"fp16", "bf16", "bfloat16", "amp", "torch_autocast"};
 
 void read_deepspeed(const json& j, Config& c) {
   Keys known = kDeepSpeedOtherKeys;
-  known.insert(known.end(), {"framework", "fp16", "bf16", "bfloat16", "amp", "torch_autocast"});
+  known.insert(known.end(), kDeepSpeedBlocks.begin(), kDeepSpeedBlocks.end());
+  known.push_back("framework");
   const Obj top(j, "", known,
                 "ampcheck reads fp16, bf16 (or bfloat16), amp and torch_autocast from a DeepSpeed config and "
                 "ignores DeepSpeed's other documented keys");
@@ -852,7 +889,7 @@ void read_deepspeed(const json& j, Config& c) {
     return Obj(*v, "amp", k,
                "accepted in amp: enabled and apex.amp.initialize's arguments: " + join(kApexKeys));
   }();
-  const auto ta = top.object("torch_autocast", {"enabled", "dtype", "lower_precision_safe_modules"});
+  const auto ta = top.object("torch_autocast", kDeepSpeedTorchAutocastKeys);
 
   const bool fp16_on = fp16 && fp16->boolean("enabled", false);
   const bool bf16_on = bf16 && bf16->boolean("enabled", false);
@@ -1088,6 +1125,46 @@ struct Detected {
   std::string reason;
 };
 
+// Where each framework's keys sit: its top level ("") and its blocks, as its reader above
+// accepts them.
+struct Place {
+  ConfigStyle style;
+  std::string_view block;
+  Keys keys;
+};
+
+const std::vector<Place>& places() {
+  static const std::vector<Place> table = [] {
+    const auto cat = [](std::initializer_list<Keys> lists) {
+      Keys out;
+      for (const Keys& l : lists) out.insert(out.end(), l.begin(), l.end());
+      return out;
+    };
+    Keys ampcheck_top = kAmpcheckKeys;
+    ampcheck_top.erase(std::find(ampcheck_top.begin(), ampcheck_top.end(), "framework"));
+    return std::vector<Place>{
+        {ConfigStyle::paddle, "",
+         cat({kPaddleStrategyOtherKeys, {"amp", "amp_configs"}, kPaddleDygraphBlocks, kPaddleAmpConfigKeys})},
+        {ConfigStyle::paddle, "amp_configs", kPaddleAmpConfigKeys},
+        {ConfigStyle::paddle, "auto_cast", kPaddleAutoCastArgs},
+        {ConfigStyle::paddle, "decorate", kPaddleDecorateArgs},
+        {ConfigStyle::paddle, "grad_scaler", kPaddleGradScalerArgs},
+        {ConfigStyle::pytorch, "", cat({kTorchBlocks, kTorchGradScalerArgs})},
+        {ConfigStyle::pytorch, "autocast", kTorchAutocastArgs},
+        {ConfigStyle::pytorch, "grad_scaler", kTorchGradScalerArgs},
+        {ConfigStyle::deepspeed, "", cat({kDeepSpeedOtherKeys, kDeepSpeedBlocks})},
+        {ConfigStyle::deepspeed, "fp16", kDeepSpeedFp16Keys},
+        {ConfigStyle::deepspeed, "bf16", kDeepSpeedBf16Keys},
+        {ConfigStyle::deepspeed, "bfloat16", kDeepSpeedBf16Keys},
+        {ConfigStyle::deepspeed, "amp", cat({kApexKeys, {"enabled"}})},
+        {ConfigStyle::deepspeed, "torch_autocast", kDeepSpeedTorchAutocastKeys},
+        {ConfigStyle::apex, "", cat({kApexKeys, {"enabled"}})},
+        {ConfigStyle::ampcheck, "", ampcheck_top},
+    };
+  }();
+  return table;
+}
+
 Detected detect_style(const json& j) {
   if (const auto it = j.find("framework"); it != j.end()) {
     constexpr std::string_view accepted = "\"ampcheck\", \"paddle\", \"pytorch\", \"deepspeed\" or \"apex\"";
@@ -1102,63 +1179,31 @@ Detected detect_style(const json& j) {
     }
     return {*st, "named by \"framework\""};
   }
-  struct Signal {
-    std::string_view key;
-    ConfigStyle style;
+  // A key tells the framework when that framework alone uses it where it sits.
+  const auto owners = [](std::string_view block, std::string_view key) {
+    std::vector<ConfigStyle> out;
+    for (const Place& p : places())
+      if (p.block == block && std::find(p.keys.begin(), p.keys.end(), key) != p.keys.end() &&
+          std::find(out.begin(), out.end(), p.style) == out.end())
+        out.push_back(p.style);
+    return out;
   };
-  static const Signal signals[] = {
-      {"amp_configs", ConfigStyle::paddle},
-      {"auto_cast", ConfigStyle::paddle},
-      {"decorate", ConfigStyle::paddle},
-      {"init_loss_scaling", ConfigStyle::paddle},
-      {"incr_every_n_steps", ConfigStyle::paddle},
-      {"decr_every_n_nan_or_inf", ConfigStyle::paddle},
-      {"incr_ratio", ConfigStyle::paddle},
-      {"decr_ratio", ConfigStyle::paddle},
-      {"use_dynamic_loss_scaling", ConfigStyle::paddle},
-      {"use_pure_fp16", ConfigStyle::paddle},
-      {"use_pure_bf16", ConfigStyle::paddle},
-      {"use_fp16_guard", ConfigStyle::paddle},
-      {"custom_black_varnames", ConfigStyle::paddle},
-      {"use_optimizer_fp16", ConfigStyle::paddle},
-      {"autocast", ConfigStyle::pytorch},
-      {"fp16", ConfigStyle::deepspeed},
-      {"bf16", ConfigStyle::deepspeed},
-      {"bfloat16", ConfigStyle::deepspeed},
-      {"torch_autocast", ConfigStyle::deepspeed},
-      {"zero_optimization", ConfigStyle::deepspeed},
-      {"train_batch_size", ConfigStyle::deepspeed},
-      {"train_micro_batch_size_per_gpu", ConfigStyle::deepspeed},
-      {"opt_level", ConfigStyle::apex},
-      {"keep_batchnorm_fp32", ConfigStyle::apex},
-      {"master_weights", ConfigStyle::apex},
-      {"cast_model_type", ConfigStyle::apex},
-      {"patch_torch_functions", ConfigStyle::apex},
-      {"level", ConfigStyle::ampcheck},
-      {"dtype", ConfigStyle::ampcheck},
-      {"loss_scaling", ConfigStyle::ampcheck},
-      {"keep_norm_fp32", ConfigStyle::ampcheck},
-      {"master_weight", ConfigStyle::ampcheck},
-  };
-  std::vector<std::pair<ConfigStyle, std::string>> found;  // first key per style
-  const auto add = [&found](ConfigStyle st, std::string_view key) {
+  std::vector<std::pair<ConfigStyle, std::string>> found;  // the first key per style
+  const auto add = [&found](ConfigStyle st, const std::string& key) {
     for (const auto& f : found)
       if (f.first == st) return;
-    found.emplace_back(st, std::string(key));
+    found.emplace_back(st, key);
   };
-  for (const Signal& s : signals)
-    if (j.contains(s.key)) add(s.style, s.key);
-  // "amp" is a bool in a Paddle strategy and an Apex block in DeepSpeed.
-  if (const auto it = j.find("amp"); it != j.end())
-    add(it->is_object() ? ConfigStyle::deepspeed : ConfigStyle::paddle, "amp");
-  // GradScaler arguments alone: PyTorch's and Paddle's names differ.
-  if (const auto it = j.find("grad_scaler"); it != j.end() && it->is_object()) {
-    for (std::string_view k :
-         {"init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled", "device"})
-      if (it->contains(k)) add(ConfigStyle::pytorch, "grad_scaler." + std::string(k));
-    for (std::string_view k : {"init_loss_scaling", "incr_ratio", "decr_ratio", "incr_every_n_steps",
-                               "decr_every_n_nan_or_inf", "use_dynamic_loss_scaling", "enable"})
-      if (it->contains(k)) add(ConfigStyle::paddle, "grad_scaler." + std::string(k));
+  for (const auto& [key, value] : j.items()) {
+    std::vector<ConfigStyle> top = owners("", key);
+    // "amp" is a bool in a Paddle strategy and an Apex block in DeepSpeed.
+    if (key == "amp") top = {value.is_object() ? ConfigStyle::deepspeed : ConfigStyle::paddle};
+    if (top.size() == 1) add(top[0], key);
+    if (!value.is_object()) continue;
+    for (const auto& [inner, v] : value.items()) {
+      const std::vector<ConfigStyle> in = owners(key, inner);
+      if (in.size() == 1) add(in[0], key + "." + inner);
+    }
   }
   if (found.size() == 1) return {found[0].first, "detected from the key \"" + found[0].second + "\""};
   const std::string hint =
@@ -1167,12 +1212,19 @@ Detected detect_style(const json& j) {
     // Only the custom lists: they are amp_configs' keys first.
     if (j.contains("custom_white_list") || j.contains("custom_black_list"))
       return {ConfigStyle::paddle, "detected from the custom lists alone (PaddlePaddle's amp_configs keys)"};
-    std::vector<std::string> keys;
-    for (const auto& [k, v] : j.items()) keys.push_back(k);
+    std::string keys;
+    for (const auto& [k, v] : j.items()) {
+      keys += (keys.empty() ? "\"" : ", \"") + k + "\"";
+      const std::vector<ConfigStyle> shared = owners("", k);
+      if (shared.size() < 2) continue;
+      std::string names;
+      for (std::size_t i = 0; i < shared.size(); ++i)
+        names += std::string(i == 0 ? "" : i + 1 == shared.size() ? " and " : ", ") + std::string(style_name(shared[i]));
+      keys += " (a key of " + names + ")";
+    }
     throw ConfigError(
-        "cannot tell which framework's config this is (keys: " +
-        (keys.empty() ? std::string("none") : quoted_list(keys)) +
-        "); expected a PaddlePaddle amp_configs or strategy, PyTorch autocast/grad_scaler, a DeepSpeed "
+        "cannot tell which framework's config this is (keys: " + (keys.empty() ? std::string("none") : keys) +
+        "); expected a PaddlePaddle amp_configs or strategy, PyTorch autocast/GradScaler arguments, a DeepSpeed "
         "config with fp16/bf16, Apex amp.initialize arguments with opt_level, or ampcheck's form" +
         hint);
   }
@@ -1180,54 +1232,6 @@ Detected detect_style(const json& j) {
   for (std::size_t i = 0; i < found.size(); ++i)
     msg += (i ? ", \"" : "\"") + found[i].second + "\" (" + std::string(style_name(found[i].first)) + ")";
   throw ConfigError(msg + hint);
-}
-
-// Duplicate keys: JSON parsers keep only one of them, silently.
-json parse_json(const std::string& text) {
-  std::vector<std::set<std::string>> seen;
-  std::vector<std::string> path;
-  const json::parser_callback_t cb = [&](int, json::parse_event_t event, json& parsed) {
-    switch (event) {
-      case json::parse_event_t::object_start:
-        seen.emplace_back();
-        path.emplace_back();
-        break;
-      case json::parse_event_t::object_end:
-        seen.pop_back();
-        path.pop_back();
-        break;
-      case json::parse_event_t::key: {
-        const std::string key = parsed.get<std::string>();
-        path.back() = key;
-        if (!seen.back().insert(key).second) {
-          std::string dotted;
-          for (const std::string& p : path) dotted += (dotted.empty() ? "" : ".") + p;
-          throw ConfigError("duplicate key \"" + dotted +
-                            "\"; JSON keeps only one of them: remove the other");
-        }
-        break;
-      }
-      default:
-        break;
-    }
-    return true;
-  };
-  try {
-    return json::parse(text, cb);
-  } catch (const json::parse_error& e) {
-    std::size_t line = 1, col = 1;
-    for (std::size_t i = 0; i + 1 < e.byte && i < text.size(); ++i) {
-      if (text[i] == '\n')
-        ++line, col = 1;
-      else
-        ++col;
-    }
-    std::string what = e.what();
-    // "[json.exception.parse_error.101] parse error at line 1, column 2: syntax error ..."
-    if (const auto p = what.find("syntax error"); p != std::string::npos) what = what.substr(p);
-    throw ConfigError("not valid JSON at line " + std::to_string(line) + ", column " + std::to_string(col) +
-                      ": " + what);
-  }
 }
 
 std::string style_description(ConfigStyle s) {
@@ -1367,8 +1371,13 @@ std::string_view style_name(ConfigStyle s) {
 }
 
 Config parse_config(const std::string& json_text, const std::string& source) {
+  json j;
   try {
-    const json j = parse_json(json_text);
+    j = parse_json_text(json_text, source);
+  } catch (const JsonTextError& e) {
+    throw ConfigError(e.what());  // names the source, the line and column, and the fix
+  }
+  try {
     if (!j.is_object())
       throw ConfigError("the top level is " + show(j) + ", not a JSON object { ... } of config keys");
     const Detected d = detect_style(j);
