@@ -6,14 +6,26 @@
 #include <cstdio>
 #include <cstring>  // std::strerror
 #include <string>
+#include <system_error>
 
 namespace ampcheck::reports {
 
 void write_file_atomically(const std::filesystem::path& path, std::string_view content) {
+  // A directory is never the target: checked before anything is created, since the
+  // temporary file would go into the directory's parent, outside the target.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw WriteError("cannot write " + path.string() + ": it is a directory; give the path of a file to write " +
+                     "(a new name inside " + path.string() + ", for example)");
+  if (!path.has_filename())
+    throw WriteError("cannot write " + path.string() + ": the path ends with '/', so it names a directory; " +
+                     "give the path of a file to write");
   const auto dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
-  if (!std::filesystem::is_directory(dir))
-    throw WriteError("cannot write " + path.string() + ": directory " + dir.string() +
-                     " does not exist (create it first)");
+  if (!std::filesystem::is_directory(dir, ec))
+    throw WriteError("cannot write " + path.string() + ": " +
+                     (std::filesystem::exists(dir, ec) ? dir.string() + " is not a directory; give a path in one"
+                                                       : "directory " + dir.string() +
+                                                             " does not exist (create it first)"));
   const std::filesystem::path tmp =
       dir / ("." + path.filename().string() + ".tmp." + std::to_string(::getpid()));
   auto fail = [&](const std::string& what) -> WriteError {

@@ -12,6 +12,7 @@
 #include <tuple>
 #include <utility>
 
+#include "common/json_text.h"
 #include "reports/text_table.h"
 
 namespace ampcheck::reports {
@@ -189,7 +190,6 @@ class Checker {
               : "settings changed (allowed)",
           rules_.settings_must_match);
     }
-  }
     // An interrupted run covers fewer steps than its settings say: not like for like with
     // a complete one (nor with one interrupted elsewhere), whatever its numbers look like.
     const std::string bi = completion(b_), ci = completion(c_);
@@ -206,6 +206,7 @@ class Checker {
     return i.bisect_run > 1 ? fmt::format("bisect-nan run {} after {} of {} steps", i.bisect_run, i.steps_run,
                                           i.steps_requested)
                             : fmt::format("after {} of {} steps", i.steps_run, i.steps_requested);
+  }
 
   void dtypes() {
     if (b_.op_types.empty() || c_.op_types.empty()) {
@@ -410,9 +411,9 @@ void validate(const DriftRules& r) {
 DriftRules rules_from_json(std::string_view text, std::string_view source) {
   nlohmann::json doc;
   try {
-    doc = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw RulesError(fmt::format("{}: not JSON: {}", source, e.what()));
+    doc = parse_json_text(text, source);
+  } catch (const JsonTextError& e) {
+    throw RulesError(e.what());
   }
   if (!doc.is_object())
     throw RulesError(fmt::format("{}: a rules file is a JSON object of rule names to values, e.g. "

@@ -13,6 +13,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "common/json_text.h"
 #include "reports/atomic_file.h"
 
 namespace ampcheck::reports {
@@ -306,7 +307,6 @@ constexpr void fields(V& v, S& s) {
   v("ops", s.ops);
   v("fastest_growing", s.fastest_growing);
 }
-// schema_version is not walked here: the writer writes the version it implements and the
 template <class V, Is<Interruption> S>
 constexpr void fields(V& v, S& s) {
   v("signal", s.signal);
@@ -314,12 +314,13 @@ constexpr void fields(V& v, S& s) {
   v("steps_requested", s.steps_requested);
   v("bisect_run", s.bisect_run);
 }
+// schema_version is not walked here: the writer writes the version it implements and the
 // reader checks it before anything else (see to_json and from_json).
 template <class V, Is<Report> S>
 constexpr void fields(V& v, S& s) {
   v("run", s.run);
-  v("steps", s.steps);
   v("interrupted", s.interrupted);  // 1.1; optional, so a 1.0 file reads as complete
+  v("steps", s.steps);
   v("op_types", s.op_types);
   v("inserted_casts", s.inserted_casts);
   v("ops", s.ops);
@@ -565,14 +566,9 @@ std::string to_json(const Report& report) {
 Report from_json(std::string_view text, std::string_view source) {
   json doc;
   try {
-    doc = json::parse(text);
-  } catch (const json::parse_error& e) {
-    // nlohmann prefixes "[json.exception.parse_error.101] "; the rest says where and why.
-    std::string_view message = e.what();
-    if (const auto close = message.find("] "); !message.empty() && message[0] == '[' &&
-                                               close != std::string_view::npos)
-      message.remove_prefix(close + 2);
-    throw ReportError(fmt::format("{} is not JSON: {}", source, message));
+    doc = parse_json_text(text, source);
+  } catch (const JsonTextError& e) {
+    throw ReportError(e.what());  // names the file, the line and column, and the fix
   }
   const Reader reader(source);
   if (!doc.is_object()) reader.expected("", "a JSON object (an ampcheck report)", doc);

@@ -426,7 +426,8 @@ TEST(DriftRulesFile, ErrorsNameTheFileTheKeyAndTheFix) {
   const std::string negative = rules_error(R"({"accuracy_drop": -0.1})");
   EXPECT_NE(negative.find("accuracy_drop"), std::string::npos) << negative;
   EXPECT_NE(rules_error("[1, 2]").find("JSON object"), std::string::npos);
-  EXPECT_NE(rules_error("{").find("not JSON"), std::string::npos);
+  EXPECT_NE(rules_error("{").find("line 1, column 2: not valid JSON"), std::string::npos);
+  EXPECT_NE(rules_error(R"({"error_growth": 1e999})").find("line 1, column 18: the number 1e999"), std::string::npos);
 }
 
 TEST(DriftRulesFile, LoadsAFileAndNamesAMissingOne) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>  // getpid
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>  // popen
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "reports/atomic_file.h"
 #include "reports/json.h"
 #include "tests/report_fixture.h"
 
@@ -139,8 +141,6 @@ TEST(ReportJson, OptionalSectionsAbsentWhenEmpty) {
   EXPECT_TRUE(back.ops[0].local_error.has_value());
 }
 
-TEST(ReportJson, NotJsonNamesTheSource) {
-  const std::string e = read_error("{\"schema_version\": \"1.0\",");
 // Since 1.1: `interrupted`, right after `run`, only when a signal stopped the training.
 TEST(ReportJson, InterruptedIsWrittenAfterRunAndReadBack) {
   Report original = testing::sample_report(false, false);
@@ -177,8 +177,22 @@ TEST(ReportJson, AOneZeroReportReadsAsComplete) {
   EXPECT_EQ(r.schema_version, "1.0");
 }
 
-  EXPECT_EQ(e.rfind("run.json is not JSON: parse error at line 1, column ", 0), 0u) << e;
+TEST(ReportJson, NotJsonNamesTheSource) {
+  const std::string cut = "{\"schema_version\": \"1.0\",";
+  const std::string e = read_error(cut);
+  // The text ends after its last byte: the error is at the column past it.
+  EXPECT_EQ(e.rfind("run.json: line 1, column " + std::to_string(cut.size() + 1) +
+                        ": not valid JSON: the text ends before the JSON is complete",
+                    0),
+            0u)
+      << e;
   EXPECT_EQ(read_error("[1, 2]"), "run.json: expected a JSON object (an ampcheck report), got [1,2]");
+  // A number beyond a double (nlohmann's out_of_range.406, which named no position).
+  const std::string big = "{\"schema_version\": \"1.0\",\n \"x\": -1e400}";
+  const std::string o = read_error(big);
+  const std::string column = std::to_string(big.find("-1e400") - big.find('\n'));
+  EXPECT_EQ(o.rfind("run.json: line 2, column " + column + ": the number -1e400 is too large for a double", 0), 0u)
+      << o;
 }
 
 TEST(ReportJson, MissingFieldNamesItsPath) {
@@ -317,8 +331,57 @@ TEST_F(ReportJsonFiles, ErrorsInAFileNameTheFile) {
     read_report(p);
     FAIL() << "expected ReportError";
   } catch (const ReportError& e) {
-    EXPECT_EQ(std::string(e.what()).rfind(p.string() + " is not JSON: ", 0), 0u) << e.what();
+    EXPECT_EQ(std::string(e.what()).rfind(p.string() + ": line 1, column 1: not valid JSON: the bare word \"not\"", 0),
+              0u)
+        << e.what();
   }
+}
+
+// The names in `dir`, sorted.
+std::vector<std::string> names_in(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir)) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// A target that is a directory is named as the problem before anything is created: the
+// temporary file would go into the directory's parent, outside the target.
+TEST_F(ReportJsonFiles, WritingOverADirectoryNamesItAndCreatesNothing) {
+  const fs::path sub = dir_ / "out";
+  fs::create_directories(sub);
+  for (const fs::path& target : {sub, fs::path(sub.string() + "/")}) {
+    try {
+      write_file_atomically(target, "{}");
+      FAIL() << "expected WriteError for " << target;
+    } catch (const WriteError& e) {
+      EXPECT_EQ(std::string(e.what()), "cannot write " + target.string() +
+                                           ": it is a directory; give the path of a file to write (a new name inside " +
+                                           target.string() + ", for example)");
+    }
+    EXPECT_EQ(names_in(dir_), std::vector<std::string>{"out"});
+    EXPECT_TRUE(fs::is_empty(sub));
+  }
+  // A path ending in '/' names a directory even when there is none.
+  EXPECT_THROW(write_file_atomically(dir_ / "none/", "{}"), WriteError);
+  // A target in a directory that does not exist, or under a file.
+  try {
+    write_file_atomically(dir_ / "missing" / "r.json", "{}");
+    FAIL() << "expected WriteError";
+  } catch (const WriteError& e) {
+    EXPECT_NE(std::string(e.what()).find("directory " + (dir_ / "missing").string() + " does not exist"),
+              std::string::npos)
+        << e.what();
+  }
+  write(dir_ / "file", "x");
+  try {
+    write_file_atomically(dir_ / "file" / "r.json", "{}");
+    FAIL() << "expected WriteError";
+  } catch (const WriteError& e) {
+    EXPECT_NE(std::string(e.what()).find((dir_ / "file").string() + " is not a directory"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(names_in(dir_), (std::vector<std::string>{"file", "out"}));
 }
 
 TEST_F(ReportJsonFiles, WriteReportLeavesNoTemporaryAndReadsBack) {
@@ -383,6 +446,7 @@ TEST_F(ReportJsonSchema, WriterOutputIsValid) {
     for (bool compare : {false, true}) {
       Report r = testing::sample_report(bisect, compare);
       if (!bisect) r.nonfinite.producer.reset();
+      if (compare) r.interrupted = Interruption{"SIGTERM", 2, 4, bisect ? 3 : 0};
       const std::string name = "run_" + std::to_string(bisect) + std::to_string(compare) + ".json";
       const Outcome o = validate(to_json(r), name);
       EXPECT_TRUE(o.valid) << name << ":\n" << o.output;
@@ -426,11 +490,6 @@ TEST_F(ReportJsonSchema, BrokenDocumentsAreRejected) {
   doc = sample_doc();
   doc["compare"]["runs"][0]["losses"][1] = "NaN";
   expect_rejected(doc, "nan_spelling.json", "'NaN'");
-}
-
-}  // namespace
-}  // namespace ampcheck::reports
-      if (compare) r.interrupted = Interruption{"SIGTERM", 2, 4, bisect ? 3 : 0};
 
   // An interrupted run ran at least one step, and says how many.
   doc = sample_doc();
@@ -438,3 +497,7 @@ TEST_F(ReportJsonSchema, BrokenDocumentsAreRejected) {
   expect_rejected(doc, "zero_steps_run.json", "0 is less than the minimum of 1");
   doc["interrupted"].erase("steps_run");
   expect_rejected(doc, "no_steps_run.json", "'steps_run' is a required property");
+}
+
+}  // namespace
+}  // namespace ampcheck::reports

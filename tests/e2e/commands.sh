@@ -94,9 +94,21 @@ expect 2 '--levels: "O7" is not a level' -- "$bin" compare --levels O0,O7
 expect 2 '--granularity "module"' -- "$bin" bisect-nan --granularity module
 expect 2 'needs an AMP level' -- "$bin" bisect-nan --level O0
 expect 2 'cannot read' -- "$bin" diff "$work/none.json" "$work/same1.json"
-expect 2 'is not JSON' -- "$bin" report "$work/same1.txt" --text
+expect 2 'same1.txt: line 1, column 1: not valid JSON' -- "$bin" report "$work/same1.txt" --text
 expect 2 '--html OUT.html or --text' -- "$bin" report "$work/same1.json"
 expect 2 '--report' -- "$bin" run --steps 2 --quiet --report /nonexistent/dir/r.json
+# A directory as the target: named as the problem, and nothing written beside it (the
+# temporary file once went into the directory's parent).
+mkdir -p "$work/outdir"
+before=$(ls -A "$work")
+expect 2 "cannot write $work/outdir: it is a directory" -- "$bin" run --steps 1 --quiet --report "$work/outdir"
+[[ $(ls -A "$work") == "$before" && -z $(ls -A "$work/outdir") ]] && ok "nothing written beside the directory" \
+  || fail "files appeared: $(ls -A "$work" "$work/outdir")"
+# Numbers beyond a double and syntax errors in a model file: the file, the line and column.
+printf '{"ampcheck_model": 1,\n "data": {"generator": "spiral", "noise": -1e400},\n "nodes": [{"name": "a", "kind": "relu"}]}' \
+  >"$work/overflow.json"
+expect 2 "overflow.json: line 2, column 43: the number -1e400 is too large for a double" -- \
+  "$bin" run --model "$work/overflow.json" --steps 1 --quiet
 expect 2 'did you mean "softmax"' -- "$bin" ops --black sofmax
 expect 2 'not expected: --bogus' -- "$bin" doctor --bogus
 expect 2 'cannot read "abc"' -- "$bin" fp abc
