@@ -7,7 +7,8 @@
 // transformer; N = no transpose, T = transposed, +C = accumulate into C) and square
 // products up to 1024.
 //
-//   ampcheck_bench_gemm [--threads N] [--rounds R] [--square-only] [--best-path-only] [--filter TEXT]
+//   ampcheck_bench_gemm [--threads N] [--blas-threads N] [--rounds R] [--square-only] [--best-path-only]
+//                       [--filter TEXT]
 //   OPENBLAS_CORETYPE=Haswell ampcheck_bench_gemm   (OpenBLAS's kernel set for another CPU)
 #include <cblas.h>  // cblas_sgemm, openblas_set_num_threads, openblas_get_corename (OpenBLAS)
 
@@ -112,13 +113,15 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int threads = 1, rounds = 7;
+  int threads = 1, rounds = 7, blas_threads = -1;
   bool square_only = false, other_paths = true;
   std::string filter;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--threads" && i + 1 < argc) {
       threads = std::atoi(argv[++i]);
+    } else if (arg == "--blas-threads" && i + 1 < argc) {
+      blas_threads = std::atoi(argv[++i]);
     } else if (arg == "--rounds" && i + 1 < argc) {
       rounds = std::atoi(argv[++i]);
     } else if (arg == "--square-only") {
@@ -128,7 +131,7 @@ int main(int argc, char** argv) {
     } else if (arg == "--best-path-only") {
       other_paths = false;
     } else {
-      std::fprintf(stderr, "usage: ampcheck_bench_gemm [--threads N] [--rounds R] [--square-only] [--best-path-only] [--filter TEXT]\n");
+      std::fprintf(stderr, "usage: ampcheck_bench_gemm [--threads N] [--blas-threads N] [--rounds R] [--square-only] [--best-path-only] [--filter TEXT]\n");
       return 2;
     }
   }
@@ -137,9 +140,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   set_num_threads(threads);
-  openblas_set_num_threads(threads);
+  // Both libraries' idle threads spin for a while after a call: with as many threads as
+  // cores each steals the other's cores, so time them on separate runs when threads > 1
+  // (--blas-threads 1 keeps OpenBLAS's out of the way of ampcheck's, and the reverse).
+  if (blas_threads < 1) blas_threads = threads;
+  openblas_set_num_threads(blas_threads);
   const CpuFeatures& cpu = cpu_features();
-  std::printf("CPU: %s; threads: %d; rounds: %d (interleaved)\n", cpu.brand.c_str(), threads, rounds);
+  std::printf("CPU: %s; threads: ampcheck %d, OpenBLAS %d; rounds: %d (interleaved)\n", cpu.brand.c_str(), threads,
+              blas_threads, rounds);
   std::printf("ampcheck GEMM: %s path; OpenBLAS: %s, core %s\n\n",
               std::string(kernels::cpu::gemm_isa_name(cpu_gemm_isa())).c_str(), openblas_get_config(),
               openblas_get_corename());

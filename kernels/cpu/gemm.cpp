@@ -316,7 +316,7 @@ GemmPlan gemm_plan(const GemmArgs<T>& g, GemmIsa isa) {
   plan.tile_n = std::min(round_up(g.n, kern.nr), i64{8} * kern.nr);
   plan.tile_m = std::min(round_up(g.m, kern.mr), i64{32} * kern.mr);
   auto count = [&] { return ((g.m + plan.tile_m - 1) / plan.tile_m) * ((g.n + plan.tile_n - 1) / plan.tile_n); };
-  constexpr i64 kMinTileWork = i64{1} << 17;  // multiply-adds: below this a tile is not worth a thread
+  constexpr i64 kMinTileWork = i64{1} << 20;  // multiply-adds: below this a tile is not worth a thread
   while (count() < 8 && plan.tile_m > kern.mr && (plan.tile_m / 2) * plan.tile_n * std::max<i64>(g.k, 1) >= kMinTileWork)
     plan.tile_m = round_up(plan.tile_m / 2, kern.mr);
   plan.tiles_m = (g.m + plan.tile_m - 1) / plan.tile_m;
