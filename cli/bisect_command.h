@@ -8,7 +8,9 @@
 namespace ampcheck::cli {
 
 // Exit 0: a fix was found (or the run was healthy as configured); 1: no black list of
-// the candidates made it healthy; bad options throw UsageError.
+// the candidates made it healthy; 130 (kInterrupted): Ctrl-C or SIGTERM stopped a run,
+// the report holds the trials judged before it and claims no fix; bad options throw
+// UsageError.
 Command add_bisect_command(CLI::App& app);
 
 }  // namespace ampcheck::cli

@@ -8,7 +8,9 @@
 
 namespace ampcheck::cli {
 
-// Exit 0; 1 when a level's loss became non-finite; bad options throw UsageError.
+// Exit 0; 1 when a level's loss became non-finite; 130 (kInterrupted): Ctrl-C or SIGTERM
+// stopped it after a lock step, the report covers the steps run; bad options throw
+// UsageError.
 Command add_compare_command(CLI::App& app);
 
 }  // namespace ampcheck::cli

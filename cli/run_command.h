@@ -18,7 +18,8 @@
 namespace ampcheck::cli {
 
 // Exit 0: healthy; 1: the inspector found a real failure (a non-finite forward value, a
-// collapsing scale, too many skipped steps); bad options throw UsageError.
+// collapsing scale, too many skipped steps); 130 (kInterrupted): Ctrl-C or SIGTERM
+// stopped it, the reports of the steps run are written; bad options throw UsageError.
 Command add_run_command(CLI::App& app);
 
 // One instrumented training run, as `run` does it and `bisect-nan` repeats it: the
