@@ -259,6 +259,8 @@ int run_bisect(const BisectOptions& o, std::ostream& out, std::ostream& err) {
   const Resolved base = resolve(o.args);
   if (base.options.amp.level == amp::Level::O0)
     throw UsageError("bisect-nan needs an AMP level (O1, O2 or O3): at O0 nothing runs in low precision");
+  check_output("--report", o.report);
+  check_output("--html", o.html);
 
   // Ctrl-C stops the run in progress after its step; the report keeps the trials judged
   // before it, marked interrupted, and the command exits 130.

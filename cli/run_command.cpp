@@ -11,6 +11,7 @@
 #include "cli/usage_error.h"
 #include "inspector/to_report.h"
 #include "reports/chrome_trace.h"
+#include "reports/drift.h"  // spread_of
 #include "reports/html.h"
 #include "reports/json.h"
 #include "reports/text.h"
@@ -24,6 +25,7 @@ struct RunCommandOptions {
   int log_level = -1;  // -1: GLOG_v
   std::string report, html, chrome_trace;
   bool json = false;
+  int seeds = 1;  // --seeds: the run with seeds seed .. seed+N-1, the spread recorded
 };
 
 CLI::App* add_options(CLI::App& app, RunCommandOptions& o) {
@@ -35,8 +37,14 @@ CLI::App* add_options(CLI::App& app, RunCommandOptions& o) {
   run->add_option("--html", o.html, "write the HTML report (one self-contained file) here");
   run->add_option("--chrome-trace", o.chrome_trace, "write a Chrome trace (Perfetto) of every op call here");
   run->add_flag("--json", o.json, "print the JSON report instead of the text summary");
+  run->add_option("--seeds", o.seeds,
+                  "also train with the next N-1 seeds and record the spread of the results, the training noise "
+                  "`ampcheck diff` allows (docs/diff.md)")
+      ->capture_default_str();
   return run;
 }
+
+constexpr int kMaxSeeds = 100;
 
 int run_run(const RunCommandOptions& o, std::ostream& out, std::ostream& err) {
   const Resolved resolved = resolve(o.args);
@@ -44,15 +52,46 @@ int run_run(const RunCommandOptions& o, std::ostream& out, std::ostream& err) {
   if (!mode) throw UsageError("--inspect \"" + o.inspect + "\" is not a mode; use off, trace, stats or full");
   if (!o.chrome_trace.empty() && *mode == inspector::Mode::off)
     throw UsageError("--chrome-trace needs the op trace: use --inspect trace or above");
+  if (o.seeds < 1 || o.seeds > kMaxSeeds)
+    throw UsageError(fmt::format("--seeds {} is out of range: give 1 (this seed only) to {}", o.seeds, kMaxSeeds));
+  check_output("--report", o.report);
+  check_output("--html", o.html);
+  check_output("--chrome-trace", o.chrome_trace);
   RunSetup setup;
   setup.mode = *mode;
   setup.glog_level = o.log_level >= 0 ? o.log_level : inspector::glog_level_from_env();
   setup.glog = &err;
   setup.keep_spans = !o.chrome_trace.empty();
-  setup.progress_label = "training";
+  setup.progress_label = o.seeds > 1 ? fmt::format("seed {} (1/{})", o.args.seed, o.seeds) : "training";
   const InterruptScope interrupt;  // Ctrl-C: stop after the step, report what was seen, exit 130
   setup.stop = InterruptScope::stop_predicate();
-  const InstrumentedRun r = instrumented_run(o.args, resolved, setup, err);
+  InstrumentedRun r = instrumented_run(o.args, resolved, setup, err);
+
+  // The other seeds: the same configuration, its own report each, of which the spread
+  // keeps the outcome. Their op logs and traces are not wanted: the report is the first's.
+  bool interrupted = r.report.interrupted.has_value();
+  if (o.seeds > 1 && !interrupted) {
+    std::vector<reports::Report> runs{r.report};
+    RunSetup other = setup;
+    other.glog_level = 0;
+    other.keep_spans = false;
+    for (int k = 1; k < o.seeds; ++k) {
+      RunArgs args = o.args;
+      args.seed = o.args.seed + static_cast<std::uint64_t>(k);
+      other.progress_label = fmt::format("seed {} ({}/{})", args.seed, k + 1, o.seeds);
+      InstrumentedRun extra = instrumented_run(args, resolve(args), other, err);
+      if (extra.report.interrupted) {  // a part-trained seed says nothing of the noise
+        interrupted = true;
+        break;
+      }
+      runs.push_back(std::move(extra.report));
+    }
+    if (runs.size() >= 2) r.report.spread = reports::spread_of(runs);
+    if (interrupted)
+      err << fmt::format("ampcheck run: interrupted after {} of {} seeds; {}\n", runs.size(), o.seeds,
+                         runs.size() >= 2 ? fmt::format("the spread holds the {} trained whole", runs.size())
+                                          : std::string("no spread recorded"));
+  }
 
   if (!o.report.empty()) write_output("--report", o.report, reports::to_json(r.report));
   if (!o.html.empty()) write_output("--html", o.html, reports::to_html(r.report));
@@ -60,7 +99,7 @@ int run_run(const RunCommandOptions& o, std::ostream& out, std::ostream& err) {
     write_output("--chrome-trace", o.chrome_trace,
           reports::chrome_trace_json(r.spans, fmt::format("ampcheck {} {}", r.report.run.model, r.report.run.level)));
   out << (o.json ? reports::to_json(r.report) : reports::to_text(r.report));
-  if (r.report.interrupted) return kInterrupted;
+  if (interrupted) return kInterrupted;
   return r.failed ? kCheckFailed : kOk;
 }
 

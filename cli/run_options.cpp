@@ -145,8 +145,17 @@ reports::RunInfo run_info(const std::string& command, const RunArgs& a, const Re
   info.amp.fp32_modules = o.amp.fp32_modules;
   info.amp.loss_scaling = result.scaling;
   info.amp.init_loss_scaling = result.steps.empty() ? result.final_scale : result.steps.front().loss_scale;
-  info.versions = {AMPCHECK_VERSION, cuda_build_description(), std::string(conversion_isa_name())};
+  info.versions = {AMPCHECK_VERSION, cuda_build_description(), reports::kCpuPathsAlike};
   return info;
+}
+
+void check_output(const std::string& option, const std::string& path) {
+  if (path.empty()) return;
+  try {
+    reports::check_writable_target(path);
+  } catch (const reports::WriteError& e) {
+    throw UsageError(option + ": " + e.what());
+  }
 }
 
 void write_output(const std::string& option, const std::string& path, const std::string& content) {

@@ -56,6 +56,9 @@ reports::RunInfo run_info(const std::string& command, const RunArgs& args, const
 // user's to fix: UsageError naming the option, the path and the system's reason. A
 // second Ctrl-C during the write ends the process once the file is in place
 // (cli/interrupt.h), so it leaves neither half a report nor a temporary file.
+// Refuses an output path that cannot be written (exit 2 naming the option), before a run
+// that would only fail at its end.
+void check_output(const std::string& option, const std::string& path);
 void write_output(const std::string& option, const std::string& path, const std::string& content);
 
 // A progress line on a terminal: "\r<label> [####......] 12/200 <text>", on `err` only

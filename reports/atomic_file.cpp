@@ -1,6 +1,6 @@
 #include "reports/atomic_file.h"
 
-#include <unistd.h>  // getpid
+#include <unistd.h>  // getpid, access
 
 #include <cerrno>
 #include <cstdio>
@@ -10,7 +10,7 @@
 
 namespace ampcheck::reports {
 
-void write_file_atomically(const std::filesystem::path& path, std::string_view content) {
+void check_writable_target(const std::filesystem::path& path) {
   // A directory is never the target: checked before anything is created, since the
   // temporary file would go into the directory's parent, outside the target.
   std::error_code ec;
@@ -26,6 +26,14 @@ void write_file_atomically(const std::filesystem::path& path, std::string_view c
                      (std::filesystem::exists(dir, ec) ? dir.string() + " is not a directory; give a path in one"
                                                        : "directory " + dir.string() +
                                                              " does not exist (create it first)"));
+  if (::access(dir.c_str(), W_OK) != 0)
+    throw WriteError("cannot write " + path.string() + ": directory " + dir.string() + " is not writable: " +
+                     std::strerror(errno));
+}
+
+void write_file_atomically(const std::filesystem::path& path, std::string_view content) {
+  check_writable_target(path);
+  const auto dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
   const std::filesystem::path tmp =
       dir / ("." + path.filename().string() + ".tmp." + std::to_string(::getpid()));
   auto fail = [&](const std::string& what) -> WriteError {

@@ -13,6 +13,11 @@ class WriteError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Throws WriteError when `path` cannot be written (a directory, a path ending in '/', a
+// parent that is missing, not a directory or not writable), creating nothing: commands
+// check their outputs before a long run rather than fail at its end.
+void check_writable_target(const std::filesystem::path& path);
+
 // Writes `content` to `path` atomically (same-directory temp file, flush, rename).
 // Throws WriteError naming the path and the system's reason; the target is untouched
 // on failure and the temporary file removed.

@@ -118,6 +118,86 @@ bool has_numerics(const Report& r) {
   return std::any_of(r.ops.begin(), r.ops.end(), [](const OpInstance& op) { return !op.numerics.empty(); });
 }
 
+// Mean and sample standard deviation of the finite values.
+struct Stats {
+  std::size_t n = 0;
+  double min = 0, max = 0, mean = 0, sd = 0;
+};
+Stats stats_of(const std::vector<double>& values) {
+  Stats s;
+  double sum = 0;
+  for (double v : values) {
+    if (!std::isfinite(v)) continue;
+    s.min = s.n == 0 ? v : std::min(s.min, v);
+    s.max = s.n == 0 ? v : std::max(s.max, v);
+    sum += v;
+    ++s.n;
+  }
+  if (s.n == 0) return s;
+  s.mean = sum / static_cast<double>(s.n);
+  double sq = 0;
+  for (double v : values)
+    if (std::isfinite(v)) sq += (v - s.mean) * (v - s.mean);
+  s.sd = s.n > 1 ? std::sqrt(sq / static_cast<double>(s.n - 1)) : 0;
+  return s;
+}
+
+// The last quarter of a run's step losses (at least 10 steps, all of them when fewer).
+std::vector<double> tail_losses(const Report& r, std::int64_t& tail) {
+  const std::int64_t n = static_cast<std::int64_t>(r.steps.size());
+  tail = std::min(n, std::max<std::int64_t>(10, n / 4));
+  std::vector<double> out;
+  for (std::int64_t i = n - tail; i < n; ++i) out.push_back(r.steps[static_cast<std::size_t>(i)].loss);
+  return out;
+}
+
+std::string seed_list(const std::vector<std::uint64_t>& seeds) {
+  std::string out;
+  for (std::uint64_t s : seeds) out += (out.empty() ? "" : ", ") + std::to_string(s);
+  return out;
+}
+
+Noise noise_of(const Report& b, const Report& c) {
+  Noise n;
+  const Report* with = b.spread && b.spread->seeds.size() >= 2 ? &b : c.spread && c.spread->seeds.size() >= 2 ? &c : nullptr;
+  if (with) {
+    const Spread& sp = *with->spread;
+    std::vector<double> losses, accuracies;
+    for (const SeedOutcome& o : sp.seeds) {
+      n.seeds.push_back(o.seed);
+      losses.push_back(o.final_loss);
+      accuracies.push_back(o.accuracy);
+      n.skipped_max = std::max(n.skipped_max, o.skipped_steps);
+    }
+    const Stats l = stats_of(losses), a = stats_of(accuracies);
+    n.source = "spread";
+    n.loss_min = l.min, n.loss_max = l.max, n.loss_sd = l.sd;
+    n.accuracy_min = a.min, n.accuracy_sd = a.sd;
+    n.description = fmt::format(
+        "training noise from the {}'s {} seeds ({}): final loss {}..{} (sd {}), accuracy from {} (sd {}), "
+        "skipped steps up to {}",
+        with == &b ? "baseline" : "current run", sp.seeds.size(), seed_list(n.seeds), num(l.min), num(l.max),
+        num(l.sd), num(a.min), num(a.sd), n.skipped_max);
+    return n;
+  }
+  if (b.run.seed != c.run.seed) {
+    std::int64_t tb = 0, tc = 0;
+    const Stats sb = stats_of(tail_losses(b, tb)), sc = stats_of(tail_losses(c, tc));
+    n.source = "jitter";
+    n.loss_sd = std::max(sb.sd, sc.sd);
+    n.tail_steps = std::max(tb, tc);
+    n.description = fmt::format(
+        "training noise estimated: the seeds differ ({} vs {}) and neither report has a spread, so the final loss "
+        "is judged against the scatter of the last {} step losses (sd {}) and the accuracy, skipped steps and "
+        "overflow counts are not judged; record the baseline with --seeds N for a measured spread",
+        b.run.seed, c.run.seed, n.tail_steps, num(n.loss_sd));
+    return n;
+  }
+  n.description = "no training noise allowed: the same seed and no spread recorded, so the runs must reproduce "
+                  "each other (they are bit-reproducible) within the rules";
+  return n;
+}
+
 // The fp16 and bf16 counts of every op output and tensor, by a stable key.
 std::map<std::string, std::pair<LowPrecisionCounts, LowPrecisionCounts>> low_precision_counts(
     const Report& r) {
@@ -132,10 +212,11 @@ std::map<std::string, std::pair<LowPrecisionCounts, LowPrecisionCounts>> low_pre
 class Checker {
  public:
   Checker(const Report& baseline, const Report& current, const DriftRules& rules)
-      : b_(baseline), c_(current), rules_(rules) {}
+      : b_(baseline), c_(current), rules_(rules), noise_(noise_of(baseline, current)) {}
 
   DriftResult run() {
     result_.rules = rules_;
+    result_.noise = noise_;
     settings();
     dtypes();
     final_loss();
@@ -168,7 +249,6 @@ class Checker {
         {"run.level", b.level, c.level},
         {"run.dtype", b.dtype, c.dtype},
         {"run.device", b.device, c.device},
-        {"run.seed", std::to_string(b.seed), std::to_string(c.seed)},
         {"run.steps", std::to_string(b.steps), std::to_string(c.steps)},
         {"run.batch", std::to_string(b.batch), std::to_string(c.batch)},
         {"run.lr", fmt::format("{}", b.lr), fmt::format("{}", c.lr)},
@@ -190,6 +270,11 @@ class Checker {
               : "settings changed (allowed)",
           rules_.settings_must_match);
     }
+    // Another seed is the same configuration: what it changes is training noise, which the
+    // numbers are judged against (Noise), not a reason to refuse the comparison.
+    if (b.seed != c.seed)
+      add("settings_must_match", "run.seed", std::to_string(b.seed), std::to_string(c.seed),
+          "another seed: the numbers are judged against the training noise", false);
     // An interrupted run covers fewer steps than its settings say: not like for like with
     // a complete one (nor with one interrupted elsewhere), whatever its numbers look like.
     const std::string bi = completion(b_), ci = completion(c_);
@@ -245,34 +330,74 @@ class Checker {
     else if (b == 0 || !std::isfinite(b)) rel = kInf;
     else rel = std::fabs(c - b) / std::fabs(b);
     if (std::isnan(rel)) rel = kInf;  // a finite baseline, a NaN now
-    const bool fail = !(rel <= rules_.final_loss_rel);
     const std::string change =
         rel == 0 ? "unchanged" : fmt::format("{}{}", c > b ? "+" : c < b ? "-" : "", percent(rel));
     auto [bv, cv] = nums(b, c);
-    add("final_loss_rel", "summary.final_loss", std::move(bv), std::move(cv),
-        fmt::format("{} ({} {})", change, fail ? "limit" : "within", percent(rules_.final_loss_rel)),
-        fail);
+    const double own = rules_.final_loss_rel * std::fabs(b);  // the rule's own tolerance
+    bool fail = !(rel <= rules_.final_loss_rel);
+    std::string detail = fmt::format("{} ({} {})", change, fail ? "limit" : "within", percent(rules_.final_loss_rel));
+    if (noise_.source == "spread" && std::isfinite(b) && std::isfinite(c)) {
+      // Beyond the seeds' range by more than the rule or two standard deviations.
+      const double w = std::max(own, 2 * noise_.loss_sd);
+      const double lo = noise_.loss_min - w, hi = noise_.loss_max + w;
+      fail = !(c >= lo && c <= hi);
+      detail = fmt::format("{} ({} {}..{}: the seeds' {}..{} widened by {})", change, fail ? "outside" : "within",
+                           num(lo), num(hi), num(noise_.loss_min), num(noise_.loss_max), num(w));
+    } else if (noise_.source == "jitter" && std::isfinite(b) && std::isfinite(c)) {
+      // One draw each: their difference within three of the steps' standard deviations.
+      const double w = std::max(own, 3 * noise_.loss_sd);
+      fail = !(std::fabs(c - b) <= w);
+      detail = fmt::format("{} ({} +-{}: 3 sd of the last {} step losses, or the rule's {})", change,
+                           fail ? "beyond" : "within", num(w), noise_.tail_steps, percent(rules_.final_loss_rel));
+    }
+    add("final_loss_rel", "summary.final_loss", std::move(bv), std::move(cv), std::move(detail), fail);
   }
 
   void accuracy() {
-    checked("accuracy_drop");
     const double b = b_.summary.accuracy, c = c_.summary.accuracy;
+    if (noise_.source == "jitter") {  // one run says nothing of how far a seed moves it
+      auto [bv, cv] = nums(b, c);
+      add("accuracy_drop", "summary.accuracy", std::move(bv), std::move(cv),
+          "not judged: another seed moves the accuracy by an amount one run cannot show; record the baseline "
+          "with --seeds N",
+          false);
+      return;
+    }
+    checked("accuracy_drop");
     const double drop = b == c ? 0 : b - c;
-    const bool fail = !(drop <= rules_.accuracy_drop);
     const std::string change = drop == 0 ? "unchanged" : drop > 0 ? "dropped " + num(drop) : "rose " + num(-drop);
     auto [bv, cv] = nums(b, c);
-    add("accuracy_drop", "summary.accuracy", std::move(bv), std::move(cv),
-        fmt::format("{} ({} {} drop)", change, fail ? "limit" : "within", num(rules_.accuracy_drop)), fail);
+    bool fail = !(drop <= rules_.accuracy_drop);
+    std::string detail = fmt::format("{} ({} {} drop)", change, fail ? "limit" : "within", num(rules_.accuracy_drop));
+    if (noise_.source == "spread") {
+      // Below the seeds' lowest by more than the rule or two standard deviations.
+      const double floor = noise_.accuracy_min - std::max(rules_.accuracy_drop, 2 * noise_.accuracy_sd);
+      fail = !(c >= floor);
+      detail = fmt::format("{} ({} {}: the seeds' lowest {} less {})", change, fail ? "below" : "at least", num(floor),
+                           num(noise_.accuracy_min), num(noise_.accuracy_min - floor));
+    }
+    add("accuracy_drop", "summary.accuracy", std::move(bv), std::move(cv), std::move(detail), fail);
   }
 
   void skipped() {
-    checked("skipped_increase");
     const std::int64_t b = b_.summary.skipped_steps, c = c_.summary.skipped_steps;
-    const bool fail = c - b > rules_.skipped_increase;
+    if (noise_.source == "jitter") {
+      add("skipped_increase", "summary.skipped_steps", std::to_string(b), std::to_string(c),
+          "not judged: which steps overflow depends on the data of the seed; record the baseline with --seeds N",
+          false);
+      return;
+    }
+    checked("skipped_increase");
     const std::string change = c == b ? "unchanged" : fmt::format("{:+}", c - b);
-    add("skipped_increase", "summary.skipped_steps", std::to_string(b), std::to_string(c),
-        fmt::format("{} ({} +{})", change, fail ? "limit" : "within", rules_.skipped_increase),
-        fail);
+    bool fail = c - b > rules_.skipped_increase;
+    std::string detail = fmt::format("{} ({} +{})", change, fail ? "limit" : "within", rules_.skipped_increase);
+    if (noise_.source == "spread") {
+      const std::int64_t most = std::max(b, noise_.skipped_max) + rules_.skipped_increase;
+      fail = c > most;
+      detail = fmt::format("{} ({} {}: the seeds' most {} plus {})", change, fail ? "above" : "at most", most,
+                           std::max(b, noise_.skipped_max), rules_.skipped_increase);
+    }
+    add("skipped_increase", "summary.skipped_steps", std::to_string(b), std::to_string(c), std::move(detail), fail);
   }
 
   void nonfinite() {
@@ -291,19 +416,38 @@ class Checker {
   }
 
   void overflow() {
+    if (noise_.source == "jitter") {
+      not_checked("new_overflow",
+                  "the seeds differ and neither report has a spread: which values overflow or underflow depends "
+                  "on the data; record the baseline with --seeds N to check it");
+      return;
+    }
     if (!has_numerics(b_) || !has_numerics(c_)) {
       not_checked("new_overflow",
-                  fmt::format("needs numerics in both runs (--inspect stats or full; baseline: {}, current: {})",
+                  fmt::format("needs numerics in both runs (--inspect full; baseline: {}, current: {})",
                               b_.run.inspect, c_.run.inspect));
       return;
     }
     checked("new_overflow");
-    const auto before = low_precision_counts(b_), now = low_precision_counts(c_);
+    auto before = low_precision_counts(b_);
+    const auto now = low_precision_counts(c_);
+    // A count some seed saw is training noise, not new: the baseline side takes the largest.
+    if (noise_.source == "spread")
+      for (const Report* r : {&b_, &c_})
+        if (r->spread)
+          for (const LowPrecisionSeen& seen : r->spread->low_precision) {
+            auto& [f16, bf16] = before[seen.key];
+            f16.overflow = std::max(f16.overflow, seen.f16.overflow);
+            f16.underflow = std::max(f16.underflow, seen.f16.underflow);
+            bf16.overflow = std::max(bf16.overflow, seen.bf16.overflow);
+            bf16.underflow = std::max(bf16.underflow, seen.bf16.underflow);
+          }
     std::map<std::string, std::pair<LowPrecisionCounts, LowPrecisionCounts>> keys = before;
     for (const auto& [key, counts] : now) keys.emplace(key, counts);
     const LowPrecisionCounts zero;
     for (const auto& [key, unused] : keys) {
-      const auto bi = before.find(key), ci = now.find(key);
+      const auto bi = std::as_const(before).find(key);
+      const auto ci = now.find(key);
       for (const bool f16 : {true, false}) {
         const LowPrecisionCounts& b =
             bi == before.end() ? zero : (f16 ? bi->second.first : bi->second.second);
@@ -313,10 +457,17 @@ class Checker {
           if (bn == cn) continue;
           const std::string subject = fmt::format("{}: {} {}", key, f16 ? "f16" : "bf16", over ? "overflow" : "underflow");
           const bool fresh = bn == 0;
-          const bool fail = fresh && rules_.new_overflow;
+          // Across seeds, a value that lands just below the range in one run and not in
+          // another is the data's doing: a new underflow no seed saw is shown, not judged.
+          // A new overflow is judged: no seed of the spread had one there.
+          const bool noise = fresh && !over && noise_.source == "spread";
+          const bool fail = fresh && rules_.new_overflow && !noise;
           add("new_overflow", subject, std::to_string(bn), std::to_string(cn),
-              fresh ? (fail ? "new: none in the baseline" : "new: none in the baseline (allowed)")
-                    : cn == 0 ? "gone" : "the baseline had some too",
+              noise   ? "new, not judged: no seed of the spread underflowed here, and which values underflow moves "
+                        "with the seed"
+              : fresh ? (fail ? "new: none in the baseline" : "new: none in the baseline (allowed)")
+              : cn == 0 ? "gone"
+                        : "the baseline had some too",
               fail);
         }
       }
@@ -335,6 +486,12 @@ class Checker {
       if (op.local_error) ops[op.name].first = &*op.local_error;
     for (const OpInstance& op : c_.ops)
       if (op.local_error) ops[op.name].second = &*op.local_error;
+    // With a spread, an op's baseline error is the largest any seed measured.
+    std::map<std::string, double> seen;
+    if (noise_.source == "spread")
+      for (const Report* r : {&b_, &c_})
+        if (r->spread)
+          for (const LocalErrorSeen& e : r->spread->local_error) seen[e.name] = std::max(seen[e.name], e.mean);
     const std::string allowed = "x" + num(rules_.error_growth);
     for (const auto& [name, errors] : ops) {
       const auto [b, c] = errors;
@@ -348,8 +505,10 @@ class Checker {
             "newly runs in low precision (not measured in the baseline)", true);
         continue;
       }
+      const auto noisy = seen.find(name);
+      const double base = noisy == seen.end() ? b->mean : std::max(b->mean, noisy->second);
       if (b->mean == c->mean) continue;
-      double growth = b->mean == 0 ? kInf : c->mean / b->mean;
+      double growth = base == 0 ? (c->mean == 0 ? 1 : kInf) : c->mean / base;
       if (std::isnan(growth)) growth = kInf;
       const bool fail = !(growth <= rules_.error_growth);
       auto [bv, cv] = nums(b->mean, c->mean);
@@ -372,6 +531,7 @@ class Checker {
   const Report& b_;
   const Report& c_;
   const DriftRules& rules_;
+  const Noise noise_;
   DriftResult result_;
 };
 
@@ -384,6 +544,19 @@ ordered_json rules_json(const DriftRules& r) {
           {"new_nonfinite", r.new_nonfinite},
           {"new_overflow", r.new_overflow},
           {"error_growth", r.error_growth}};
+}
+
+ordered_json noise_json(const Noise& n) {
+  ordered_json j = {{"source", n.source}, {"description", n.description}};
+  if (n.source == "spread") {
+    j["seeds"] = n.seeds;
+    j["final_loss"] = {{"min", n.loss_min}, {"max", n.loss_max}, {"sd", n.loss_sd}};
+    j["accuracy"] = {{"min", n.accuracy_min}, {"sd", n.accuracy_sd}};
+    j["skipped_steps_max"] = n.skipped_max;
+  } else if (n.source == "jitter") {
+    j["final_loss"] = {{"sd", n.loss_sd}, {"tail_steps", n.tail_steps}};
+  }
+  return j;
 }
 
 }  // namespace
@@ -479,6 +652,46 @@ std::size_t DriftResult::failing() const {
       std::count_if(findings.begin(), findings.end(), [](const Finding& f) { return f.failing; }));
 }
 
+Spread spread_of(const std::vector<Report>& runs) {
+  if (runs.size() < 2)
+    throw std::invalid_argument(fmt::format("a spread needs at least 2 runs, got {}", runs.size()));
+  const RunInfo& first = runs.front().run;
+  for (const Report& r : runs) {
+    const RunInfo& i = r.run;
+    if (i.model != first.model || i.level != first.level || i.dtype != first.dtype || i.steps != first.steps ||
+        i.batch != first.batch || i.inspect != first.inspect)
+      throw std::invalid_argument(fmt::format("a spread is of one configuration: seed {} ran {} {} {} steps, seed {} "
+                                              "{} {} {} steps",
+                                              first.seed, first.model, first.level, first.steps, i.seed, i.model,
+                                              i.level, i.steps));
+  }
+  Spread sp;
+  std::map<std::string, LowPrecisionSeen> low;
+  std::map<std::string, double> errors;
+  auto most = [](LowPrecisionCounts& into, const LowPrecisionCounts& c) {
+    into.overflow = std::max(into.overflow, c.overflow);
+    into.rounds_to_max = std::max(into.rounds_to_max, c.rounds_to_max);
+    into.underflow = std::max(into.underflow, c.underflow);
+    into.subnormal = std::max(into.subnormal, c.subnormal);
+  };
+  for (const Report& r : runs) {
+    sp.seeds.push_back({r.run.seed, r.summary.final_loss, r.summary.accuracy, r.summary.skipped_steps, r.summary.verdict});
+    for (const auto& [key, counts] : low_precision_counts(r)) {
+      const auto& [f16, bf16] = counts;
+      if (f16.overflow == 0 && f16.underflow == 0 && bf16.overflow == 0 && bf16.underflow == 0) continue;
+      LowPrecisionSeen& seen = low[key];
+      seen.key = key;
+      most(seen.f16, f16);
+      most(seen.bf16, bf16);
+    }
+    for (const OpInstance& op : r.ops)
+      if (op.local_error) errors[op.name] = std::max(errors[op.name], op.local_error->mean);
+  }
+  for (auto& [key, seen] : low) sp.low_precision.push_back(std::move(seen));
+  for (const auto& [name, mean] : errors) sp.local_error.push_back({name, mean});
+  return sp;
+}
+
 DriftResult compare_reports(const Report& baseline, const Report& current, const DriftRules& rules) {
   validate(rules);
   return Checker(baseline, current, rules).run();
@@ -491,7 +704,7 @@ std::string drift_text(const DriftResult& result) {
     const bool checked = std::find(result.checked.begin(), result.checked.end(), f.rule) != result.checked.end();
     t.add_row({f.failing ? "FAIL" : checked ? "ok" : "skip", f.rule, f.subject, f.baseline, f.current, f.detail});
   }
-  std::string out = t.render();
+  std::string out = "noise: " + result.noise.description + "\n\n" + t.render();
   const std::size_t failing = result.failing();
   if (failing == 0) {
     out += fmt::format("\nno drift: {} rules checked, no failing finding\n", result.checked.size());
@@ -521,6 +734,7 @@ std::string drift_json(const DriftResult& result) {
                             {"failing", result.failing()},
                             {"rules", rules_json(result.rules)},
                             {"checked", result.checked},
+                            {"noise", noise_json(result.noise)},
                             {"findings", findings}};
   return doc.dump(2) + "\n";
 }

@@ -74,14 +74,39 @@ struct Finding {
   bool failing = false;
 };
 
+// How much the numbers move by training noise alone, which the rules allow on top of
+// their own tolerance (docs/diff.md, "Training noise"):
+//   spread: a report's `spread` (run --seeds N), the baseline's or else the current's;
+//   jitter: the seeds differ and neither report has a spread: the final loss is one draw
+//           of the loss the last steps scatter around, so their spread stands for it;
+//   none:   the same seed and no spread: the runs are bit-reproducible, so the numbers
+//           must be reproduced within the rules alone.
+struct Noise {
+  std::string source = "none";  // "spread", "jitter", "none"
+  std::string description;      // one line for the output
+  std::vector<std::uint64_t> seeds;  // spread: the seeds measured
+  // The final loss: spread: min, max and standard deviation over the seeds; jitter: the
+  // standard deviation of the last `tail_steps` step losses (the larger of the two runs').
+  double loss_min = 0, loss_max = 0, loss_sd = 0;
+  std::int64_t tail_steps = 0;
+  double accuracy_min = 0, accuracy_sd = 0;  // spread only
+  std::int64_t skipped_max = 0;              // spread only
+};
+
 struct DriftResult {
   DriftRules rules;                  // as applied
+  Noise noise;                       // the training noise the numbers were judged against
   std::vector<std::string> checked;  // the rules evaluated, in rule_names() order
   // Failing and informative, ordered by rule (rule_names()), then subject, then detail.
   std::vector<Finding> findings;
   bool drifted() const;
   std::size_t failing() const;
 };
+
+// The spread of runs of one configuration that differ only in their seed, the first being
+// the report's own run (`ampcheck run --seeds N`). Throws std::invalid_argument for fewer
+// than two runs or runs of other settings.
+Spread spread_of(const std::vector<Report>& runs);
 
 // Only what differs is listed, plus the summary numbers (loss, accuracy, skipped steps),
 // which always are, so that a reader sees them. A rule switched off still lists what it

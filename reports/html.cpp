@@ -469,7 +469,6 @@ std::string header(const Report& r) {
       {"loss scaling", fmt::format("{} (initial {})", amp.loss_scaling, num(amp.init_loss_scaling, 6))},
       {"ampcheck", run.versions.ampcheck},
       {"build", run.versions.build},
-      {"cpu conversions", run.versions.cpu_conversions},
       {"schema", r.schema_version}};
   out += "<dl class=\"info\">\n";
   for (const auto& [k, v] : info) out += fmt::format("<dt>{}</dt><dd>{}</dd>\n", esc(k), esc(v));
@@ -933,6 +932,26 @@ std::string bisect_section(const Bisect& b, bool interrupted) {
   return out + std::string(kSectionClose);
 }
 
+// run --seeds N: each seed's outcome, the training noise `ampcheck diff` allows.
+std::string spread_section(const Spread& sp) {
+  std::string out = section_open("spread", "Training noise over " + std::to_string(sp.seeds.size()) + " seeds");
+  out += note("The same configuration trained with each seed: ampcheck diff judges a run against this spread "
+              "(docs/diff.md). The first seed is the run this page shows.");
+  Table t({"#seed", "#final loss", "#accuracy", "#skipped steps", "verdict"});
+  for (const SeedOutcome& o : sp.seeds)
+    t.row({fmt::format("{}", o.seed), num(o.final_loss, 6), percent(o.accuracy, 1), integer(o.skipped_steps), o.verdict});
+  out += t.render("seeds");
+  if (!sp.low_precision.empty()) {
+    out += "<h3>Overflow or underflow seen in some seed</h3>\n";
+    Table lp({"op output or tensor", "#f16 overflow", "#f16 underflow", "#bf16 overflow", "#bf16 underflow"});
+    for (const LowPrecisionSeen& seen : sp.low_precision)
+      lp.row({seen.key, integer(seen.f16.overflow), integer(seen.f16.underflow), integer(seen.bf16.overflow),
+              integer(seen.bf16.underflow)});
+    out += lp.render("spread-low-precision");
+  }
+  return out + std::string(kSectionClose);
+}
+
 std::string compare_section(const Compare& c) {
   std::string out = section_open("compare", "Compare levels");
   out += fmt::format("<p>Reference level: <b>{}</b>.</p>\n", esc(c.reference));
@@ -1086,6 +1105,7 @@ std::string to_html(const Report& report) {
   out += nonfinite_section(report);
   if (report.bisect) out += bisect_section(*report.bisect, report.interrupted.has_value());
   if (report.compare) out += compare_section(*report.compare);
+  if (report.spread) out += spread_section(*report.spread);
   out += fmt::format("<footer class=\"caption\">ampcheck {}, report schema {}</footer>\n",
                      esc(report.run.versions.ampcheck), esc(report.schema_version));
   out += kSortScript;

@@ -314,6 +314,31 @@ constexpr void fields(V& v, S& s) {
   v("steps_requested", s.steps_requested);
   v("bisect_run", s.bisect_run);
 }
+template <class V, Is<SeedOutcome> S>
+constexpr void fields(V& v, S& s) {
+  v("seed", s.seed);
+  v("final_loss", s.final_loss);
+  v("accuracy", s.accuracy);
+  v("skipped_steps", s.skipped_steps);
+  v("verdict", s.verdict);
+}
+template <class V, Is<LowPrecisionSeen> S>
+constexpr void fields(V& v, S& s) {
+  v("key", s.key);
+  v("f16", s.f16);
+  v("bf16", s.bf16);
+}
+template <class V, Is<LocalErrorSeen> S>
+constexpr void fields(V& v, S& s) {
+  v("name", s.name);
+  v("mean", s.mean);
+}
+template <class V, Is<Spread> S>
+constexpr void fields(V& v, S& s) {
+  v("seeds", s.seeds);
+  v("low_precision", s.low_precision);
+  v("local_error", s.local_error);
+}
 // schema_version is not walked here: the writer writes the version it implements and the
 // reader checks it before anything else (see to_json and from_json).
 template <class V, Is<Report> S>
@@ -330,6 +355,7 @@ constexpr void fields(V& v, S& s) {
   v("summary", s.summary);
   v("bisect", s.bisect);
   v("compare", s.compare);
+  v("spread", s.spread);  // 1.2; optional
 }
 
 // The guard: a member added to a struct in report.h fails the build here until its
@@ -371,11 +397,11 @@ static_assert(kEveryMemberHasAField<
               Histogram, LowPrecisionCounts, Numerics, LocalError, CastCount, KernelCount,
               NamedNumerics, OpInstance, TensorNumerics, Swamping, TensorRange, NanEvent, Failure,
               NonFinite, Summary, Trial, Suggestion, Bisect, LevelRun, LevelError, CompareOp, Compare,
-              Interruption>);
+              Interruption, SeedOutcome, LowPrecisionSeen, LocalErrorSeen, Spread>);
 // Report's default schema_version is not constexpr, so fields(Report) cannot be walked
-// here: its members are counted by hand (schema_version, written apart, and the 12 of
+// here: its members are counted by hand (schema_version, written apart, and the 13 of
 // fields(Report)), and the test of the top-level keys checks fields(Report) itself.
-static_assert(member_count<Report>() == 1 + 12,
+static_assert(member_count<Report>() == 1 + 13,
               "Report gained a member: add it to fields(Report) in reports/json.cpp");
 
 template <class T>

@@ -21,13 +21,18 @@ namespace ampcheck::reports {
 // schema_version "MAJOR.MINOR": a reader accepts any minor of its major (fields added
 // in a newer minor are ignored) and rejects another major.
 inline constexpr int kSchemaMajor = 1;
-inline constexpr int kSchemaMinor = 1;  // 1.1: Report::interrupted
+inline constexpr int kSchemaMinor = 2;  // 1.1: Report::interrupted; 1.2: Report::spread
 
+// What wrote the report. Nothing of the machine it ran on: the same build gives the same
+// bytes on every x86-64 CPU (the CPU paths differ in speed only).
 struct Versions {
-  std::string ampcheck;         // "0.1.0"
-  std::string build;            // "CUDA 13.0, built for sm_75 sm_80 sm_90" or "no CUDA (...)"
-  std::string cpu_conversions;  // "avx512_bf16", "f16c", "scalar"
+  std::string ampcheck;  // "0.1.0"
+  std::string build;     // "CUDA 13.0, built for sm_75 sm_80 sm_90" or "no CUDA (...)"
+  // Until 1.1 the CPU conversion path the run used; since 1.2 always kCpuPathsAlike, so
+  // that the report is the same on every CPU (the key stays: readers of 1.0 and 1.1 need it).
+  std::string cpu_conversions;
 };
+inline constexpr const char* kCpuPathsAlike = "any: every CPU path gives the same bits";
 
 struct AmpSettings {
   std::string semantics = "ampcheck";  // whose config rules: ampcheck, paddle, pytorch, deepspeed, apex
@@ -298,6 +303,32 @@ struct Interruption {
   std::int64_t bisect_run = 0;
 };
 
+// The training noise of the run's configuration, measured by training it with other seeds
+// (`ampcheck run --seeds N`): what `ampcheck diff` allows before it calls a change drift.
+struct SeedOutcome {
+  std::uint64_t seed = 0;
+  double final_loss = 0;
+  double accuracy = 0;
+  std::int64_t skipped_steps = 0;
+  std::string verdict;  // as Summary::verdict
+};
+// An op output or tensor (key as in the numerics) whose fp16/bf16 overflow or underflow
+// count was not 0 in some seed: the largest count over the seeds.
+struct LowPrecisionSeen {
+  std::string key;  // "fc1/linear#0 out", or a tensor key
+  LowPrecisionCounts f16, bf16;
+};
+// An op instance's local error: the largest mean over the seeds.
+struct LocalErrorSeen {
+  std::string name;
+  double mean = 0;
+};
+struct Spread {
+  std::vector<SeedOutcome> seeds;             // the report's own seed first
+  std::vector<LowPrecisionSeen> low_precision;  // sorted by key
+  std::vector<LocalErrorSeen> local_error;      // sorted by name
+};
+
 struct Report {
   std::string schema_version = std::to_string(kSchemaMajor) + "." + std::to_string(kSchemaMinor);
   RunInfo run;
@@ -312,6 +343,7 @@ struct Report {
   Summary summary;
   std::optional<Bisect> bisect;
   std::optional<Compare> compare;
+  std::optional<Spread> spread;  // 1.2: `run --seeds N`; absent for one seed
 };
 
 }  // namespace ampcheck::reports

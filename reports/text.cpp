@@ -199,6 +199,34 @@ double f16_out_of_range(const Numerics& n) {
   return n.count ? static_cast<double>(bad) / static_cast<double>(n.count) : 0.0;
 }
 
+// The seeds of `run --seeds N`: each one's outcome, then the range diff allows.
+std::string spread_section(const Report& r) {
+  if (!r.spread || r.spread->seeds.empty()) return {};
+  const Spread& sp = *r.spread;
+  std::string s = fmt::format("Training noise over {} seeds (what `ampcheck diff` allows against this report):\n",
+                              sp.seeds.size());
+  s += fmt::format("  {:>6}  {:>12}  {:>9}  {:>8}  {}\n", "seed", "final loss", "accuracy", "skipped", "verdict");
+  double lo = 0, hi = 0, sum = 0, acc_lo = 0, acc_hi = 0;
+  std::size_t n = 0;
+  for (const SeedOutcome& o : sp.seeds) {
+    s += fmt::format("  {:>6}  {:>12}  {:>8.1f}%  {:>8}  {}\n", o.seed, number(o.final_loss), 100 * o.accuracy,
+                     o.skipped_steps, o.verdict);
+    if (!std::isfinite(o.final_loss)) continue;
+    lo = n == 0 ? o.final_loss : std::min(lo, o.final_loss);
+    hi = n == 0 ? o.final_loss : std::max(hi, o.final_loss);
+    acc_lo = n == 0 ? o.accuracy : std::min(acc_lo, o.accuracy);
+    acc_hi = n == 0 ? o.accuracy : std::max(acc_hi, o.accuracy);
+    sum += o.final_loss;
+    ++n;
+  }
+  if (n > 0)
+    s += fmt::format("  final loss {} .. {} (mean {}), accuracy {:.1f}% .. {:.1f}%; {} op outputs or tensors "
+                     "overflowed or underflowed fp16/bf16 in some seed\n",
+                     number(lo), number(hi), number(sum / static_cast<double>(n)), 100 * acc_lo, 100 * acc_hi,
+                     sp.low_precision.size());
+  return s;
+}
+
 std::string paddle_operator_table(const std::vector<OpTypeRow>& rows, const std::vector<InsertedCasts>& casts) {
   // Column widths and fills as _print_operator_stats prints them (its print() joins
   // the header's pieces with single spaces).
@@ -240,6 +268,7 @@ std::string to_text(const Report& r, std::size_t top) {
     if (!part.empty()) s += part + "\n";
   if (r.bisect) s += bisect_section(*r.bisect, r.interrupted.has_value()) + "\n";
   if (r.compare) s += compare_section(*r.compare) + "\n";
+  if (r.spread) s += spread_section(r) + "\n";
   return s + "verdict: " + sum.verdict_text + "\n";
 }
 

@@ -155,5 +155,52 @@ TEST(CliReport, RendersASavedReportAndRejectsBadOnes) {
   std::filesystem::remove_all(dir);
 }
 
+
+// --seeds N: the report is the first seed's, and its spread holds each seed's outcome as
+// a separate run with that seed gives it (an independent run per seed, compared whole).
+TEST(CliRun, SeedsRecordTheOutcomeOfEachSeedAsItsOwnRunGivesIt) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "ampcheck_cli_run_seeds";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string spread = (dir / "spread.json").string();
+  const std::vector<std::string> common = {"run", "--model", "mlp", "--level", "O2", "--steps", "20", "--inspect", "full"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = common;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run(args);
+  };
+  const Result r = with({"--seed", "3", "--seeds", "3", "--report", spread});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "Training noise over 3 seeds")) << r.out;
+  const nlohmann::json doc = nlohmann::json::parse(std::ifstream(spread));
+  const nlohmann::json& seeds = doc.at("spread").at("seeds");
+  ASSERT_EQ(seeds.size(), 3u) << doc.at("spread");
+  for (int k = 0; k < 3; ++k) {
+    const std::string own = (dir / ("seed" + std::to_string(3 + k) + ".json")).string();
+    ASSERT_EQ(with({"--seed", std::to_string(3 + k), "--report", own}).code, 0);
+    const nlohmann::json single = nlohmann::json::parse(std::ifstream(own));
+    EXPECT_EQ(seeds[static_cast<std::size_t>(k)].at("seed"), 3 + k);
+    EXPECT_EQ(seeds[static_cast<std::size_t>(k)].at("final_loss"), single.at("summary").at("final_loss")) << k;
+    EXPECT_EQ(seeds[static_cast<std::size_t>(k)].at("accuracy"), single.at("summary").at("accuracy")) << k;
+    EXPECT_EQ(seeds[static_cast<std::size_t>(k)].at("skipped_steps"), single.at("summary").at("skipped_steps")) << k;
+    if (k == 0) {  // the report itself is seed 3's run, spread aside
+      nlohmann::json main = doc;
+      main.erase("spread");
+      EXPECT_EQ(main, single);
+    }
+  }
+  EXPECT_EQ(with({"--seeds", "0"}).code, 2);
+  EXPECT_TRUE(has(with({"--seeds", "101"}).err, "--seeds 101 is out of range"));
+  std::filesystem::remove_all(dir);
+}
+
+// An output that cannot be written is refused before the training, not after it.
+TEST(CliRun, AnUnwritableReportIsRefusedBeforeTraining) {
+  const Result r = run({"run", "--model", "mlp", "--steps", "100000", "--report", "/nonexistent-dir/r.json"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.err, "--report: cannot write /nonexistent-dir/r.json")) << r.err;
+  EXPECT_TRUE(has(r.err, "does not exist")) << r.err;
+}
+
 }  // namespace
 }  // namespace ampcheck

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -450,6 +451,186 @@ TEST(DriftRulesFile, CompareRejectsRulesOutOfRange) {
   DriftRules bad;
   bad.final_loss_rel = -1;
   EXPECT_THROW(compare_reports(sample(), sample(), bad), RulesError);
+}
+
+}  // namespace
+}  // namespace ampcheck::reports
+
+namespace ampcheck::reports {
+namespace {
+
+// ---- Training noise: the spread of `run --seeds N`, and other seeds without one ----
+
+namespace noise {
+
+// The definitions of docs/diff.md, "Training noise", computed here from the numbers.
+double sample_sd(const std::vector<double>& v) {
+  double mean = 0;
+  for (double x : v) mean += x;
+  mean /= static_cast<double>(v.size());
+  double sq = 0;
+  for (double x : v) sq += (x - mean) * (x - mean);
+  return std::sqrt(sq / static_cast<double>(v.size() - 1));
+}
+
+// The fixture run with another seed and other outcomes.
+Report seeded(std::uint64_t seed, double final_loss, double accuracy, std::int64_t skipped) {
+  Report r = sample();
+  r.run.seed = seed;
+  r.summary.final_loss = final_loss;
+  r.summary.accuracy = accuracy;
+  r.summary.skipped_steps = skipped;
+  return r;
+}
+
+// A baseline recorded with seeds 7, 8, 9 (the fixture's seed is 7).
+Report with_spread() {
+  std::vector<Report> runs = {seeded(7, 1.0, 0.90, 1), seeded(8, 1.2, 0.86, 3), seeded(9, 0.9, 0.88, 2)};
+  op(runs[1], "fc1/linear#0").numerics[0].numerics.f16.underflow = 11;  // only seed 8 saw it
+  Report base = runs[0];
+  base.spread = spread_of(runs);
+  return base;
+}
+
+}  // namespace noise
+
+TEST(DriftNoise, SpreadOfHoldsEachSeedAndTheLargestCounts) {
+  std::vector<Report> runs = {noise::seeded(7, 1.0, 0.90, 1), noise::seeded(8, 1.2, 0.86, 3)};
+  op(runs[1], "fc1/linear#0").numerics[0].numerics.f16.underflow = 11;
+  op(runs[0], "fc1/linear#0").local_error->mean = 0.01;
+  op(runs[1], "fc1/linear#0").local_error->mean = 0.03;
+  const Spread sp = spread_of(runs);
+  ASSERT_EQ(sp.seeds.size(), 2u);
+  EXPECT_EQ(sp.seeds[0].seed, 7u);
+  EXPECT_EQ(sp.seeds[1].seed, 8u);
+  EXPECT_EQ(sp.seeds[1].final_loss, 1.2);
+  EXPECT_EQ(sp.seeds[1].accuracy, 0.86);
+  EXPECT_EQ(sp.seeds[1].skipped_steps, 3);
+  const auto seen = std::find_if(sp.low_precision.begin(), sp.low_precision.end(),
+                                 [](const LowPrecisionSeen& s) { return s.key == "fc1/linear#0 out"; });
+  ASSERT_NE(seen, sp.low_precision.end());
+  EXPECT_EQ(seen->f16.underflow, 11);
+  EXPECT_EQ(seen->f16.overflow, 2);  // the fixture's own 2, in both seeds
+  const auto err = std::find_if(sp.local_error.begin(), sp.local_error.end(),
+                                [](const LocalErrorSeen& e) { return e.name == "fc1/linear#0"; });
+  ASSERT_NE(err, sp.local_error.end());
+  EXPECT_EQ(err->mean, 0.03);
+  EXPECT_THROW(spread_of({sample()}), std::invalid_argument);
+  Report other_level = noise::seeded(8, 1, 1, 0);
+  other_level.run.level = "O1";
+  EXPECT_THROW(spread_of({sample(), other_level}), std::invalid_argument);
+}
+
+TEST(DriftNoise, FinalLossIsJudgedAgainstTheSeedsWidenedByTwoSd) {
+  const Report base = noise::with_spread();
+  const double sd = noise::sample_sd({1.0, 1.2, 0.9});
+  const double w = std::max(0.05 * 1.0, 2 * sd);  // the rule's 5% of the baseline, or 2 sd
+  const double edge = 1.2 + w;
+  // just inside and just outside the upper edge, and the same below the lowest seed
+  for (const auto& [loss, fails] : std::vector<std::pair<double, bool>>{
+           {edge * (1 - 1e-9), false}, {edge * (1 + 1e-6), true}, {(0.9 - w) * (1 + 1e-6), false}, {(0.9 - w) * (1 - 1e-6), true}}) {
+    const DriftResult r = compare_reports(base, noise::seeded(11, loss, 0.9, 1), DriftRules{});
+    const Finding* f = find(r, "final_loss_rel", "summary.final_loss");
+    ASSERT_NE(f, nullptr) << dump(r);
+    EXPECT_EQ(f->failing, fails) << loss << ": " << dump(r);
+    EXPECT_EQ(r.noise.source, "spread");
+  }
+  // +15% against the baseline's own seed fails without the spread, passes with it
+  EXPECT_TRUE(find(compare_reports(sample(), noise::seeded(7, 0.8125 * 1.15, 0.9, 1), DriftRules{}), "final_loss_rel",
+                   "summary.final_loss")
+                  ->failing);
+}
+
+TEST(DriftNoise, AccuracyAndSkippedStepsAgainstTheSeeds) {
+  const Report base = noise::with_spread();
+  const double floor = 0.86 - std::max(0.02, 2 * noise::sample_sd({0.90, 0.86, 0.88}));
+  EXPECT_FALSE(find(compare_reports(base, noise::seeded(11, 1.0, floor + 1e-9, 1), DriftRules{}), "accuracy_drop",
+                    "summary.accuracy")
+                   ->failing);
+  EXPECT_TRUE(find(compare_reports(base, noise::seeded(11, 1.0, floor - 1e-6, 1), DriftRules{}), "accuracy_drop",
+                   "summary.accuracy")
+                  ->failing);
+  // the seeds skipped up to 3: 3 passes, 4 fails (skipped_increase 0)
+  EXPECT_FALSE(find(compare_reports(base, noise::seeded(11, 1.0, 0.9, 3), DriftRules{}), "skipped_increase",
+                    "summary.skipped_steps")
+                   ->failing);
+  EXPECT_TRUE(find(compare_reports(base, noise::seeded(11, 1.0, 0.9, 4), DriftRules{}), "skipped_increase",
+                   "summary.skipped_steps")
+                  ->failing);
+}
+
+TEST(DriftNoise, OverflowSomeSeedSawIsNotNew) {
+  const Report base = noise::with_spread();
+  Report current = noise::seeded(11, 1.0, 0.9, 1);
+  op(current, "fc1/linear#0").numerics[0].numerics.f16.underflow = 4;  // seed 8 saw 11
+  const DriftResult seen = compare_reports(base, current, DriftRules{});
+  EXPECT_FALSE(seen.drifted()) << dump(seen);
+  // an underflow no seed saw is listed, not judged (which values underflow moves with the
+  // seed); an overflow no seed saw is drift
+  current.tensors[0].numerics.bf16.underflow = 3;
+  const DriftResult under = compare_reports(base, current, DriftRules{});
+  const Finding* u = find(under, "new_overflow", "param:fc1.weight: bf16 underflow");
+  ASSERT_NE(u, nullptr) << dump(under);
+  EXPECT_FALSE(u->failing);
+  current.tensors[0].numerics.bf16.overflow = 2;
+  const DriftResult over = compare_reports(base, current, DriftRules{});
+  const Finding* f = find(over, "new_overflow", "param:fc1.weight: bf16 overflow");
+  ASSERT_NE(f, nullptr) << dump(over);
+  EXPECT_TRUE(f->failing);
+  // the same seed and no spread: a new underflow is drift, as before
+  Report same = sample();
+  same.tensors[0].numerics.bf16.underflow = 3;
+  EXPECT_TRUE(find(compare_reports(sample(), same, DriftRules{}), "new_overflow", "param:fc1.weight: bf16 underflow")->failing);
+}
+
+TEST(DriftNoise, AnotherSeedWithoutASpreadUsesTheLossScatterOfTheLastSteps) {
+  // Twelve steps each, so the tail is 10 steps (at least 10, else a quarter).
+  auto with_losses = [](std::uint64_t seed, const std::vector<double>& losses) {
+    Report r = sample();
+    r.run.seed = seed;
+    r.steps.clear();
+    for (std::size_t i = 0; i < losses.size(); ++i) r.steps.push_back({static_cast<std::int64_t>(i), losses[i], 1, false, false});
+    r.summary.final_loss = losses.back();
+    r.summary.accuracy = seed == 7 ? 0.95 : 0.50;  // a drop no rule may judge without a spread
+    r.summary.skipped_steps = seed == 7 ? 0 : 5;
+    return r;
+  };
+  const std::vector<double> b = {9, 9, 1.0, 1.2, 0.8, 1.0, 1.2, 0.8, 1.0, 1.2, 0.8, 1.0};
+  const double sd = noise::sample_sd({1.0, 1.2, 0.8, 1.0, 1.2, 0.8, 1.0, 1.2, 0.8, 1.0});
+  std::vector<double> inside = b, outside = b;
+  inside.back() = 1.0 + 3 * sd * 0.999;
+  outside.back() = 1.0 + 3 * sd * 1.01;
+  // the current run's own tail scatter must not exceed the baseline's for this check
+  inside[10] = outside[10] = 1.2;
+  const DriftResult in = compare_reports(with_losses(7, b), with_losses(8, inside), DriftRules{});
+  EXPECT_EQ(in.noise.source, "jitter");
+  EXPECT_NEAR(in.noise.loss_sd, std::max(sd, noise::sample_sd(std::vector<double>(inside.end() - 10, inside.end()))), 1e-12);
+  const Finding* seed = find(in, "settings_must_match", "run.seed");
+  ASSERT_NE(seed, nullptr);
+  EXPECT_FALSE(seed->failing);
+  const DriftResult out = compare_reports(with_losses(7, b), with_losses(8, outside), DriftRules{});
+  const double allowed_in = 3 * in.noise.loss_sd, allowed_out = 3 * out.noise.loss_sd;
+  EXPECT_EQ(find(in, "final_loss_rel", "summary.final_loss")->failing, !(inside.back() - 1.0 <= allowed_in)) << dump(in);
+  EXPECT_EQ(find(out, "final_loss_rel", "summary.final_loss")->failing, !(outside.back() - 1.0 <= allowed_out)) << dump(out);
+  // accuracy, skipped steps and overflow are listed, not judged
+  for (const DriftResult* r : {&in, &out}) {
+    EXPECT_FALSE(find(*r, "accuracy_drop", "summary.accuracy")->failing);
+    EXPECT_FALSE(find(*r, "skipped_increase", "summary.skipped_steps")->failing);
+    EXPECT_EQ(std::count(r->checked.begin(), r->checked.end(), "accuracy_drop"), 0);
+    EXPECT_EQ(std::count(r->checked.begin(), r->checked.end(), "new_overflow"), 0);
+  }
+  // a collapse is still drift: the loss far beyond the scatter
+  std::vector<double> broken = b;
+  broken.back() = 9;
+  EXPECT_TRUE(compare_reports(with_losses(7, b), with_losses(8, broken), DriftRules{}).drifted());
+}
+
+TEST(DriftNoise, TheSameSeedWithoutASpreadAllowsNoNoise) {
+  const DriftResult r = compare_reports(sample(), sample(), DriftRules{});
+  EXPECT_EQ(r.noise.source, "none");
+  EXPECT_NE(drift_text(r).find("noise: no training noise allowed"), std::string::npos) << dump(r);
+  const nlohmann::json j = nlohmann::json::parse(drift_json(r));
+  EXPECT_EQ(j.at("noise").at("source"), "none");
 }
 
 }  // namespace

@@ -50,7 +50,7 @@ TEST(ReportJson, RoundTripGivesTheSameText) {
 TEST(ReportJson, ReadBackValuesMatchTheReport) {
   const Report original = testing::sample_report();
   const Report r = from_json(to_json(original), "run.json");
-  EXPECT_EQ(r.schema_version, "1.1");
+  EXPECT_EQ(r.schema_version, "1.2");
   EXPECT_EQ(r.run.model_description, original.run.model_description);
   EXPECT_EQ(r.run.seed, 7u);
   EXPECT_EQ(r.run.amp.custom_black_list, std::vector<std::string>{"softmax"});
@@ -105,7 +105,40 @@ TEST(ReportJson, EqualReportsGiveIdenticalBytes) {
   EXPECT_EQ(a, b);
   EXPECT_EQ(a.substr(0, 2), "{\n");
   EXPECT_EQ(a.substr(a.size() - 2), "}\n");
-  EXPECT_NE(a.find("\n  \"schema_version\": \"1.1\",\n"), std::string::npos);
+  EXPECT_NE(a.find("\n  \"schema_version\": \"1.2\",\n"), std::string::npos);
+}
+
+// 1.2: the spread of `run --seeds N` goes out and comes back whole; a report of 1.1 that
+// names its CPU conversion path reads as it was written.
+TEST(ReportJson, SpreadRoundTripsAndAnOldVersionsKeyIsIgnored) {
+  Report original = testing::sample_report();
+  Spread& sp = original.spread.emplace();
+  sp.seeds = {{7, 0.8125, 0.75, 1, "healthy"}, {8, 0.5, 1.0 / 3.0, 0, "failed"}};
+  LowPrecisionSeen seen;
+  seen.key = "fc1/linear#0 out";
+  seen.f16.overflow = 2;
+  seen.bf16.underflow = 9;
+  sp.low_precision = {seen};
+  sp.local_error = {{"fc1/linear#0", 1.5e-4}};
+  const std::string text = to_json(original);
+  const Report back = from_json(text, "run.json");
+  ASSERT_TRUE(back.spread.has_value());
+  ASSERT_EQ(back.spread->seeds.size(), 2u);
+  EXPECT_EQ(back.spread->seeds[1].seed, 8u);
+  EXPECT_EQ(back.spread->seeds[1].accuracy, 1.0 / 3.0);
+  EXPECT_EQ(back.spread->seeds[1].verdict, "failed");
+  ASSERT_EQ(back.spread->low_precision.size(), 1u);
+  EXPECT_EQ(back.spread->low_precision[0].f16, seen.f16);
+  EXPECT_EQ(back.spread->low_precision[0].bf16, seen.bf16);
+  ASSERT_EQ(back.spread->local_error.size(), 1u);
+  EXPECT_EQ(back.spread->local_error[0].mean, 1.5e-4);
+  EXPECT_EQ(to_json(back), text);
+
+  nlohmann::json old = nlohmann::json::parse(to_json(testing::sample_report()));
+  old["schema_version"] = "1.1";
+  old["run"]["versions"]["cpu_conversions"] = "avx512_bf16";
+  EXPECT_EQ(from_json(old.dump(), "old.json").run.versions.cpu_conversions, "avx512_bf16");
+  EXPECT_EQ(back.run.versions.cpu_conversions, kCpuPathsAlike);
 }
 
 TEST(ReportJson, TopLevelKeysInOrder) {
