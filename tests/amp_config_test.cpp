@@ -53,6 +53,7 @@ void expect_same(const Config& a, const Config& b) {
   ASSERT_EQ(a.scaling.index(), b.scaling.index());
   if (const auto* x = std::get_if<StaticScaling>(&a.scaling)) {
     EXPECT_EQ(x->scale, std::get<StaticScaling>(b.scaling).scale);
+    EXPECT_EQ(x->skip_nonfinite, std::get<StaticScaling>(b.scaling).skip_nonfinite);
   } else if (const auto* t = std::get_if<TorchScaling>(&a.scaling)) {
     const auto& u = std::get<TorchScaling>(b.scaling);
     EXPECT_EQ(t->init_scale, u.init_scale);

@@ -792,6 +792,20 @@ TEST(ScalerTensorPath, StaticScalingStillSkipsNonFiniteSteps) {
   EXPECT_EQ(scaler.update().scale_after, 8);
 }
 
+// PyTorch's GradScaler(enabled=False) and Paddle's enable=False: step(opt) is opt.step(),
+// so the Inf goes into the weights and no step is skipped.
+TEST(ScalerTensorPath, ADisabledScalerStepsOnInf) {
+  TinyModel m;
+  GradScaler scaler(StaticScaling{1, false});
+  m.set_scaled_grads(1, {1.0, kInf, 1.0}, {1.0, 1.0}, {1.0});
+  EXPECT_TRUE(scaler.step(m.opt));
+  EXPECT_TRUE(std::isinf(m.w16.to_f64()[1]));
+  const ScalerEvent e = scaler.update();
+  EXPECT_TRUE(e.found_inf);
+  EXPECT_FALSE(e.skipped);
+  EXPECT_EQ(e.scale_after, 1);
+}
+
 TEST(ScalerTensorPath, ApexFixedLossScaleStepsEvenOnOverflow) {
   // As Apex with a numeric loss_scale: no overflow check, so the update goes through.
   TinyModel m;

@@ -101,9 +101,13 @@ TEST(CliConfigSimulate, FlatGradScalerArgumentsGiveTorchsHistory) {
     EXPECT_EQ(steps[i].scale_after, static_cast<double>(rule[i])) << "step " << i + 1;
     EXPECT_EQ(steps[i].skipped, found_inf[i] == '1') << "step " << i + 1;
   }
-  // enabled=False: GradScaler scales nothing; its get_scale() is 1.0 throughout.
+  // enabled=False: GradScaler scales nothing (get_scale() is 1.0 throughout) and its
+  // step(optimizer) is a plain optimizer.step(): no step is skipped, Inf or not.
   const std::string off = write_config("torch_flat_off.json", R"({"init_scale": 1024, "enabled": false})");
-  for (const Step& s : simulate(off, "0101")) EXPECT_EQ(s.scale_after, 1.0);
+  for (const Step& s : simulate(off, "0101")) {
+    EXPECT_EQ(s.scale_after, 1.0);
+    EXPECT_FALSE(s.skipped);
+  }
 }
 
 TEST(CliConfigSimulate, PaddleLowersOnlyAfterDecrEveryNInfSteps) {

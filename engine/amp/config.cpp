@@ -353,6 +353,8 @@ DeepSpeedScaling read_deepspeed_scaling(const Obj& o, DeepSpeedScaling s) {
 }
 
 ScalingOptions no_scaling() { return StaticScaling{1.0}; }
+// A scaler switched off: scaler.step(opt) is opt.step(), Inf/NaN or not.
+ScalingOptions disabled_scaler() { return StaticScaling{1.0, false}; }
 
 // ---- PaddlePaddle ----------------------------------------------------------------------
 
@@ -513,8 +515,9 @@ void read_paddle_dygraph(const Obj& top, Config& c) {
     s = read_paddle_scaling(*gs, kPaddleGradScalerDefaults);
   }
   if (!scaler_enabled) {
-    c.scaling = no_scaling();
-    c.notes.push_back(gs->at("enable") + " is false: no loss scaling");
+    c.scaling = disabled_scaler();
+    c.notes.push_back(gs->at("enable") + " is false: no loss scaling, and no step is skipped (minimize is a plain "
+                      "optimizer step)");
   } else if (dtype == DType::bf16) {
     c.scaling = no_scaling();
     c.notes.push_back(
@@ -647,8 +650,9 @@ void read_pytorch(const json& j, Config& c) {
     }
     const TorchScaling s = read_torch_scaling(*gs, TorchScaling{});
     if (!gs->boolean("enabled", true)) {
-      c.scaling = no_scaling();
-      c.notes.push_back(gs->at("enabled") + " is false: no loss scaling (GradScaler's methods become no-ops)");
+      c.scaling = disabled_scaler();
+      c.notes.push_back(gs->at("enabled") + " is false: no loss scaling and no step skipped (GradScaler's methods "
+                        "become no-ops; step(optimizer) is optimizer.step())");
     } else {
       c.scaling = s;
       c.notes.push_back(
@@ -1052,8 +1056,9 @@ void read_ampcheck(const json& j, Config& c) {
       return k;
     };
     if (name == "static") {
-      const Obj o(*ls, "loss_scaling", keys({"scale"}));
-      c.scaling = StaticScaling{o.number("scale", {0, false}, {kInf, false}).value_or(1.0)};
+      const Obj o(*ls, "loss_scaling", keys({"scale", "skip_nonfinite"}));
+      c.scaling = StaticScaling{o.number("scale", {0, false}, {kInf, false}).value_or(1.0),
+                                o.boolean("skip_nonfinite", true)};
     } else if (name == "pytorch") {
       c.scaling =
           read_torch_scaling(Obj(*ls, "loss_scaling",
@@ -1269,7 +1274,8 @@ std::string_view level_description(Level l) {
 ordered_json scaling_json(const ScalingOptions& s) {
   return std::visit(Overloaded{
                         [](const StaticScaling& o) {
-                          return ordered_json{{"behaviour", "static"}, {"scale", o.scale}};
+                          return ordered_json{
+                              {"behaviour", "static"}, {"scale", o.scale}, {"skip_nonfinite", o.skip_nonfinite}};
                         },
                         [](const TorchScaling& o) {
                           return ordered_json{{"behaviour", "pytorch"},

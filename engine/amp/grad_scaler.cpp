@@ -140,8 +140,10 @@ std::map<std::string, std::int64_t> initial_counters(const ScalingOptions& optio
 // Whether a step with a non-finite gradient is skipped. Apex with a fixed loss_scale does
 // not even look: LossScaler.unscale_python passes check_overflow=self.dynamic and
 // update_scale only reports should_skip when self.dynamic (NVIDIA/apex apex/amp/scaler.py).
+// A disabled scaler (StaticScaling::skip_nonfinite false) steps on anything.
 bool skips_on_inf(const ScalingOptions& options) {
   if (const auto* apex = std::get_if<ApexScaling>(&options)) return apex->dynamic;
+  if (const auto* fixed = std::get_if<StaticScaling>(&options)) return fixed->skip_nonfinite;
   return true;
 }
 

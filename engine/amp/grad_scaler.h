@@ -21,9 +21,14 @@ class Optimizer;
 
 namespace ampcheck::amp {
 
-// A fixed scale (PyTorch's enabled=False is StaticScaling{1}).
+// A fixed scale. skip_nonfinite: a step whose gradients hold Inf/NaN is skipped, as a
+// scaler that checks does (Paddle's GradScaler with a static scale, DeepSpeed's fixed
+// loss_scale); false for no scaler at all: PyTorch's GradScaler(enabled=False) and
+// Paddle's enable=False make scaler.step(opt) a plain opt.step(), which steps on
+// whatever the gradients hold.
 struct StaticScaling {
   double scale = 1.0;
+  bool skip_nonfinite = true;
 };
 // torch.cuda.amp.GradScaler
 struct TorchScaling {
