@@ -17,6 +17,7 @@
 #include "cli/run_command.h"
 #include "cli/usage_error.h"
 #include "engine/amp/config.h"
+#include "engine/ops/registry.h"  // op_info: the AMP category of a candidate
 #include "reports/html.h"
 #include "reports/json.h"
 #include "reports/text.h"
@@ -61,6 +62,26 @@ struct SearchInterrupted {
   std::int64_t steps_run = 0, steps_requested = 0;
 };
 
+// What a trial's run showed, beyond healthy or not: the ops that made Inf/NaN from
+// finite inputs (first occurrence of each, in order), to steer the search, and how much
+// still ran in low precision.
+struct Outcome {
+  bool healthy = false;
+  std::vector<std::string> producers;  // op types, or module paths at instance granularity
+  std::int64_t low_precision_calls = 0, total_calls = 0;
+};
+
+// The keys (op type or module) of the producers a report names, first occurrence each.
+std::vector<std::string> producer_keys(const reports::Report& r, const std::string& granularity) {
+  std::vector<std::string> keys;
+  auto add = [&](const reports::NanEvent& e) {
+    const std::string key = granularity == "type" ? e.op : e.module;
+    if (!key.empty() && std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
+  };
+  if (r.nonfinite.producer) add(*r.nonfinite.producer);
+  return keys;
+}
+
 // One trial: the run with `set` in fp32 on top of the user's lists.
 struct Trials {
   const BisectOptions& o;
@@ -68,9 +89,12 @@ struct Trials {
   std::ostream& err;
   double reference_loss = 0;
   reports::Bisect& bisect;
-  std::map<Set, bool> cache;
+  std::map<Set, Outcome> cache;
+  // A fix must leave at least this many low-precision op calls: fewer, and "fixed" means
+  // "AMP turned off", which a user can do without ampcheck.
+  std::int64_t min_low_precision_calls = 1;
 
-  bool healthy(const Set& set) {
+  const Outcome& run(const Set& set) {
     if (auto it = cache.find(set); it != cache.end()) return it->second;
     if (bisect.runs >= o.max_runs)
       throw std::length_error(fmt::format("--max-runs {} reached before the search ended", o.max_runs));
@@ -98,7 +122,18 @@ struct Trials {
       err << fmt::format("bisect trial {}: fp32 [{}] -> {}\n", t.index, fmt::join(set, ", "),
                          t.healthy ? "healthy" : "failed");
     bisect.trials.push_back(t);
-    return cache[set] = t.healthy;
+    Outcome out;
+    out.healthy = t.healthy;
+    out.producers = producer_keys(run.report, bisect.granularity);
+    out.low_precision_calls = run.report.summary.low_precision_calls;
+    out.total_calls = run.report.summary.total_calls;
+    return cache[set] = out;
+  }
+  bool healthy(const Set& set) { return run(set).healthy; }
+  // Healthy with enough left in low precision to be a fix rather than AMP off.
+  bool acceptable(const Set& set) {
+    const Outcome& out = run(set);
+    return out.healthy && out.low_precision_calls >= min_low_precision_calls;
   }
   // With --loss-tolerance, a trial that is otherwise healthy also needs a final loss
   // near the fp32 run's.
@@ -113,49 +148,76 @@ struct Trials {
   static bool isatty_stderr();
 };
 
-// Zeller's ddmin, for the property "black-listing this set makes the run healthy":
-// returns a subset that is healthy and from which no single part of the final split can
-// be removed (1-minimal once the split reaches single elements).
-Set ddmin(Set c, Trials& trials) {
-  std::size_t n = 2;
-  while (c.size() >= 2) {
-    const std::size_t parts = std::min(n, c.size());
-    std::vector<Set> split(parts);
-    for (std::size_t i = 0; i < c.size(); ++i) split[i * parts / c.size()].push_back(c[i]);
-    bool reduced = false;
-    for (const Set& part : split)
-      if (trials.healthy(part)) {
-        c = part;
-        n = 2;
-        reduced = true;
-        break;
-      }
-    if (!reduced && parts > 2)
-      for (std::size_t i = 0; i < parts && !reduced; ++i) {
-        Set complement;
-        for (std::size_t j = 0; j < parts; ++j)
-          if (j != i) complement.insert(complement.end(), split[j].begin(), split[j].end());
-        if (trials.healthy(complement)) {
-          c = complement;
-          n = std::max<std::size_t>(parts - 1, 2);
-          reduced = true;
-        }
-      }
-    if (reduced) continue;
-    if (parts >= c.size()) break;
-    n = std::min(c.size(), 2 * parts);
+// The search for a small set of candidates whose fp32 makes the run healthy, steered by
+// what the trials report. Known culprits S start empty; the candidates R are ordered with
+// the first run's producers first. While the run with S in fp32 fails:
+//   steer:  the first producer of that failing run that is still in R joins S (the op
+//           that made the first Inf/NaN is the likeliest cause, and a trial that fixed
+//           one site names the next: two independent overflow sites cost two runs);
+//   search: otherwise, S + all of R must be healthy (one run), and a binary search over
+//           the prefixes of R finds the first element c with S + R[0..c] healthy: c is
+//           needed (without it the prefix fails), it joins S, and the rest of the search
+//           stays within R[0..c) (a healthy superset is known there).
+// The order of R matters only to the binary search: it finds the first prefix that fixes
+// the run. Then every element of S is tried out once (1-minimality: a steered producer
+// may have become unnecessary). For k culprits among n candidates that is at most
+// 1 + k (log2 n + 2) + k runs, within 2k log2(n) + 3 for n >= 4: the bound the tests hold.
+// `gemm_like`: the candidates AMP is there for (the lower-precision list: matmul, linear,
+// conv, bmm), searched last, so that a prefix that fixes the run without them is found
+// first and the fix keeps them in low precision.
+Set search(const Set& candidates, const Set& first_producers, const std::set<std::string>& gemm_like,
+           Trials& trials, std::string& why_not) {
+  Set r;  // producers first, then the other ops, then the GEMM-like ones, each in the order first seen
+  for (const std::string& p : first_producers)
+    if (std::find(candidates.begin(), candidates.end(), p) != candidates.end()) r.push_back(p);
+  for (const bool gemm : {false, true})
+    for (const std::string& c : candidates)
+      if (gemm_like.count(c) == static_cast<std::size_t>(gemm) && std::find(r.begin(), r.end(), c) == r.end())
+        r.push_back(c);
+  Set s;
+  bool superset_known = false;  // S + R is known healthy
+  auto with = [](Set a, const Set& b, std::size_t n) {
+    a.insert(a.end(), b.begin(), b.begin() + static_cast<std::ptrdiff_t>(n));
+    return a;
+  };
+  while (!trials.healthy(s)) {
+    const Outcome& failing = trials.run(s);
+    const auto steer = std::find_if(failing.producers.begin(), failing.producers.end(), [&](const std::string& p) {
+      return std::find(r.begin(), r.end(), p) != r.end();
+    });
+    if (steer != failing.producers.end()) {
+      r.erase(std::find(r.begin(), r.end(), *steer));
+      s.push_back(*steer);
+      superset_known = false;
+      continue;
+    }
+    if (r.empty()) {
+      why_not = "every candidate is in fp32 and the run still fails: the cause is not the low precision of these "
+                "ops (check the data, the learning rate, the loss scaling)";
+      return {};
+    }
+    if (!superset_known && !trials.healthy(with(s, r, r.size()))) {
+      why_not = "even with every candidate in fp32 the run is not healthy: the cause is not the low precision of "
+                "these ops (check the data, the learning rate, the loss scaling)";
+      return {};
+    }
+    std::size_t lo = 0, hi = r.size() - 1;  // S + R[0..hi] is healthy
+    while (lo < hi) {
+      const std::size_t mid = (lo + hi) / 2;
+      if (trials.healthy(with(s, r, mid + 1))) hi = mid;
+      else lo = mid + 1;
+    }
+    s.push_back(r[lo]);
+    r.resize(lo);  // S + R[0..lo) is healthy now: the rest is within it
+    superset_known = true;
   }
-  return c;
-}
-
-// The first non-finite value's producer (its op type or module), when it is a
-// candidate: tried alone before the search, since several single ops can each be a fix
-// (black-listing what feeds an overflowing op can keep it in fp32 too) and the producer
-// is the one a user expects to hear about.
-std::string prime_suspect(const reports::Bisect& b) {
-  if (!b.producer) return {};
-  const std::string key = b.granularity == "type" ? b.producer->op : b.producer->module;
-  return std::find(b.candidates.begin(), b.candidates.end(), key) != b.candidates.end() ? key : std::string();
+  for (std::size_t i = 0; s.size() > 1 && i < s.size();) {
+    Set without = s;
+    without.erase(without.begin() + static_cast<std::ptrdiff_t>(i));
+    if (trials.healthy(without)) s = without;
+    else ++i;
+  }
+  return s;
 }
 
 std::string quoted(const Set& s, const char* quote) {
@@ -288,18 +350,30 @@ int run_bisect(const BisectOptions& o, std::ostream& out, std::ostream& err) {
   }
   b.trials.push_back({1, {}, !first.failed, first.failure, report.summary.skipped_steps, report.summary.final_loss});
 
-  // Candidates: what ran in low precision, in the order first seen.
+  // Candidates: what ran in low precision, in the order first seen. GEMM-like: an op type
+  // of the lower-precision list, or a module running one.
   std::map<std::string, std::set<std::string>> modules_of_type;
+  std::set<std::string> gemm_like;
   for (const reports::OpInstance& op : report.ops) {
     if (op.phase != "forward" || op.type == "cast" || op.kernel_dtypes.fp16 + op.kernel_dtypes.bf16 == 0) continue;
     const std::string key = o.granularity == "type" ? op.type : op.module;
     if (key.empty()) continue;  // an op outside every module has no module to run in fp32
     if (std::find(b.candidates.begin(), b.candidates.end(), key) == b.candidates.end()) b.candidates.push_back(key);
     modules_of_type[op.type].insert(op.module);
+    if (const auto id = op_from_name(op.type); id && op_info(*id).amp == AmpCategory::lower) gemm_like.insert(key);
   }
 
   Trials trials{o, base, err, 0, b, {}};
-  trials.cache[{}] = !first.failed;
+  {
+    Outcome as_configured;
+    as_configured.healthy = !first.failed;
+    as_configured.producers = producer_keys(report, o.granularity);
+    as_configured.low_precision_calls = report.summary.low_precision_calls;
+    as_configured.total_calls = report.summary.total_calls;
+    trials.cache[{}] = as_configured;
+    // "Almost none": fewer than a tenth of the low-precision calls the run as configured made.
+    trials.min_low_precision_calls = std::max<std::int64_t>(1, report.summary.low_precision_calls / 10);
+  }
   std::string why_not;
   if (!first.failed && o.loss_tolerance == 0) {
     b.found = true;  // healthy as configured: nothing to black-list
@@ -319,21 +393,26 @@ int run_bisect(const BisectOptions& o, std::ostream& out, std::ostream& err) {
         b.reference_loss = trials.reference_loss;
         ++b.runs;
         trials.judge_loss(b.trials.front());  // the run as configured, now held to the reference too
-        trials.cache[{}] = b.trials.front().healthy;
+        trials.cache[{}].healthy = b.trials.front().healthy;
       }
       if (trials.healthy({})) {
         b.found = true;
-      } else if (b.candidates.empty() || !trials.healthy(b.candidates)) {
-        why_not = b.candidates.empty() ? "no op ran in low precision to black-list"
-                                       : "even with every candidate in fp32 the run is not healthy: the cause is "
-                                         "not the low precision of these ops (check the data, the learning rate, the "
-                                         "loss scaling)";
-      } else if (const std::string suspect = prime_suspect(b); !suspect.empty() && trials.healthy({suspect})) {
-        b.culprits = {suspect};  // the op that made the first non-finite value, alone, is a fix
-        b.found = true;
+      } else if (b.candidates.empty()) {
+        why_not = "no op ran in low precision to black-list";
       } else {
-        b.culprits = ddmin(b.candidates, trials);
-        b.found = true;
+        Set found = search(b.candidates, producer_keys(report, o.granularity), gemm_like, trials, why_not);
+        if (!found.empty() && !trials.acceptable(found)) {
+          const Outcome& off = trials.run(found);
+          why_not = fmt::format(
+              "the only fix found, {} in fp32, leaves {} of {} op calls in low precision: AMP would be off, which "
+              "is no fix (the cause is not a few ops' precision; check the loss scaling and the data)",
+              fmt::join(found, ", "), off.low_precision_calls, off.total_calls);
+          found.clear();
+        }
+        if (!found.empty()) {
+          b.culprits = found;
+          b.found = true;
+        }
       }
     } catch (const std::length_error& e) {
       why_not = e.what();

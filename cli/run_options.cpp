@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <unistd.h>  // isatty
 
+#include <algorithm>
 #include <iostream>
 
 #include "ampcheck_build_info.h"  // AMPCHECK_VERSION
@@ -12,6 +13,8 @@
 #include "engine/amp/config.h"
 #include "engine/device.h"
 #include "engine/dtype/convert.h"
+#include "engine/ops/registry.h"  // op_from_name: allow-list names
+#include "engine/util/strings.h"  // closest
 #include "inspector/to_report.h"
 #include "reports/atomic_file.h"
 
@@ -22,6 +25,38 @@ namespace {
 template <typename T>
 void add_optional(CLI::App* cmd, const std::string& name, std::optional<T>& slot, const std::string& help) {
   cmd->add_option_function<T>(name, [&slot](const T& v) { slot = v; }, help);
+}
+
+// Sorts allow-list names into op names and module paths: a registry op's name is an op;
+// anything else must be a module of the model (a node's path, or a path below or above
+// one). An unknown name is the user's to fix, with the closest op or module.
+void sort_allowed(const std::vector<std::string>& names, const samples::ModelFile& file, const std::string& source,
+                  Resolved& r) {
+  std::vector<std::string> modules;
+  for (const samples::NodeSpec& n : file.nodes) modules.push_back(n.name);
+  auto related = [](const std::string& path, const std::string& node) {
+    auto under = [](const std::string& a, const std::string& b) {  // a is b or inside b
+      return a == b || (a.size() > b.size() && a.compare(0, b.size(), b) == 0 && a[b.size()] == '.');
+    };
+    return under(path, node) || under(node, path);
+  };
+  for (const std::string& name : names) {
+    if (op_from_name(name)) {
+      r.allowed_ops.push_back(name);
+      continue;
+    }
+    if (std::any_of(modules.begin(), modules.end(), [&](const std::string& m) { return related(name, m); })) {
+      r.allowed_modules.push_back(name);
+      continue;
+    }
+    std::vector<std::string_view> known;
+    for (int i = 0; i < kOpCount; ++i) known.push_back(op_name(static_cast<Op>(i)));
+    for (const std::string& m : modules) known.emplace_back(m);
+    const std::string_view best = closest(name, known);
+    throw UsageError(fmt::format("{}: \"{}\" is neither an op nor a module of the model{}; give an op name "
+                                 "(`ampcheck ops` lists them) or a node's name",
+                                 source, name, best.empty() ? "" : fmt::format(" (did you mean \"{}\"?)", best)));
+  }
 }
 
 std::string sample_list() {
@@ -44,6 +79,10 @@ void add_run_args(CLI::App* cmd, RunArgs& a, bool level) {
   cmd->add_option("--config", a.config, "AMP config (PaddlePaddle, PyTorch, DeepSpeed, Apex or ampcheck JSON)");
   cmd->add_option("--white", a.white, "custom_white_list, comma separated")->delimiter(',');
   cmd->add_option("--black", a.black, "custom_black_list, comma separated")->delimiter(',');
+  cmd->add_option("--allow-inf", a.allow_inf,
+                  "op names or module paths whose Inf/-Inf is intended (an attention mask's -inf), comma "
+                  "separated: not counted as a failure")
+      ->delimiter(',');
   cmd->add_option("--device", a.device, "where to train: auto, cpu, cuda")->capture_default_str();
   cmd->add_flag("--quiet,-q", a.quiet, "no progress line");
 }
@@ -69,13 +108,17 @@ Resolved resolve(const RunArgs& a) {
   o.amp.level = *amp::parse_level(RunArgs::kLevel);
   o.amp.dtype = *try_parse_dtype(RunArgs::kDtype);
   if (file.amp) {
+    if (!file.amp->allow_inf.empty())
+      throw UsageError("--model: \"amp\": \"allow_inf\" belongs at the top of the model file, beside \"amp\"");
     o.amp = file.amp->amp;
     o.scaling = file.amp->scaling;
     r.semantics = std::string(amp::style_name(file.amp->style));
   }
+  std::vector<std::string> config_allow_inf;
   if (!a.config.empty()) {
     try {
       const amp::Config c = amp::load_config(a.config);
+      config_allow_inf = c.allow_inf;
       o.amp = c.amp;
       o.scaling = c.scaling;
       r.semantics = std::string(amp::style_name(c.style));
@@ -94,6 +137,9 @@ Resolved resolve(const RunArgs& a) {
       throw UsageError("--dtype \"" + *a.dtype + "\": AMP runs in float16 or bfloat16");
     o.amp.dtype = *dtype;
   }
+  sort_allowed(file.allow_inf, file, "--model: \"allow_inf\"", r);
+  if (!a.config.empty()) sort_allowed(config_allow_inf, file, a.config + ": \"allow_inf\"", r);
+  sort_allowed(a.allow_inf, file, "--allow-inf", r);
   o.amp.custom_white_list.insert(o.amp.custom_white_list.end(), a.white.begin(), a.white.end());
   o.amp.custom_black_list.insert(o.amp.custom_black_list.end(), a.black.begin(), a.black.end());
   try {

@@ -30,6 +30,7 @@ struct RunArgs {
   std::uint64_t seed = 0;
   std::string config;  // an AMP config file in any framework's key names
   std::vector<std::string> white, black;
+  std::vector<std::string> allow_inf;  // op names or module paths whose Inf/-Inf is intended
   std::string device = "auto";
   bool quiet = false;
 };
@@ -43,6 +44,9 @@ void add_run_args(CLI::App* cmd, RunArgs& args, bool with_level = true);
 struct Resolved {
   samples::RunOptions options;
   std::string semantics = "ampcheck";
+  // Whose Inf/-Inf is intended (the model file's, the config's and --allow-inf): op names
+  // and module paths, for the inspector's NaN watch.
+  std::vector<std::string> allowed_ops, allowed_modules;
 };
 Resolved resolve(const RunArgs& args);
 // The same with another level (compare, and bisect's fp32 reference).

@@ -45,6 +45,7 @@ enum class Type {
   count,     // an integer >= 1
   integer,   // any integer
   number,    // any finite number
+  extended,  // a finite number, or "inf" / "-inf" (JSON has no infinity)
   positive,  // a number > 0
   fraction,  // a number in [0, 1)
   unit,      // a number in [0, 1]
@@ -70,6 +71,7 @@ std::string type_text(Type t) {
     case Type::count: return "a positive integer";
     case Type::integer: return "an integer";
     case Type::number: return "a finite number";
+    case Type::extended: return "a finite number, \"inf\" or \"-inf\"";
     case Type::positive: return "a number > 0";
     case Type::fraction: return "a number in [0, 1)";
     case Type::unit: return "a number in [0, 1]";
@@ -93,6 +95,9 @@ bool valid(const json& v, Type t) {
     case Type::count: return is_int(v) && v.get<std::int64_t>() >= 1;
     case Type::integer: return is_int(v);
     case Type::number: return v.is_number() && std::isfinite(v.get<double>());
+    case Type::extended:
+      return (v.is_number() && std::isfinite(v.get<double>())) ||
+             (v.is_string() && (v == "inf" || v == "+inf" || v == "-inf"));
     case Type::positive: return v.is_number() && v.get<double>() > 0 && std::isfinite(v.get<double>());
     case Type::fraction: return v.is_number() && v.get<double>() >= 0 && v.get<double>() < 1;
     case Type::unit: return v.is_number() && v.get<double>() >= 0 && v.get<double>() <= 1;
@@ -167,6 +172,14 @@ struct NodeContext {
   Generator& gen;
   std::string where;
   double number(std::string_view k, double fallback) const { return get<double>(spec.fields, k, fallback); }
+  // A Type::extended field: its number, or +-infinity for "inf"/"+inf"/"-inf".
+  double extended(std::string_view k, double fallback) const {
+    const auto it = spec.fields.find(k);
+    if (it == spec.fields.end()) return fallback;
+    if (it->is_string()) return *it == "-inf" ? -std::numeric_limits<double>::infinity()
+                                              : std::numeric_limits<double>::infinity();
+    return it->get<double>();
+  }
   std::int64_t integer(std::string_view k, std::int64_t fallback) const {
     return get<std::int64_t>(spec.fields, k, fallback);
   }
@@ -436,10 +449,10 @@ const std::vector<Kind>& kinds() {
          return {nullptr, [](const std::vector<Tensor>& in) { return where(in[0], in[1], in[2]); }};
        }},
       {"masked_fill", "x with \"value\" where the \"mask\" constant is nonzero", 1, 1,
-       {{"mask", T::constant, true}, {"value", T::number, true}},
+       {{"mask", T::constant, true}, {"value", T::extended, true}},
        [](const NodeContext& c) -> Built {
          const Tensor mask = c.constant("mask");
-         const double v = c.number("value", 0);
+         const double v = c.extended("value", 0);
          return {nullptr, [mask, v](const std::vector<Tensor>& in) { return masked_fill(in[0], mask, v); }};
        }},
   };
@@ -758,6 +771,7 @@ ModelFile parse_model(const std::string& text, const std::string& source, const 
                                   {"loss", Type::text},
                                   {"train", Type::text},
                                   {"amp", Type::text},
+                                  {"allow_inf", Type::texts},
                                   {"expect", Type::text}};
   std::vector<std::string_view> top_names;
   for (const Field& f : top) top_names.push_back(f.name);
@@ -835,18 +849,29 @@ ModelFile parse_model(const std::string& text, const std::string& source, const 
       throw ModelFileError(e.what());
     }
   }
+  if (doc.contains("allow_inf")) {
+    const json& a = doc["allow_inf"];
+    if (!valid(a, Type::texts) || a.empty())
+      fail(source, "field \"allow_inf\" must be a non-empty array of op names or module paths whose Inf/-Inf "
+                   "is intended (e.g. [\"masked_fill\"] or [\"attn.mask\"]), got " + a.dump());
+    for (const json& name : a) m.allow_inf.push_back(name.get<std::string>());
+  }
   if (doc.contains("expect")) {
     const json& e = doc["expect"];
     const std::string where = source + ": \"expect\"";
     if (!e.is_object()) fail(where, "must be an object");
     check_fields(e, {{"accuracy", Type::unit}, {"tolerance", Type::unit}, {"failure", Type::text},
-                     {"culprit", Type::texts}, {"bisect_args", Type::texts}},
+                     {"culprit", Type::texts}, {"cure", Type::text}, {"bisect_args", Type::texts}},
                  where);
+    if (e.contains("cure") && e["cure"] != "scaler" && e["cure"] != "black_list")
+      fail(where, "field \"cure\" is \"black_list\" (the culprits in fp32) or \"scaler\" (a loss scaler "
+                  "setting, no black list), got " + e["cure"].dump());
     if (e.contains("accuracy")) m.expect.accuracy = e["accuracy"].get<double>();
     if (e.contains("tolerance")) m.expect.tolerance = e["tolerance"].get<double>();
     m.expect.failure = get<std::string>(e, "failure", "");
     if (e.contains("culprit")) m.expect.culprit = e["culprit"].get<std::vector<std::string>>();
     if (e.contains("bisect_args")) m.expect.bisect_args = e["bisect_args"].get<std::vector<std::string>>();
+    m.expect.cure = get<std::string>(e, "cure", m.expect.culprit.empty() ? "" : "black_list");
   }
   return m;
 }

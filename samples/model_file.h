@@ -62,6 +62,7 @@ struct Expectation {
   // An unstable sample: its documented fp16 failure and the cure bisect-nan should find.
   std::string failure;                  // what goes wrong, in words
   std::vector<std::string> culprit;     // the op types bisect-nan names (its black list)
+  std::string cure;                     // "black_list" (the culprits), "scaler" (a loss scaler setting), ""
   std::vector<std::string> bisect_args; // extra bisect-nan options the failure needs
 };
 
@@ -87,6 +88,9 @@ struct ModelFile {
   LossSpec loss;
   TrainSpec train;
   std::optional<amp::Config> amp;  // the file's "amp" block, in any framework's key names
+  // Op names or module paths whose Inf/-Inf is intended (an attention mask's -inf): the
+  // inspector does not count them as a failure (inspector/nan_source.h, allow lists).
+  std::vector<std::string> allow_inf;
   Expectation expect;
 };
 

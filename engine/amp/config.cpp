@@ -1014,7 +1014,7 @@ void read_deepspeed(const json& j, Config& c) {
 
 const Keys kAmpcheckKeys = {
     "framework", "level", "dtype", "custom_white_list", "custom_black_list", "fp32_modules",
-    "keep_norm_fp32", "master_weight", "loss_scaling", "converted_from", "notes"};
+    "keep_norm_fp32", "master_weight", "loss_scaling", "allow_inf", "converted_from", "notes"};
 
 std::optional<ConfigStyle> style_from_name(std::string_view s) {
   for (ConfigStyle st : {ConfigStyle::ampcheck, ConfigStyle::paddle, ConfigStyle::pytorch,
@@ -1043,6 +1043,16 @@ void read_ampcheck(const json& j, Config& c) {
   }
   c.amp.keep_norm_fp32 = top.boolean("keep_norm_fp32", true);
   c.amp.master_weight = top.boolean("master_weight", true);
+  if (const json* a = top.raw("allow_inf")) {
+    if (!a->is_array())
+      top.fail("allow_inf", *a, "a list of op names or module paths whose Inf/-Inf is intended, e.g. [\"masked_fill\"]");
+    for (std::size_t i = 0; i < a->size(); ++i) {
+      const json& item = (*a)[i];
+      if (!item.is_string() || item.get<std::string>().empty())
+        Obj::fail_path("allow_inf[" + std::to_string(i) + "]", item, "an op name or a module path (a non-empty string)");
+      c.allow_inf.push_back(item.get<std::string>());
+    }
+  }
 
   constexpr std::string_view behaviours = "\"static\", \"pytorch\", \"paddle\", \"deepspeed\" or \"apex\"";
   if (const json* ls = top.raw("loss_scaling")) {
@@ -1434,6 +1444,7 @@ std::string to_json(const Config& c) {
   j["custom_white_list"] = c.amp.custom_white_list;
   j["custom_black_list"] = c.amp.custom_black_list;
   if (!c.amp.fp32_modules.empty()) j["fp32_modules"] = c.amp.fp32_modules;
+  if (!c.allow_inf.empty()) j["allow_inf"] = c.allow_inf;
   j["keep_norm_fp32"] = c.amp.keep_norm_fp32;
   j["master_weight"] = c.amp.master_weight;
   j["loss_scaling"] = scaling_json(c.scaling);
@@ -1451,6 +1462,7 @@ std::string explain(const Config& c) {
       << "custom white:  " << list_text(c.amp.custom_white_list) << "\n"
       << "custom black:  " << list_text(c.amp.custom_black_list) << "\n"
       << (c.amp.fp32_modules.empty() ? "" : "fp32 modules:  " + list_text(c.amp.fp32_modules) + "\n")
+      << (c.allow_inf.empty() ? "" : "allow inf:     " + list_text(c.allow_inf) + "\n")
       << "O2 flags:      keep_norm_fp32 = " << (c.amp.keep_norm_fp32 ? "true" : "false")
       << ", master_weight = " << (c.amp.master_weight ? "true" : "false")
       << (o2_flags_used ? "" : " (used at O2 only)") << "\n"

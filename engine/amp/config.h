@@ -20,6 +20,9 @@ struct Config {
   ConfigStyle style = ConfigStyle::ampcheck;
   AmpOptions amp;
   ScalingOptions scaling = TorchScaling{};
+  // ampcheck's form only: op names or module paths whose Inf/-Inf is intended (an
+  // attention mask's -inf); the inspector does not count them as a failure.
+  std::vector<std::string> allow_inf;
   // One line per decision taken in normalising (which semantics, which defaults filled).
   std::vector<std::string> notes;
 };
