@@ -138,5 +138,57 @@ TEST(CliModel, ALayerTooBigForMemorySaysWhatItNeedsAndWhatTheMachineHas) {
   std::filesystem::remove_all(dir);
 }
 
+
+// Intended Inf (issue 15, item 4): a masked_fill of "-inf" whose result an exp turns into
+// 0 is a failure until it is allowed, by op name or module path, on the command line, in
+// the model file or in an ampcheck config; a name that is neither an op nor a module of
+// the model is refused with the closest of either.
+TEST(CliModel, AllowInfByOpByModuleInTheFileAndInAConfig) {
+  const auto dir = std::filesystem::temp_directory_path() / "ampcheck_cli_allow_inf";
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& text) {
+    const std::string path = (dir / name).string();
+    std::ofstream(path) << text;
+    return path;
+  };
+  const std::string nodes = R"("data": {"generator": "spiral"},
+  "constants": {"last_two": {"shape": [6], "values": [0, 0, 0, 0, 1, 1]}},
+  "nodes": [
+    {"name": "fc", "kind": "linear", "out": 6},
+    {"name": "mask", "kind": "masked_fill", "mask": "last_two", "value": "-inf"},
+    {"name": "gate", "kind": "exp"},
+    {"name": "head", "kind": "linear", "out": 3}
+  ],
+  "train": {"steps": 10})";
+  const std::string plain = write("masked.json", "{\"ampcheck_model\": 1, " + nodes + "}");
+  const std::string in_file = write("allowed.json", "{\"ampcheck_model\": 1, \"allow_inf\": [\"mask\"], " + nodes + "}");
+  const std::string config = write("allow.json", R"({"framework": "ampcheck", "level": "O0", "allow_inf": ["masked_fill"]})");
+  const std::vector<std::string> o0 = {"run", "--level", "O0", "--inspect", "stats", "--quiet", "--model"};
+  auto run = [&](const std::string& model, std::vector<std::string> extra) {
+    std::vector<std::string> args = o0;
+    args.push_back(model);
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_cli(args);
+  };
+  const auto failed = run(plain, {});
+  EXPECT_EQ(failed.code, 1) << failed.out;
+  EXPECT_TRUE(has(failed.out, "first produced by masked_fill in module 'mask'")) << failed.out;
+  for (const auto& r : {run(plain, {"--allow-inf", "masked_fill"}), run(plain, {"--allow-inf", "mask"}),
+                        run(in_file, {}), run(plain, {"--config", config})}) {
+    EXPECT_EQ(r.code, 0) << r.out << r.err;
+    EXPECT_TRUE(has(r.out, "verdict: healthy fp32 reference run")) << r.out;
+  }
+  const auto typo = run(plain, {"--allow-inf", "maskd_fill"});
+  EXPECT_EQ(typo.code, 2);
+  EXPECT_TRUE(has(typo.err, "--allow-inf: \"maskd_fill\" is neither an op nor a module of the model (did you mean "
+                            "\"masked_fill\"?)")) << typo.err;
+  const auto bad_value = run(write("bad_value.json", "{\"ampcheck_model\": 1, " + nodes.substr(0, nodes.find("\"-inf\"")) +
+                                                     "\"-infinity\"" + nodes.substr(nodes.find("\"-inf\"") + 6) + "}"),
+                             {});
+  EXPECT_EQ(bad_value.code, 2);
+  EXPECT_TRUE(has(bad_value.err, "a finite number, \"inf\" or \"-inf\"")) << bad_value.err;
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace ampcheck::cli
