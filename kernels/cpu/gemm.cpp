@@ -21,6 +21,7 @@
 #include <cmath>      // std::fma: the scalar path's one rounding
 #include <stdexcept>  // std::invalid_argument
 #include <string>
+#include <type_traits>  // std::conditional_t: the f32 or f64 instance of a path
 #include <utility>    // std::index_sequence: the instances by row count
 #include <vector>
 
@@ -196,25 +197,18 @@ namespace avx512_path {
 #endif  // __x86_64__
 
 // The instances are built once per path and element type.
-const Kernels<float>& kernels_for(GemmIsa isa, float) {
+template <typename T>
+const Kernels<T>& kernels_for(GemmIsa isa) {
+  constexpr bool f32 = std::is_same_v<T, float>;
 #if defined(__x86_64__)
-  static const Kernels<float> avx512 = avx512_path::kernels<Avx512F32, 12, 2>();
-  static const Kernels<float> avx2 = avx2_path::kernels<Avx2F32, 6, 2>();
+  using Avx512 = std::conditional_t<f32, Avx512F32, Avx512F64>;
+  using Avx2 = std::conditional_t<f32, Avx2F32, Avx2F64>;
+  static const Kernels<T> avx512 = avx512_path::kernels<Avx512, 12, 2>();
+  static const Kernels<T> avx2 = avx2_path::kernels<Avx2, 6, 2>();
   if (isa == GemmIsa::avx512) return avx512;
   if (isa == GemmIsa::avx2) return avx2;
 #endif
-  static const Kernels<float> scalar = scalar_path::kernels<ScalarOps<float>, 4, 4>();
-  (void)isa;
-  return scalar;
-}
-const Kernels<double>& kernels_for(GemmIsa isa, double) {
-#if defined(__x86_64__)
-  static const Kernels<double> avx512 = avx512_path::kernels<Avx512F64, 12, 2>();
-  static const Kernels<double> avx2 = avx2_path::kernels<Avx2F64, 6, 2>();
-  if (isa == GemmIsa::avx512) return avx512;
-  if (isa == GemmIsa::avx2) return avx2;
-#endif
-  static const Kernels<double> scalar = scalar_path::kernels<ScalarOps<double>, 4, 4>();
+  static const Kernels<T> scalar = scalar_path::kernels<ScalarOps<T>, 4, 4>();
   (void)isa;
   return scalar;
 }
@@ -224,7 +218,7 @@ const Kernels<double>& kernels_for(GemmIsa isa, double) {
 // the tile runs the micro-kernels along B's NR-column panels.
 template <typename T>
 void run_tile(const GemmPlan& plan, const GemmArgs<T>& g, i64 tile) {
-  const Kernels<T>& kern = kernels_for(plan.isa, T{});
+  const Kernels<T>& kern = kernels_for<T>(plan.isa);
   const i64 i0 = (tile / plan.tiles_n) * plan.tile_m, j0 = (tile % plan.tiles_n) * plan.tile_n;
   const i64 rows = std::min(plan.tile_m, g.m - i0), cols = std::min(plan.tile_n, g.n - j0);
   if (g.k == 0) {  // empty chains: C keeps its value, or is 0
@@ -307,7 +301,7 @@ GemmPlan gemm_plan(const GemmArgs<T>& g, GemmIsa isa) {
   GemmPlan plan;
   plan.isa = isa;
   if (g.m == 0 || g.n == 0) return plan;  // no tiles
-  const Kernels<T>& kern = kernels_for(isa, T{});
+  const Kernels<T>& kern = kernels_for<T>(isa);
   // Tiles of up to 32 x 8 micro-blocks (B is packed once per tile and k block, so tall
   // tiles pack it rarely); the shape decides, never the thread count. A tile is cut
   // smaller in m while the GEMM has fewer than 8 tiles of real work, so that a medium
