@@ -8,27 +8,7 @@ set -u
 source "$(dirname "${BASH_SOURCE[0]}")/lib/expect.sh"
 work=${WORK:?set WORK to a scratch directory}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-schema=$root/reports/schema/report.schema.json
 rm -rf "$work" && mkdir -p "$work"
-python=
-for py in /usr/bin/python3 python3; do
-  if command -v "$py" >/dev/null && "$py" -c 'import jsonschema' 2>/dev/null; then python=$py; break; fi
-done
-validate() {  # validate FILE: the JSON report against the schema
-  if [[ -z $python ]]; then
-    [[ -n ${CI+set} ]] && fail "python3-jsonschema missing (scripts/bootstrap.sh installs it)"
-    echo "SKIPPED: schema check of $1 (no python3 jsonschema)"; return
-  fi
-  if "$python" -c 'import json, sys, jsonschema
-jsonschema.validate(json.load(open(sys.argv[2])), json.load(open(sys.argv[1])))' "$schema" "$1"; then
-    ok "$(basename "$1") validates against the schema"
-  else
-    fail "$1 does not validate against $schema"
-  fi
-}
-json_get() {  # json_get FILE EXPR: a Python expression over the document `r`
-  "${python:-python3}" -c 'import json, sys; r = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2"
-}
 
 # Every level on the smoke model, with its report.
 for level in O0 O1 O2 O3; do

@@ -9,32 +9,11 @@ set -u
 source "$(dirname "${BASH_SOURCE[0]}")/lib/expect.sh"
 work=${WORK:?set WORK to a scratch directory}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-schema=$root/reports/schema/report.schema.json
 rm -rf "$work" && mkdir -p "$work"
 # Job control: a background job of a script without it starts with SIGINT ignored, and
 # ampcheck (rightly) keeps an ignored SIGINT ignored.
 set -m
 
-python=
-for py in /usr/bin/python3 python3; do
-  if command -v "$py" >/dev/null && "$py" -c 'import jsonschema' 2>/dev/null; then python=$py; break; fi
-done
-validate() {  # validate FILE: complete JSON, and valid against the schema
-  if ! python3 -m json.tool "$1" >/dev/null 2>&1; then fail "$1 is not complete JSON"; return; fi
-  if [[ -z $python ]]; then
-    [[ -n ${CI+set} ]] && fail "python3-jsonschema missing (scripts/bootstrap.sh installs it)"
-    echo "SKIPPED: schema check of $1 (no python3 jsonschema)"; return
-  fi
-  if "$python" -c 'import json, sys, jsonschema
-jsonschema.validate(json.load(open(sys.argv[2])), json.load(open(sys.argv[1])))' "$schema" "$1"; then
-    ok "$(basename "$1") is complete JSON and validates against the schema"
-  else
-    fail "$1 does not validate against $schema"
-  fi
-}
-json_get() {  # json_get FILE EXPR: a Python expression over the document `r`
-  python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2"
-}
 # wait_for SECONDS COMMAND...: polls COMMAND every 0.05 s until it succeeds; 1 at the deadline.
 wait_for() {
   local deadline=$((SECONDS + $1)); shift
