@@ -61,6 +61,14 @@ OpEvent backward_event(const Node& node, const Tensor& g) {
   return e;
 }
 
+// What a backward without retain_graph drops once a node has run.
+void release(Node& node) {
+  node.inputs.clear();
+  node.saved = Saved{};
+  node.output = Tensor();
+  node.released = true;
+}
+
 void accumulate_leaf(const Tensor& leaf, const Tensor& g) {
   Tensor& target = const_cast<Tensor&>(leaf);
   // A fresh copy: the optimizer and clipping update .grad in place, and g may be shared.
@@ -100,27 +108,43 @@ void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) 
     const Tensor g = std::move(it->second);
     grads.erase(it);
     const OpInfo& info = op_info(node->op);
+    // Only the inputs that require grad get one (as in PyTorch): the data batch, labels
+    // and masks do not, so their gradients are neither computed nor shown to observers.
+    std::vector<bool> needs(node->inputs.size());
+    bool any = false;
+    for (std::size_t i = 0; i < needs.size(); ++i) {
+      needs[i] = node->inputs[i].defined() && node->inputs[i].requires_grad();
+      any = any || needs[i];
+    }
+    if (!any) {  // an input's requires_grad was switched off after the forward
+      if (!retain_graph) release(*node);
+      continue;
+    }
     const bool observe = observed();
     OpEvent event;
     if (observe) event = backward_event(*node, g);
     const auto start = observe ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     const std::vector<Tensor> in_grads =
-        info.backward(BackwardArgs{g, node->inputs, node->output, node->params, node->saved});
-    if (observe) {
-      event.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      event.start = std::chrono::duration<double>(start.time_since_epoch()).count();
-    event.start = std::chrono::duration<double>(start.time_since_epoch()).count();
-      event.grad_inputs = &in_grads;
-      hooks::op_end(event);
-    }
+        info.backward(BackwardArgs{g, node->inputs, node->output, node->params, node->saved, needs});
     if (in_grads.size() != node->inputs.size())
       throw std::logic_error(std::string(info.name) + " backward returned " +
                              std::to_string(in_grads.size()) + " gradients for " +
                              std::to_string(node->inputs.size()) + " inputs");
+    for (std::size_t i = 0; i < in_grads.size(); ++i)
+      if (!needs[i] && in_grads[i].defined())
+        throw std::logic_error(std::string(info.name) + " backward computed a gradient for input " +
+                               std::to_string(i) + ", which does not require one: it must leave "
+                               "it undefined when !args.needs(" + std::to_string(i) + ")");
+    if (observe) {
+      event.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      event.start = std::chrono::duration<double>(start.time_since_epoch()).count();
+      event.grad_inputs = &in_grads;
+      hooks::op_end(event);
+    }
     for (std::size_t i = 0; i < in_grads.size(); ++i) {
       const Tensor& in = node->inputs[i];
       const Tensor& gi = in_grads[i];
-      if (!in.defined() || !in.requires_grad() || !gi.defined()) continue;
+      if (!needs[i] || !gi.defined()) continue;
       if (gi.shape() != in.shape() || gi.dtype() != in.dtype())
         throw std::logic_error(std::string(info.name) + " backward: gradient " + describe(gi) +
                                " for input " + std::to_string(i) + " " + describe(in));
@@ -131,12 +155,7 @@ void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) 
         accumulate_leaf(in, gi);
       }
     }
-    if (!retain_graph) {
-      node->inputs.clear();
-      node->saved = Saved{};
-      node->output = Tensor();
-      node->released = true;
-    }
+    if (!retain_graph) release(*node);
   }
 }
 

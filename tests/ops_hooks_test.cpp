@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -116,6 +118,92 @@ TEST(Hooks, AnO1StepIsHeardOpByOp) {
   EXPECT_NE(std::find(bwd.begin(), bwd.end(), Op::linear), bwd.end());
   EXPECT_EQ(rec.params, (std::vector<std::string>{"fc.weight", "fc.bias"}));
   EXPECT_EQ(rec.scales, (std::vector<double>{1024.0}));
+}
+
+// Issue 15, item 5, on a model: an O2 float16 step under PyTorch's loss scale 65536 where
+// only the gradient of the input batch overflows (dX = G W = 8 * 4096 * 8 > 65504, while
+// dW = G^T X = 81.92 and db = 8192 fit). PyTorch never computes dX, since the batch does not
+// require grad; neither does ampcheck, so no backward event an observer judges carries an
+// Inf, and the scaler steps. The control makes the batch require grad and hears the Inf.
+class FirstLayer : public nn::Module {
+ public:
+  explicit FirstLayer(Generator& gen) : Module("FirstLayer") {
+    fc = register_module("fc", std::make_shared<nn::Linear>(4, 8, gen));
+  }
+  Tensor forward(const Tensor& x) override { return (*fc)(x); }
+  std::shared_ptr<nn::Linear> fc;
+};
+
+class GradWatch : public Observer {
+ public:
+  void on_op_end(const OpEvent& e) override {
+    if (e.phase != Phase::backward || e.grad_inputs == nullptr) return;
+    for (std::size_t i = 0; i < e.grad_inputs->size(); ++i) {
+      const Tensor& g = (*e.grad_inputs)[i];
+      if (e.op == Op::linear) linear_given.push_back(g.defined());
+      if (!g.defined()) continue;
+      for (const double v : g.to_f64())
+        if (!std::isfinite(v)) non_finite.push_back(std::string(op_name(e.op)) + " grad_input " + std::to_string(i));
+    }
+  }
+  std::vector<bool> linear_given;
+  std::vector<std::string> non_finite;
+};
+
+struct StepHeard {
+  std::vector<bool> linear_given;
+  std::vector<std::string> non_finite;
+  bool stepped = false;
+  double scale_after = 0;
+};
+
+StepHeard o2_step_on_a_small_batch(bool batch_requires_grad) {
+  Generator gen(5);
+  FirstLayer net(gen);
+  net.fc->weight.fill(8.0);
+  net.fc->bias.fill(0.0);
+  optim::SGD opt(net.named_parameters(), 0.1);
+  amp::AmpOptions o;
+  o.level = amp::Level::O2;
+  o.dtype = DType::f16;
+  amp::decorate(net, &opt, o);
+  const amp::Policy policy(o);
+  amp::GradScaler scaler(amp::TorchScaling{65536.0, 2.0, 0.5, 2000});
+  Tensor x = Tensor::full({2, 4}, 0.01);
+  if (batch_requires_grad) x.set_requires_grad(true);
+  GradWatch watch;
+  add_observer(&watch);
+  begin_step();
+  opt.zero_grad();
+  Tensor loss;
+  {
+    amp::Autocast on(&policy);
+    loss = mean(net(x));  // G = 65536 / 16 = 4096 at the linear's output
+  }
+  scaler.scale(loss).backward();
+  StepHeard h;
+  h.stepped = scaler.step(opt);
+  scaler.update();
+  end_step();
+  remove_observer(&watch);
+  h.linear_given = watch.linear_given;
+  h.non_finite = watch.non_finite;
+  h.scale_after = scaler.scale();
+  return h;
+}
+
+TEST(Hooks, AnInfOnlyInTheBatchGradientIsNeverComputedNorHeard) {
+  const StepHeard h = o2_step_on_a_small_batch(false);
+  EXPECT_EQ(h.linear_given, (std::vector<bool>{false, true, true}));  // no dX; dW, db
+  EXPECT_TRUE(h.non_finite.empty()) << h.non_finite.front();
+  EXPECT_TRUE(h.stepped);
+  EXPECT_EQ(h.scale_after, 65536.0);
+
+  const StepHeard control = o2_step_on_a_small_batch(true);
+  EXPECT_EQ(control.linear_given, (std::vector<bool>{true, true, true}));
+  ASSERT_FALSE(control.non_finite.empty());
+  EXPECT_EQ(control.non_finite.front(), "linear grad_input 0");
+  EXPECT_TRUE(control.stepped);  // the batch is no parameter: the scaler never saw the Inf
 }
 
 TEST(Hooks, NothingIsHeardWithoutAnObserver) {

@@ -253,16 +253,12 @@ Tensor conv_forward(const std::vector<Tensor>& in, const ConvGeom& g) {
 constexpr i64 kWeightSlotBudget = i64{1} << 22;
 constexpr i64 kMaxWeightSlots = 16;
 
+// grad_x_n = col2im(W^T . gy_n), per group: gcol_g [k, OH*OW] = W_g^T . gy_g
 template <typename T>
-std::vector<Tensor> conv_backward(const BackwardArgs& args, const ConvGeom& g) {
+Tensor conv_grad_x(const BackwardArgs& args, const ConvGeom& g) {
   const std::vector<Tensor>& in = args.in;
   const std::vector<T> weight = cpu::values<T>(in[1]);
   const i64 x_size = g.c_in * g.hw(), y_size = g.c_out * g.ohw();
-  const i64 col_size = g.pointwise() ? 0 : g.c_in * g.kh * g.kw * g.ohw();
-  const i64 w_size = g.c_out * g.k();
-  std::vector<Tensor> grads(in.size());
-
-  // grad_x_n = col2im(W^T . gy_n), per group: gcol_g [k, OH*OW] = W_g^T . gy_g
   Tensor gx = Tensor::empty(in[0].shape(), in[0].dtype());
   parallel_for(g.n, 1, [&](i64 begin, i64 end) {
     std::vector<T> gy(usize(y_size)), gcol(usize(g.c_in * g.kh * g.kw * g.ohw()));
@@ -280,11 +276,18 @@ std::vector<Tensor> conv_backward(const BackwardArgs& args, const ConvGeom& g) {
       }
     }
   });
-  grads[0] = gx;
+  return gx;
+}
 
-  // grad_W_g = sum_n gy_n,g [C_out/g, OH*OW] . col_n,g^T. The batch is cut into a number
-  // of slots that depends on the shapes only; each slot sums its samples in order and
-  // the slots are added in order, so the result does not depend on the thread count.
+// grad_W_g = sum_n gy_n,g [C_out/g, OH*OW] . col_n,g^T. The batch is cut into a number
+// of slots that depends on the shapes only; each slot sums its samples in order and
+// the slots are added in order, so the result does not depend on the thread count.
+template <typename T>
+Tensor conv_grad_w(const BackwardArgs& args, const ConvGeom& g) {
+  const std::vector<Tensor>& in = args.in;
+  const i64 x_size = g.c_in * g.hw(), y_size = g.c_out * g.ohw();
+  const i64 col_size = g.pointwise() ? 0 : g.c_in * g.kh * g.kw * g.ohw();
+  const i64 w_size = g.c_out * g.k();
   std::vector<T> gw(usize(w_size), T{0});
   if (g.n > 0) {
     const i64 slots =
@@ -308,24 +311,36 @@ std::vector<Tensor> conv_backward(const BackwardArgs& args, const ConvGeom& g) {
     for (const std::vector<T>& acc : partial)
       for (std::size_t i = 0; i < gw.size(); ++i) gw[i] += acc[i];
   }
-  grads[1] = cpu::from_values(gw, in[1].shape(), in[1].dtype());
+  return cpu::from_values(gw, in[1].shape(), in[1].dtype());
+}
 
-  // grad_b[c] = sum over n, oy, ox of gy[n, c, oy, ox]; one channel per work item.
-  if (in.size() == 3 && in[2].defined()) {
-    std::vector<T> gb(usize(g.c_out), T{0});
-    parallel_for(g.c_out, 1, [&](i64 begin, i64 end) {
-      std::vector<T> row(usize(g.ohw()));
-      for (i64 c = begin; c < end; ++c) {
-        T acc{0};
-        for (i64 s = 0; s < g.n; ++s) {
-          cpu::load(args.grad, (s * g.c_out + c) * g.ohw(), g.ohw(), row.data());
-          for (const T v : row) acc += v;
-        }
-        gb[usize(c)] = acc;
+// grad_b[c] = sum over n, oy, ox of gy[n, c, oy, ox]; one channel per work item.
+template <typename T>
+Tensor conv_grad_b(const BackwardArgs& args, const ConvGeom& g) {
+  std::vector<T> gb(usize(g.c_out), T{0});
+  parallel_for(g.c_out, 1, [&](i64 begin, i64 end) {
+    std::vector<T> row(usize(g.ohw()));
+    for (i64 c = begin; c < end; ++c) {
+      T acc{0};
+      for (i64 s = 0; s < g.n; ++s) {
+        cpu::load(args.grad, (s * g.c_out + c) * g.ohw(), g.ohw(), row.data());
+        for (const T v : row) acc += v;
       }
-    });
-    grads[2] = cpu::from_values(gb, in[2].shape(), in[2].dtype());
-  }
+      gb[usize(c)] = acc;
+    }
+  });
+  return cpu::from_values(gb, args.in[2].shape(), args.in[2].dtype());
+}
+
+// Each gradient only for an input that needs it: a first layer's grad_x (the gradient of
+// the data batch) is never computed.
+template <typename T>
+std::vector<Tensor> conv_backward(const BackwardArgs& args, const ConvGeom& g) {
+  const std::vector<Tensor>& in = args.in;
+  std::vector<Tensor> grads(in.size());
+  if (args.needs(0)) grads[0] = conv_grad_x<T>(args, g);
+  if (args.needs(1)) grads[1] = conv_grad_w<T>(args, g);
+  if (in.size() == 3 && in[2].defined() && args.needs(2)) grads[2] = conv_grad_b<T>(args, g);
   return grads;
 }
 

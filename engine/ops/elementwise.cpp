@@ -9,6 +9,7 @@
 #include "engine/ops/cpu_util.h"
 #include "engine/ops/impl.h"
 #include "engine/ops/ops.h"
+#include "kernels/elementwise.h"  // the ops that compare or select, NaN as PyTorch
 
 namespace ampcheck {
 namespace impl {
@@ -27,6 +28,14 @@ std::vector<Tensor> grad_from_input(const BackwardArgs& a, D d) {
   const Tensor& x = a.in[0];
   return {cpu::map_binary(a.grad, x, [d](auto g, auto v) { return g * d(v); }, x.dtype(),
                           "backward")};
+}
+
+// d x = f(grad, x): a derivative that selects rather than multiplies (PyTorch's
+// hardswish_backward, clamp_backward, ...), so an Inf grad where the op is flat gives 0.
+template <typename F>
+std::vector<Tensor> select_from_input(const BackwardArgs& a, F f) {
+  const Tensor& x = a.in[0];
+  return {cpu::map_binary(a.grad, x, f, x.dtype(), "backward")};
 }
 
 // d x = grad * d(y), with d written in terms of the output y (sigmoid, tanh, exp, ...).
@@ -48,15 +57,15 @@ constexpr double kSqrt2OverPi = 0.7978845608028654;  // sqrt(2/pi), tanh-form GE
 constexpr double kInvSqrt2 = 0.7071067811865476;
 constexpr double kInvSqrt2Pi = 0.3989422804014327;  // 1/sqrt(2 pi), the normal density
 
-// The two operand gradients of a broadcasting binary op, each summed back to its operand's
-// shape and given its operand's dtype.
-std::vector<Tensor> to_operands(const BackwardArgs& a, Tensor ga, Tensor gb) {
-  const Tensor& x = a.in[0];
-  const Tensor& y = a.in[1];
-  ga = cpu::sum_to_shape(ga, x.shape());
-  gb = cpu::sum_to_shape(gb, y.shape());
-  return {ga.dtype() == x.dtype() ? ga : ga.to(x.dtype()),
-          gb.dtype() == y.dtype() ? gb : gb.to(y.dtype())};
+// The gradient of operand i of a broadcasting op: make() (the gradient at the output's
+// shape) summed back to the operand's shape, in its dtype; undefined, and not computed,
+// when the operand needs none.
+template <typename F>
+Tensor operand_grad(const BackwardArgs& a, std::size_t i, F make) {
+  if (!a.needs(i)) return Tensor();
+  const Tensor& x = a.in[i];
+  const Tensor g = cpu::sum_to_shape(make(), x.shape());
+  return g.dtype() == x.dtype() ? g : g.to(x.dtype());
 }
 
 DType binary_dtype(const ForwardArgs& a, const char* op) {
@@ -66,12 +75,14 @@ DType binary_dtype(const ForwardArgs& a, const char* op) {
 }  // namespace
 
 // ---- activations ----
-// relu(x) = max(x, 0); d = [x > 0]
+// relu(x) = max(x, 0), NaN kept; d x = y <= 0 ? 0 : g (PyTorch's threshold_backward on
+// the output: a NaN input passes g through)
 Tensor relu_forward(const ForwardArgs& a) {
-  return unary(a, "relu", [](auto v) { return v > 0 ? v : decltype(v)(0); });
+  return unary(a, "relu", [](auto v) { return kernels::relu(v); });
 }
 std::vector<Tensor> relu_backward(const BackwardArgs& a) {
-  return grad_from_input(a, [](auto v) { return decltype(v)(v > 0 ? 1 : 0); });
+  return {cpu::map_binary(a.grad, a.out, [](auto g, auto y) { return kernels::relu_backward(g, y); },
+                          a.in[0].dtype(), "backward")};
 }
 
 // gelu(x) = x Phi(x) = x/2 (1 + erf(x/sqrt2)); d = Phi(x) + x phi(x)
@@ -132,32 +143,21 @@ std::vector<Tensor> tanh_backward(const BackwardArgs& a) {
   return grad_from_output(a, [](auto y) { return decltype(y)(1) - y * y; });
 }
 
-// hardswish(x) = x relu6(x + 3) / 6; d = 0 (x < -3), 1 (x > 3), (2x + 3)/6 between
+// hardswish(x) = x relu6(x + 3) / 6; d x = 0 (x < -3), g (x > 3, and NaN x), g (2x + 3)/6
+// between (kernels/elementwise.h)
 Tensor hardswish_forward(const ForwardArgs& a) {
-  return unary(a, "hardswish", [](auto v) {
-    using T = decltype(v);
-    return v <= T(-3) ? T(0) : v >= T(3) ? v : v * (v + T(3)) / T(6);
-  });
+  return unary(a, "hardswish", [](auto v) { return kernels::hardswish(v); });
 }
 std::vector<Tensor> hardswish_backward(const BackwardArgs& a) {
-  return grad_from_input(a, [](auto v) {
-    using T = decltype(v);
-    return v < T(-3) ? T(0) : v > T(3) ? T(1) : (T(2) * v + T(3)) / T(6);
-  });
+  return select_from_input(a, [](auto g, auto v) { return kernels::hardswish_backward(g, v); });
 }
 
-// hardsigmoid(x) = relu6(x + 3) / 6; d = 1/6 on (-3, 3), else 0
+// hardsigmoid(x) = relu6(x + 3) / 6; d x = g/6 on (-3, 3), else 0
 Tensor hardsigmoid_forward(const ForwardArgs& a) {
-  return unary(a, "hardsigmoid", [](auto v) {
-    using T = decltype(v);
-    return v <= T(-3) ? T(0) : v >= T(3) ? T(1) : v / T(6) + T(0.5);
-  });
+  return unary(a, "hardsigmoid", [](auto v) { return kernels::hardsigmoid(v); });
 }
 std::vector<Tensor> hardsigmoid_backward(const BackwardArgs& a) {
-  return grad_from_input(a, [](auto v) {
-    using T = decltype(v);
-    return v > T(-3) && v < T(3) ? T(1) / T(6) : T(0);
-  });
+  return select_from_input(a, [](auto g, auto v) { return kernels::hardsigmoid_backward(g, v); });
 }
 
 // ---- arithmetic with broadcasting ----
@@ -166,7 +166,9 @@ Tensor add_forward(const ForwardArgs& a) {
   return cpu::map_binary(a.in[0], a.in[1], [](auto x, auto y) { return x + y; },
                          binary_dtype(a, "add"), "add");
 }
-std::vector<Tensor> add_backward(const BackwardArgs& a) { return to_operands(a, a.grad, a.grad); }
+std::vector<Tensor> add_backward(const BackwardArgs& a) {
+  return {operand_grad(a, 0, [&] { return a.grad; }), operand_grad(a, 1, [&] { return a.grad; })};
+}
 
 // sub: d a = g, d b = -g
 Tensor sub_forward(const ForwardArgs& a) {
@@ -174,7 +176,8 @@ Tensor sub_forward(const ForwardArgs& a) {
                          binary_dtype(a, "sub"), "sub");
 }
 std::vector<Tensor> sub_backward(const BackwardArgs& a) {
-  return to_operands(a, a.grad, cpu::map_unary(a.grad, [](auto g) { return -g; }));
+  return {operand_grad(a, 0, [&] { return a.grad; }),
+          operand_grad(a, 1, [&] { return cpu::map_unary(a.grad, [](auto g) { return -g; }); })};
 }
 
 // mul: d a = g b, d b = g a
@@ -185,8 +188,8 @@ Tensor mul_forward(const ForwardArgs& a) {
 std::vector<Tensor> mul_backward(const BackwardArgs& a) {
   const DType d = a.grad.dtype();
   auto times = [](auto g, auto v) { return g * v; };
-  return to_operands(a, cpu::map_binary(a.grad, a.in[1], times, d, "mul backward"),
-                     cpu::map_binary(a.grad, a.in[0], times, d, "mul backward"));
+  return {operand_grad(a, 0, [&] { return cpu::map_binary(a.grad, a.in[1], times, d, "mul backward"); }),
+          operand_grad(a, 1, [&] { return cpu::map_binary(a.grad, a.in[0], times, d, "mul backward"); })};
 }
 
 // div: d a = g / b, d b = -g a / b^2 = -g y / b
@@ -196,12 +199,15 @@ Tensor div_forward(const ForwardArgs& a) {
 }
 std::vector<Tensor> div_backward(const BackwardArgs& a) {
   const DType d = a.grad.dtype();
-  Tensor ga = cpu::map_binary(a.grad, a.in[1], [](auto g, auto v) { return g / v; }, d,
-                              "div backward");
-  Tensor gb = cpu::map_ternary(a.grad, a.out, a.in[1],
-                               [](auto g, auto y, auto v) { return -g * y / v; }, d,
-                               "div backward");
-  return to_operands(a, ga, gb);
+  return {operand_grad(a, 0,
+                       [&] {
+                         return cpu::map_binary(a.grad, a.in[1], [](auto g, auto v) { return g / v; }, d,
+                                                "div backward");
+                       }),
+          operand_grad(a, 1, [&] {
+            return cpu::map_ternary(a.grad, a.out, a.in[1], [](auto g, auto y, auto v) { return -g * y / v; },
+                                    d, "div backward");
+          })};
 }
 
 // Scalar operands: the scalar is converted to the compute type once, like a tensor of it.
@@ -241,12 +247,12 @@ std::vector<Tensor> neg_backward(const BackwardArgs& a) {
   return {cpu::map_unary(a.grad, [](auto g) { return -g; })};
 }
 
-// abs: d = sign(x) (0 at 0, as PyTorch)
+// abs: d = sign(x) (0 at 0 and at NaN, as PyTorch's g * sgn(x))
 Tensor abs_forward(const ForwardArgs& a) {
   return unary(a, "abs", [](auto v) { return std::abs(v); });
 }
 std::vector<Tensor> abs_backward(const BackwardArgs& a) {
-  return grad_from_input(a, [](auto v) { return decltype(v)(v > 0 ? 1 : v < 0 ? -1 : 0); });
+  return grad_from_input(a, [](auto v) { return kernels::sign(v); });
 }
 
 // square: d = 2x
@@ -308,19 +314,19 @@ std::vector<Tensor> reciprocal_backward(const BackwardArgs& a) {
   return grad_from_output(a, [](auto y) { return -y * y; });
 }
 
-// clamp(x, lo, hi): d = [lo <= x <= hi]
+// clamp(x, lo, hi), NaN kept; d x = lo <= x <= hi ? g : 0 (PyTorch's where(): NaN x gives 0)
 Tensor clamp_forward(const ForwardArgs& a) {
   const auto [lo, hi] = std::get<ClampParams>(a.params);
   return unary(a, "clamp", [lo = lo, hi = hi](auto v) {
     using T = decltype(v);
-    return std::isnan(v) ? v : std::min(std::max(v, T(lo)), T(hi));
+    return kernels::clamp(v, T(lo), T(hi));
   });
 }
 std::vector<Tensor> clamp_backward(const BackwardArgs& a) {
   const auto [lo, hi] = std::get<ClampParams>(a.params);
-  return grad_from_input(a, [lo = lo, hi = hi](auto v) {
+  return select_from_input(a, [lo = lo, hi = hi](auto g, auto v) {
     using T = decltype(v);
-    return T(v >= T(lo) && v <= T(hi) ? 1 : 0);
+    return kernels::clamp_backward(g, v, T(lo), T(hi));
   });
 }
 
@@ -333,15 +339,13 @@ Tensor where_forward(const ForwardArgs& a) {
 }
 std::vector<Tensor> where_backward(const BackwardArgs& a) {
   const DType d = a.grad.dtype();
-  auto pick = [](bool take_a) {
-    return [take_a](auto c, auto g) { return (c != 0) == take_a ? g : decltype(g)(0); };
+  auto pick = [&](bool take_a) {
+    return cpu::map_binary(
+        a.in[0], a.grad, [take_a](auto c, auto g) { return (c != 0) == take_a ? g : decltype(g)(0); }, d,
+        "where backward");
   };
-  Tensor ga = cpu::map_binary(a.in[0], a.grad, pick(true), d, "where backward");
-  Tensor gb = cpu::map_binary(a.in[0], a.grad, pick(false), d, "where backward");
-  ga = cpu::sum_to_shape(ga, a.in[1].shape());
-  gb = cpu::sum_to_shape(gb, a.in[2].shape());
-  return {Tensor(), ga.dtype() == a.in[1].dtype() ? ga : ga.to(a.in[1].dtype()),
-          gb.dtype() == a.in[2].dtype() ? gb : gb.to(a.in[2].dtype())};
+  return {Tensor(), operand_grad(a, 1, [&] { return pick(true); }),
+          operand_grad(a, 2, [&] { return pick(false); })};
 }
 
 // masked_fill(x, m, v) = m != 0 ? v : x; d x = g [!m]

@@ -74,24 +74,33 @@ Tensor matmul_impl(const Tensor& x, const Tensor& y, const char* op) {
   });
 }
 
-// d A_i = G_i B_i^T, d B_i = A_i^T G_i, summed over batches that shared an operand.
-std::vector<Tensor> matmul_grads(const Tensor& x, const Tensor& y, const Tensor& grad, const char* op) {
+// d A_i = G_i B_i^T, d B_i = A_i^T G_i, summed over batches that shared an operand; each
+// only for an operand that needs it (its GEMM, and the other operand's load, are skipped).
+std::vector<Tensor> matmul_grads(const BackwardArgs& args, const char* op) {
+  const Tensor& x = args.in[0];
+  const Tensor& y = args.in[1];
+  const bool need_a = args.needs(0), need_b = args.needs(1);
   const MatmulPlan p = plan_matmul(x.shape(), y.shape(), op);
-  return cpu::with_compute_type(grad.dtype(), [&](auto zero) {
+  return cpu::with_compute_type(args.grad.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const std::vector<T> a = cpu::values<T>(x), b = cpu::values<T>(y), g = cpu::values<T>(grad);
-    std::vector<T> ga(a.size(), T(0)), gb(b.size(), T(0));
+    const std::vector<T> g = cpu::values<T>(args.grad);
+    const std::vector<T> a = need_b ? cpu::values<T>(x) : std::vector<T>{};
+    const std::vector<T> b = need_a ? cpu::values<T>(y) : std::vector<T>{};
+    std::vector<T> ga(need_a ? static_cast<std::size_t>(x.numel()) : 0, T(0));
+    std::vector<T> gb(need_b ? static_cast<std::size_t>(y.numel()) : 0, T(0));
     // Sequential over batches: operands shared by several batches accumulate in order.
     for (std::int64_t i = 0; i < p.batch; ++i) {
       const auto ai = p.a_batch[static_cast<std::size_t>(i)], bi = p.b_batch[static_cast<std::size_t>(i)];
       const T* gi = g.data() + i * p.m * p.n;
-      cpu::gemm(false, true, p.m, p.k, p.n, gi, p.n, b.data() + bi * p.k * p.n, p.n, ga.data() + ai * p.m * p.k, p.k,
-                /*accumulate=*/true);
-      cpu::gemm(true, false, p.k, p.n, p.m, a.data() + ai * p.m * p.k, p.k, gi, p.n, gb.data() + bi * p.k * p.n, p.n,
-                /*accumulate=*/true);
+      if (need_a)
+        cpu::gemm(false, true, p.m, p.k, p.n, gi, p.n, b.data() + bi * p.k * p.n, p.n, ga.data() + ai * p.m * p.k,
+                  p.k, /*accumulate=*/true);
+      if (need_b)
+        cpu::gemm(true, false, p.k, p.n, p.m, a.data() + ai * p.m * p.k, p.k, gi, p.n, gb.data() + bi * p.k * p.n,
+                  p.n, /*accumulate=*/true);
     }
-    return std::vector<Tensor>{cpu::from_values(ga, x.shape(), x.dtype()),
-                               cpu::from_values(gb, y.shape(), y.dtype())};
+    return std::vector<Tensor>{need_a ? cpu::from_values(ga, x.shape(), x.dtype()) : Tensor(),
+                               need_b ? cpu::from_values(gb, y.shape(), y.dtype()) : Tensor()};
   });
 }
 
@@ -111,9 +120,7 @@ void check_linear(const std::vector<Tensor>& in) {
 }  // namespace
 
 Tensor matmul_forward(const ForwardArgs& a) { return matmul_impl(a.in[0], a.in[1], "matmul"); }
-std::vector<Tensor> matmul_backward(const BackwardArgs& a) {
-  return matmul_grads(a.in[0], a.in[1], a.grad, "matmul");
-}
+std::vector<Tensor> matmul_backward(const BackwardArgs& a) { return matmul_grads(a, "matmul"); }
 
 Tensor bmm_forward(const ForwardArgs& a) {
   if (a.in[0].dim() != 3 || a.in[1].dim() != 3 || a.in[0].size(0) != a.in[1].size(0))
@@ -121,7 +128,7 @@ Tensor bmm_forward(const ForwardArgs& a) {
                                 " and " + to_string(a.in[1].shape()));
   return matmul_impl(a.in[0], a.in[1], "bmm");
 }
-std::vector<Tensor> bmm_backward(const BackwardArgs& a) { return matmul_grads(a.in[0], a.in[1], a.grad, "bmm"); }
+std::vector<Tensor> bmm_backward(const BackwardArgs& a) { return matmul_grads(a, "bmm"); }
 
 // linear(x, W, b) = x W^T + b, the bias added in the compute type before the one rounding.
 Tensor linear_forward(const ForwardArgs& a) {
@@ -147,21 +154,30 @@ Tensor linear_forward(const ForwardArgs& a) {
     return cpu::from_values(y, out_shape, dtype);
   });
 }
-// d x = G W, d W = G^T X, d b = sum of G's rows
+// d x = G W, d W = G^T X, d b = sum of G's rows; each only when its input needs it (the
+// first layer's d x, the gradient of the data, is never computed).
 std::vector<Tensor> linear_backward(const BackwardArgs& a) {
   const Tensor& x = a.in[0];
   const Tensor& w = a.in[1];
   const std::int64_t rows = x.numel() / x.size(-1), in = w.size(1), out = w.size(0);
   return cpu::with_compute_type(a.grad.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const std::vector<T> xv = cpu::values<T>(x), wv = cpu::values<T>(w), g = cpu::values<T>(a.grad);
-    std::vector<T> gx(xv.size()), gw(wv.size());
-    cpu::gemm(false, false, rows, in, out, g.data(), out, wv.data(), in, gx.data(), in);
-    cpu::gemm(true, false, out, in, rows, g.data(), out, xv.data(), in, gw.data(), in);
-    std::vector<Tensor> grads{cpu::from_values(gx, x.shape(), x.dtype()),
-                              cpu::from_values(gw, w.shape(), w.dtype())};
+    const std::vector<T> g = cpu::values<T>(a.grad);
+    std::vector<Tensor> grads(2);
+    if (a.needs(0)) {
+      const std::vector<T> wv = cpu::values<T>(w);
+      std::vector<T> gx(static_cast<std::size_t>(x.numel()));
+      cpu::gemm(false, false, rows, in, out, g.data(), out, wv.data(), in, gx.data(), in);
+      grads[0] = cpu::from_values(gx, x.shape(), x.dtype());
+    }
+    if (a.needs(1)) {
+      const std::vector<T> xv = cpu::values<T>(x);
+      std::vector<T> gw(static_cast<std::size_t>(w.numel()));
+      cpu::gemm(true, false, out, in, rows, g.data(), out, xv.data(), in, gw.data(), in);
+      grads[1] = cpu::from_values(gw, w.shape(), w.dtype());
+    }
     if (a.in.size() == 3) {
-      if (!a.in[2].defined()) {
+      if (!a.in[2].defined() || !a.needs(2)) {
         grads.emplace_back();
       } else {
         std::vector<T> gb(static_cast<std::size_t>(out), T(0));

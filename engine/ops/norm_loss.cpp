@@ -22,6 +22,7 @@
 #include "engine/ops/impl.h"      // the forward/backward declarations
 #include "engine/ops/ops.h"       // the public functions defined at the end
 #include "engine/random.h"        // uniform01 (dropout's mask)
+#include "kernels/elementwise.h"  // max_nan: a row's max is NaN when the row holds one
 
 namespace ampcheck {
 namespace {
@@ -128,9 +129,10 @@ Tensor softmax_family_forward(const ForwardArgs& args, bool log, const char* op)
     const std::vector<T> xv = values<T>(x);
     std::vector<T> y(xv.size());
     for_each_line(a, [&](std::int64_t base, std::int64_t stride) {
-      // Subtracting the max keeps exp <= 1: no overflow for any finite input.
+      // Subtracting the max keeps exp <= 1: no overflow for any finite input. A NaN in
+      // the line makes every output NaN, as PyTorch's softmax.
       T mx = -std::numeric_limits<T>::infinity();
-      for (std::int64_t k = 0; k < a.n; ++k) mx = std::max(mx, xv[base + k * stride]);
+      for (std::int64_t k = 0; k < a.n; ++k) mx = kernels::max_nan(mx, xv[base + k * stride]);
       T s = 0;
       for (std::int64_t k = 0; k < a.n; ++k) s += std::exp(xv[base + k * stride] - mx);
       if (log) {
@@ -405,6 +407,7 @@ Tensor batch_norm_forward(const ForwardArgs& args) {
 //   d bias = sum g,  d weight = sum g xhat,
 //   training: dx = weight invstd (g - mean(g) - xhat mean(g xhat))  (batch stats depend on x)
 //   eval:     dx = weight invstd g
+// Each only for an input that needs it (the channel sums serve dx in training too).
 std::vector<Tensor> batch_norm_backward(const BackwardArgs& args) {
   const auto& p = std::get<BatchNormParams>(args.params);
   const Tensor& x = args.in[0];
@@ -417,12 +420,15 @@ std::vector<Tensor> batch_norm_backward(const BackwardArgs& args) {
     const std::vector<T> wv = values_or<T>(w, l.c, T(1));
     const std::vector<T> mean = values<T>(args.saved.tensors.at(0));
     const std::vector<T> invstd = values<T>(args.saved.tensors.at(1));
-    std::vector<T> dx(xv.size()), dw(static_cast<std::size_t>(l.c)), db(dw.size());
+    const bool need_x = args.needs(0), need_w = w.defined() && args.needs(1);
+    const bool need_b = b.defined() && args.needs(2);
+    const bool need_sums = need_w || need_b || (need_x && p.training);
+    std::vector<T> dx(need_x ? xv.size() : 0), dw(static_cast<std::size_t>(l.c)), db(dw.size());
     const T m = static_cast<T>(l.count());
     parallel_for(l.c, 1, [&](std::int64_t cb, std::int64_t ce) {
       for (std::int64_t c = cb; c < ce; ++c) {
         T sg = 0, sgx = 0;
-        for (std::int64_t i = 0; i < l.n; ++i) {
+        for (std::int64_t i = 0; need_sums && i < l.n; ++i) {
           T slab_g = 0, slab_gx = 0;
           for (std::int64_t j = 0; j < l.s; ++j) {
             const std::int64_t k = l.at(i, c, j);
@@ -436,7 +442,7 @@ std::vector<Tensor> batch_norm_backward(const BackwardArgs& args) {
         dw[c] = sgx;
         const T scale = wv[c] * invstd[c];
         const T mg = sg / m, mgx = sgx / m;
-        for (std::int64_t i = 0; i < l.n; ++i)
+        for (std::int64_t i = 0; need_x && i < l.n; ++i)
           for (std::int64_t j = 0; j < l.s; ++j) {
             const std::int64_t k = l.at(i, c, j);
             dx[k] = p.training ? scale * (g[k] - mg - (xv[k] - mean[c]) * invstd[c] * mgx)
@@ -444,10 +450,9 @@ std::vector<Tensor> batch_norm_backward(const BackwardArgs& args) {
           }
       }
     });
-    return std::vector<Tensor>{
-        from_values(dx, x.shape(), x.dtype()),
-        w.defined() ? from_values(dw, w.shape(), w.dtype()) : Tensor{},
-        b.defined() ? from_values(db, b.shape(), b.dtype()) : Tensor{}, Tensor{}, Tensor{}};
+    return std::vector<Tensor>{need_x ? from_values(dx, x.shape(), x.dtype()) : Tensor{},
+                               need_w ? from_values(dw, w.shape(), w.dtype()) : Tensor{},
+                               need_b ? from_values(db, b.shape(), b.dtype()) : Tensor{}, Tensor{}, Tensor{}};
   });
 }
 
@@ -490,7 +495,8 @@ Tensor layer_norm_forward(const ForwardArgs& args) {
 
 // Per row, xhat = (x - mean) invstd and h = g weight:
 //   dx = invstd (h - mean(h) - xhat mean(h xhat)),
-//   d weight = sum over rows of g xhat,  d bias = sum over rows of g.
+//   d weight = sum over rows of g xhat,  d bias = sum over rows of g;
+// each only for an input that needs it.
 std::vector<Tensor> layer_norm_backward(const BackwardArgs& args) {
   const Tensor& x = args.in[0];
   const Tensor &w = input_or_none(args.in, 1), &b = input_or_none(args.in, 2);
@@ -505,9 +511,11 @@ std::vector<Tensor> layer_norm_backward(const BackwardArgs& args) {
     const std::vector<T> wv = values_or<T>(w, len, T(1));
     const std::vector<T> mean = values<T>(args.saved.tensors.at(0));
     const std::vector<T> invstd = values<T>(args.saved.tensors.at(1));
-    std::vector<T> dx(xv.size());
+    const bool need_x = args.needs(0), need_w = w.defined() && args.needs(1);
+    const bool need_b = b.defined() && args.needs(2);
+    std::vector<T> dx(need_x ? xv.size() : 0);
     const T count = static_cast<T>(len);
-    parallel_for(rows, row_grain(len), [&](std::int64_t rb, std::int64_t re) {
+    if (need_x) parallel_for(rows, row_grain(len), [&](std::int64_t rb, std::int64_t re) {
       for (std::int64_t r = rb; r < re; ++r) {
         const std::int64_t o = r * len;
         T sh = 0, shx = 0;
@@ -525,7 +533,7 @@ std::vector<Tensor> layer_norm_backward(const BackwardArgs& args) {
     });
     // Column sums over rows: each column is summed in row order by one work item.
     std::vector<T> dw(static_cast<std::size_t>(len)), db(dw.size());
-    if (w.defined() || b.defined()) {
+    if (need_w || need_b) {
       parallel_for(len, 256, [&](std::int64_t jb, std::int64_t je) {
         for (std::int64_t r = 0; r < rows; ++r) {
           const std::int64_t o = r * len;
@@ -536,11 +544,9 @@ std::vector<Tensor> layer_norm_backward(const BackwardArgs& args) {
         }
       });
     }
-    std::vector<Tensor> grads{from_values(dx, x.shape(), x.dtype())};
-    if (args.in.size() > 1)
-      grads.push_back(w.defined() ? from_values(dw, w.shape(), w.dtype()) : Tensor{});
-    if (args.in.size() > 2)
-      grads.push_back(b.defined() ? from_values(db, b.shape(), b.dtype()) : Tensor{});
+    std::vector<Tensor> grads{need_x ? from_values(dx, x.shape(), x.dtype()) : Tensor{}};
+    if (args.in.size() > 1) grads.push_back(need_w ? from_values(dw, w.shape(), w.dtype()) : Tensor{});
+    if (args.in.size() > 2) grads.push_back(need_b ? from_values(db, b.shape(), b.dtype()) : Tensor{});
     return grads;
   });
 }
@@ -582,7 +588,7 @@ Tensor cross_entropy_forward(const ForwardArgs& args) {
       for (std::int64_t r = rb; r < re; ++r) {
         const T* xr = x.data() + r * c;
         T mx = -std::numeric_limits<T>::infinity();
-        for (std::int64_t k = 0; k < c; ++k) mx = std::max(mx, xr[k]);
+        for (std::int64_t k = 0; k < c; ++k) mx = kernels::max_nan(mx, xr[k]);
         T s = 0, sum_shifted = 0;
         for (std::int64_t k = 0; k < c; ++k) {
           s += std::exp(xr[k] - mx);
@@ -647,25 +653,28 @@ Tensor mse_loss_forward(const ForwardArgs& args) {
   });
 }
 
-// d input = 2 g (input - target) / n,  d target = -d input.
+// d input = 2 g (input - target) / n,  d target = -d input; the target (usually data)
+// gets one only when it requires it.
 std::vector<Tensor> mse_loss_backward(const BackwardArgs& args) {
   const Tensor& a = args.in[0];
   const Tensor& b = args.in[1];
+  const bool need_a = args.needs(0), need_b = args.needs(1);
   return cpu::with_compute_type(promote(a.dtype(), b.dtype()), [&](auto zero) {
     using T = decltype(zero);
     const std::vector<T> av = values<T>(a), bv = values<T>(b);
     T g = 0;
     cpu::load(args.grad, 0, 1, &g);
     const T k = T(2) * g / static_cast<T>(a.numel());
-    std::vector<T> da(av.size()), db(av.size());
+    std::vector<T> da(need_a ? av.size() : 0), db(need_b ? av.size() : 0);
     parallel_for(a.numel(), cpu::kChunk, [&](std::int64_t lo, std::int64_t hi) {
       for (std::int64_t i = lo; i < hi; ++i) {
-        da[i] = k * (av[i] - bv[i]);
-        db[i] = -da[i];
+        const T d = k * (av[i] - bv[i]);
+        if (need_a) da[i] = d;
+        if (need_b) db[i] = -d;
       }
     });
-    return std::vector<Tensor>{from_values(da, a.shape(), a.dtype()),
-                               from_values(db, b.shape(), b.dtype())};
+    return std::vector<Tensor>{need_a ? from_values(da, a.shape(), a.dtype()) : Tensor{},
+                               need_b ? from_values(db, b.shape(), b.dtype()) : Tensor{}};
   });
 }
 

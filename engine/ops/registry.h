@@ -75,10 +75,17 @@ struct BackwardArgs {
   const Tensor& out;              // the forward's output (detached)
   const Params& params;
   const Saved& saved;
+  // Which inputs want a gradient: autograd sets it to the inputs that require grad (a
+  // parameter, or a value computed from one), so the data batch gets none. Empty: every
+  // input that can take one (a direct call).
+  std::vector<bool> needs_grad = {};
+  bool needs(std::size_t i) const { return needs_grad.empty() || (i < needs_grad.size() && needs_grad[i]); }
 };
 using ForwardFn = Tensor (*)(const ForwardArgs&);
 // One gradient per input, each with its input's shape and dtype; an undefined tensor
-// for an input that takes no gradient (labels, indices, masks).
+// for an input that takes no gradient (labels, indices, masks) and for one that needs
+// none (!args.needs(i)), whose work is skipped: PyTorch computes no gradient for a tensor
+// that does not require one, and an Inf in one nobody asked for must not fail a run.
 using BackwardFn = std::vector<Tensor> (*)(const BackwardArgs&);
 
 struct OpInfo {

@@ -195,12 +195,19 @@ std::vector<Tensor> concat_backward(const BackwardArgs& a) {
   const std::int64_t dim = cpu::normalize_dim(std::get<DimParams>(a.params).dim, a.in[0].dim(), "concat");
   std::vector<Tensor> grads;
   std::int64_t at = 0;
-  for (const Tensor& t : a.in) {
+  for (std::size_t i = 0; i < a.in.size(); ++i) {
+    const Tensor& t = a.in[i];
+    const std::int64_t len = t.shape()[static_cast<std::size_t>(dim)];
+    if (!a.needs(i)) {  // an input that needs no gradient: its slice is not copied out
+      grads.emplace_back();
+      at += len;
+      continue;
+    }
     Tensor g = Tensor::empty(t.shape(), a.grad.dtype());
     std::vector<std::pair<std::int64_t, std::int64_t>> map;
-    for (std::int64_t j = 0; j < t.shape()[static_cast<std::size_t>(dim)]; ++j) map.emplace_back(at + j, j);
+    for (std::int64_t j = 0; j < len; ++j) map.emplace_back(at + j, j);
     copy_along(a.grad, g, dim, map);
-    at += t.shape()[static_cast<std::size_t>(dim)];
+    at += len;
     grads.push_back(is_floating(t.dtype()) && g.dtype() != t.dtype() ? g.to(t.dtype()) : g);
   }
   return grads;
