@@ -69,10 +69,10 @@ sys.exit(sorted(got) != sorted(sys.argv[2:]))' "$report" "${culprit[@]}" 2>&1); 
   # Within the bound, and never a "fix" that leaves nothing in low precision.
   if [[ -f $report ]] && bound=$(python3 -c 'import json, math, sys
 b = json.load(open(sys.argv[1]))["bisect"]
-k, n = max(1, len(b["culprits"])), max(2, len(b["candidates"]))
+k, n, runs = max(1, len(b["culprits"])), max(2, len(b["candidates"])), b["runs"]
 bound = 2 * k * math.log2(n) + 3
-print(f"{b[\"runs\"]} runs for k={k} of n={n} (bound {bound:.1f})")
-sys.exit(b["runs"] > bound)' "$report" 2>&1); then
+print("%d runs for k=%d of n=%d (bound %.1f)" % (runs, k, n, bound))
+sys.exit(runs > bound)' "$report" 2>&1); then
     ok "$name: $bound"
   else
     fail "$name: $bound"
