@@ -100,7 +100,9 @@ TEST(ModelFileSamples, EverySampleLoadsAndBuilds) {
     EXPECT_FALSE(f.description.empty()) << name;
     EXPECT_TRUE(f.expect.accuracy.has_value() != !(f.expect.culprit.empty() && f.expect.cure.empty()))
         << name << ": a stable sample documents its accuracy, an unstable one its culprit or its cure";
-    if (f.expect.cure == "scaler") EXPECT_TRUE(f.expect.culprit.empty()) << name << ": a scaler cure has no black list";
+    if (f.expect.cure == "scaler") {
+      EXPECT_TRUE(f.expect.culprit.empty()) << name << ": a scaler cure has no black list";
+    }
     Generator gen(0);
     EXPECT_NO_THROW(build(f, make_data(f, 1), gen)) << name;
   }
