@@ -18,6 +18,7 @@
 #include "cli/usage_error.h"
 #include "engine/amp/config.h"
 #include "engine/ops/registry.h"  // op_info: the AMP category of a candidate
+#include "reports/advice.h"  // the loss scaler's cure, in the user's framework's keys
 #include "reports/html.h"
 #include "reports/json.h"
 #include "reports/text.h"
@@ -71,15 +72,25 @@ struct Outcome {
   std::int64_t low_precision_calls = 0, total_calls = 0;
 };
 
-// The keys (op type or module) of the producers a report names, first occurrence each.
+// The keys (op type or module) of every producer a report names (each op that made
+// Inf/NaN from finite inputs), first occurrence each, in the order they happened.
 std::vector<std::string> producer_keys(const reports::Report& r, const std::string& granularity) {
   std::vector<std::string> keys;
   auto add = [&](const reports::NanEvent& e) {
     const std::string key = granularity == "type" ? e.op : e.module;
     if (!key.empty() && std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
   };
-  if (r.nonfinite.producer) add(*r.nonfinite.producer);
+  for (const reports::NanEvent& e : r.nonfinite.producers) add(e);
+  if (r.nonfinite.producer) add(*r.nonfinite.producer);  // a report of an earlier minor: the first only
   return keys;
+}
+
+// Every failure of the run is gradient underflow: no op's precision is the cause (running
+// ops in fp32 "cures" it only by turning AMP off), the loss scale is.
+bool scaler_cure_only(const reports::Report& r) {
+  const auto& f = r.nonfinite.failures;
+  return !f.empty() &&
+         std::all_of(f.begin(), f.end(), [](const reports::Failure& x) { return x.kind == "gradient_underflow"; });
 }
 
 // One trial: the run with `set` in fp32 on top of the user's lists.
@@ -300,8 +311,11 @@ int finish_bisect(const BisectOptions& o, const reports::Report& report, const s
                          i->steps_run, i->steps_requested,
                          b.trials.empty() ? "no run was judged"
                                           : fmt::format("the {} trial(s) judged before are above", b.trials.size()));
-    else if (b.found && b.culprits.empty())
-      out << "bisect-nan: the run is healthy as configured; nothing to black-list\n";
+    else if (b.found && b.culprits.empty()) {
+      const std::string probing = reports::probing_note(report);
+      out << "bisect-nan: the run is healthy as configured; nothing to black-list"
+          << (probing.empty() ? "" : "; but " + probing) << "\n";
+    }
     else if (b.found)
       out << fmt::format("bisect-nan: fix found in {} runs: run {} in fp32\n", b.runs, fmt::join(b.culprits, ", "));
     else
@@ -397,6 +411,9 @@ int run_bisect(const BisectOptions& o, std::ostream& out, std::ostream& err) {
       }
       if (trials.healthy({})) {
         b.found = true;
+      } else if (scaler_cure_only(report)) {
+        why_not = "the cause is the loss scaling, not an op's precision, so no black list: " +
+                  reports::gradient_underflow_text(report);
       } else if (b.candidates.empty()) {
         why_not = "no op ran in low precision to black-list";
       } else {

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>  // CLI::App
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <iostream>
 #include <memory>
 
@@ -10,6 +11,7 @@
 #include "cli/interrupt.h"
 #include "cli/usage_error.h"
 #include "inspector/to_report.h"
+#include "reports/advice.h"  // probing_note, gradient_underflow_text
 #include "reports/chrome_trace.h"
 #include "reports/drift.h"  // spread_of
 #include "reports/html.h"
@@ -107,7 +109,16 @@ int run_run(const RunCommandOptions& o, std::ostream& out, std::ostream& err) {
 
 void set_verdict(reports::Report& report, bool inspected_trace, bool failed, const std::string& failure) {
   reports::Summary& s = report.summary;
-  if (failed) {
+  const reports::NonFinite& nf = report.nonfinite;
+  // Gradient underflow is its own verdict when it is all that failed: its cure is the
+  // loss scale, not a black list.
+  const bool underflow_only =
+      nf.zero_gradients && !nf.failures.empty() &&
+      std::all_of(nf.failures.begin(), nf.failures.end(), [](const reports::Failure& f) { return f.kind == "gradient_underflow"; });
+  if (failed && underflow_only) {
+    s.verdict = "gradient_underflow";
+    s.verdict_text = "FAILED: " + reports::gradient_underflow_text(report);
+  } else if (failed) {
     s.verdict = "failed";
     s.verdict_text = "FAILED: " + failure;
   } else if (report.run.level == "O0") {
@@ -120,9 +131,22 @@ void set_verdict(reports::Report& report, bool inspected_trace, bool failed, con
     s.verdict = "healthy";
     s.verdict_text = fmt::format("healthy: AMP is on ({} of {} op calls ran in {}), {} skipped step(s) absorbed by the scaler",
                                  s.low_precision_calls, s.total_calls, report.run.dtype, s.skipped_steps);
+    // Skips that would have failed the run but were the scaler coming down from its start.
+    if (nf.probing && nf.probing->excused) s.verdict_text += "; " + reports::probing_note(report);
   } else {
     s.verdict = "unchecked";
     s.verdict_text = "trained; run with --inspect trace or above to see whether AMP is on";
+  }
+  // What was intended, so that a reader does not wonder where the mask's -Inf went.
+  if (!failed && !nf.intended.empty() && s.verdict != "unchecked") {
+    std::int64_t values = 0;
+    bool softmax_only = true;
+    for (const reports::IntendedInf& i : nf.intended) {
+      values += i.values;
+      for (const std::string& r : i.readers) softmax_only = softmax_only && r == "softmax";
+    }
+    s.verdict_text += fmt::format("; {} intended -Inf ({}) not counted as failures", values,
+                                  softmax_only ? "masks softmax maps to 0" : "masks their readers map to finite values");
   }
 }
 
@@ -137,7 +161,7 @@ void mark_interrupted(reports::Report& report, std::int64_t steps_run, std::int6
   reports::Summary& s = report.summary;
   const std::string when = fmt::format("interrupted after {} of {} steps{}", steps_run, steps_requested,
                                        i.signal.empty() ? "" : ", by " + i.signal);
-  if (s.verdict == "failed") {  // seen, so true whatever the steps not run would have done
+  if (s.verdict == "failed" || s.verdict == "gradient_underflow") {  // seen, so true whatever the steps not run would have done
     s.verdict_text += " (the run was " + when + ")";
     return;
   }
@@ -151,6 +175,8 @@ InstrumentedRun instrumented_run(const RunArgs& args, const Resolved& resolved, 
   io.glog_level = setup.glog_level;
   io.glog = setup.glog;
   io.nan.max_skipped_fraction = setup.max_skipped_fraction;
+  io.nan.allowed_ops = resolved.allowed_ops;
+  io.nan.allowed_modules = resolved.allowed_modules;
   inspector::Inspector insp(io);
 
   std::unique_ptr<samples::Trainer> trainer;
@@ -191,11 +217,23 @@ InstrumentedRun instrumented_run(const RunArgs& args, const Resolved& resolved, 
     r.failed = nr.failed();
     if (r.failed) {
       const inspector::Failure& f = nr.failures.front();
-      r.failure = f.kind == inspector::FailureKind::forward_non_finite && nr.producer
-                      ? fmt::format("non-finite values first produced by {} in module '{}' ({}, step {})",
-                                    op_name(nr.producer->op), nr.producer->module, phase_name(nr.producer->phase),
-                                    nr.producer->step)
-                      : f.detail;
+      if (f.kind == inspector::FailureKind::forward_non_finite && nr.producer) {
+        const inspector::NanEvent& p = *nr.producer;
+        r.failure = fmt::format("non-finite values first produced by {} in module '{}' ({}, step {})", op_name(p.op),
+                                p.module, phase_name(p.phase), p.step);
+        if (!p.lost.empty()) r.failure += "; " + inspector::lost_text(p, p.lost.front());
+        if (nr.producers.size() > 1) {
+          r.failure += "; also by";
+          for (std::size_t i = 1; i < nr.producers.size(); ++i)
+            r.failure += fmt::format("{} {} in '{}' ({}, step {})", i > 1 ? "," : "", op_name(nr.producers[i].op),
+                                     nr.producers[i].module, phase_name(nr.producers[i].phase), nr.producers[i].step);
+        }
+      } else if (f.kind == inspector::FailureKind::gradient_underflow && nr.zero_gradients) {
+        r.failure = fmt::format("gradients underflow: every parameter gradient was 0 in {} from step {}",
+                                inspector::dtype_text(nr.zero_gradients->dtype), nr.zero_gradients->first_step);
+      } else {
+        r.failure = f.detail;
+      }
     }
   }
   set_verdict(rep, insp.trace() != nullptr, r.failed, r.failure);

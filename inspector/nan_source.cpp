@@ -1,11 +1,14 @@
 #include "inspector/nan_source.h"
 
 #include <algorithm>
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <sstream>
 #include <utility>
+
+#include "inspector/to_report.h"
+#include "reports/advice.h"  // lost_text, flushed_gradient_text
 
 namespace ampcheck::inspector {
 namespace {
@@ -13,6 +16,15 @@ namespace {
 // Recent allowed values kept for carrier matching: bounded so a long run holds no more
 // storage alive than a few steps' masks.
 constexpr std::size_t kAllowedValuesKept = 256;
+// Forward outputs remembered within a step (for the walk back from a producer's input);
+// a step with more starts over. Their tensors stay alive until the step ends.
+constexpr std::size_t kMadeKept = 8192;
+// -Inf masks and the tensors carrying them, per step (a loop without step marks folds
+// the oldest masks into the report and forgets the oldest carriers).
+constexpr std::size_t kMaskRootsKept = 1024;
+constexpr std::size_t kMaskValuesKept = 256;
+// How far back through casts and reshapes a producer's input is followed.
+constexpr int kMaxWalk = 16;
 
 TensorRange range_of(const Tensor& t, std::string role) {
   TensorRange r;
@@ -67,6 +79,28 @@ bool all_finite(const Tensor& t) {
   return true;
 }
 
+// Whether any element is not +-0, from the bits (a NaN counts as nonzero): a gradient
+// that is not all zero usually answers at its first element.
+template <typename Bits>
+bool bits_nonzero(const Tensor& t, Bits magnitude) {
+  const auto* p = t.data<Bits>();
+  const std::int64_t n = t.numel();
+  for (std::int64_t i = 0; i < n; ++i)
+    if ((p[i] & magnitude) != 0) return true;
+  return false;
+}
+
+bool any_nonzero(const Tensor& t) {
+  switch (t.dtype()) {
+    case DType::f64: return bits_nonzero<std::uint64_t>(t, 0x7fffffffffffffffull);
+    case DType::f32: return bits_nonzero<std::uint32_t>(t, 0x7fffffffu);
+    case DType::f16:
+    case DType::bf16: return bits_nonzero<std::uint16_t>(t, 0x7fffu);
+    case DType::i64: return false;
+  }
+  return false;
+}
+
 NonFiniteCounts counts_of(const Tensor& t) {
   NonFiniteCounts c;
   if (!t.defined() || !is_floating(t.dtype()) || all_finite(t)) return c;
@@ -79,11 +113,36 @@ NonFiniteCounts counts_of(const Tensor& t) {
 
 bool floating(const Tensor& t) { return t.defined() && is_floating(t.dtype()); }
 
+// The same values: the registry gives autograd a fresh handle of an op's output, so two
+// handles of one output differ as handles and agree here.
+bool same_view(const Tensor& a, const Tensor& b) {
+  return a.defined() && b.defined() && a.raw() == b.raw() && a.dtype() == b.dtype() && a.shape() == b.shape();
+}
+bool only_neg_inf(const NonFiniteCounts& c) { return c.neg_inf > 0 && c.nan == 0 && c.pos_inf == 0; }
+
 // "attn" covers "attn" and "attn.q", not "attention".
 bool under(const std::string& module, const std::string& prefix) {
   if (prefix.empty()) return true;
   if (module.size() < prefix.size() || module.compare(0, prefix.size(), prefix) != 0) return false;
   return module.size() == prefix.size() || module[prefix.size()] == '.';
+}
+
+// Ops a producer's input 0 is followed back through: they move values without changing them.
+bool walkable(Op op) { return op == Op::cast || op == Op::reshape || op == Op::permute || op == Op::slice; }
+// The walk keeps element i at index i: a producer's element can be matched to the lost one.
+bool keeps_order(Op op) { return op == Op::cast || op == Op::reshape; }
+// Ops that write a -Inf mask: masked_fill from its fill value, add and where from a constant.
+bool mask_writer(Op op) { return op == Op::masked_fill || op == Op::add || op == Op::where; }
+// Ops that pass a mask's -Inf on as -Inf (moved, shifted, scaled, or log-probabilities).
+bool mask_carrier(Op op) {
+  switch (op) {
+    case Op::cast: case Op::reshape: case Op::permute: case Op::slice: case Op::concat: case Op::where:
+    case Op::masked_fill: case Op::add: case Op::sub: case Op::add_scalar: case Op::sub_scalar:
+    case Op::mul_scalar: case Op::div_scalar: case Op::dropout: case Op::log_softmax:
+      return true;
+    default:
+      return false;
+  }
 }
 
 // The scaler reacted to the overflow: the scale dropped, or a backoff is on its way
@@ -116,11 +175,33 @@ std::string counts_text(const NonFiniteCounts& c) {
 }
 
 std::string event_text(const NanEvent& e) {
-  std::string s = std::string(op_name(e.op)) +
-                  " in module '" + e.module + "', " + std::string(phase_name(e.phase)) + ", step " +
-                  std::to_string(e.step) + ": output " +
-                  counts_text(e.output);
-  return s;
+  return std::string(op_name(e.op)) + " in module '" + e.module + "', " + std::string(phase_name(e.phase)) +
+         ", step " + std::to_string(e.step) + ": output " + counts_text(e.output);
+}
+
+bool same_key(const NanEvent& a, const NanEvent& b) {
+  return a.op == b.op && a.phase == b.phase && a.module == b.module;
+}
+
+// Adds `ev` as the first occurrence of its (op, module, phase), in sequence order: an
+// earlier occurrence found late (a mask that spread) replaces a later one.
+void add_producer(std::vector<NanEvent>& list, const NanEvent& ev) {
+  const auto same = std::find_if(list.begin(), list.end(), [&](const NanEvent& p) { return same_key(p, ev); });
+  if (same != list.end()) {
+    if (same->sequence <= ev.sequence) return;
+    list.erase(same);
+  }
+  const auto at = std::upper_bound(list.begin(), list.end(), ev.sequence,
+                                   [](std::uint64_t s, const NanEvent& p) { return s < p.sequence; });
+  list.insert(at, ev);
+}
+
+bool has_key(const std::vector<NanEvent>& list, const NanEvent& ev) {
+  return std::any_of(list.begin(), list.end(), [&](const NanEvent& p) { return same_key(p, ev); });
+}
+
+void add_reader(std::vector<Op>& readers, Op op) {
+  if (std::find(readers.begin(), readers.end(), op) == readers.end()) readers.push_back(op);
 }
 
 }  // namespace
@@ -138,8 +219,18 @@ std::string_view failure_kind_name(FailureKind k) {
     case FailureKind::gradient_not_absorbed: return "gradient_not_absorbed";
     case FailureKind::scale_below_floor: return "scale_below_floor";
     case FailureKind::skipped_fraction: return "skipped_fraction";
+    case FailureKind::gradient_underflow: return "gradient_underflow";
   }
   return "?";
+}
+
+std::string IntendedInf::reason() const {
+  if (readers.empty()) return "-inf mask: no op read it";
+  if (std::all_of(readers.begin(), readers.end(), [](Op o) { return o == Op::softmax; }))
+    return "-inf mask: softmax maps it to 0";
+  std::string names;
+  for (std::size_t i = 0; i < readers.size(); ++i) names += (i ? ", " : "") + std::string(op_name(readers[i]));
+  return "-inf mask: " + names + (readers.size() == 1 ? " maps" : " map") + " it to finite values";
 }
 
 std::int64_t NanReport::skipped() const {
@@ -164,7 +255,7 @@ bool NanWatch::allowed(const OpEvent& e) const {
 
 bool NanWatch::carries_allowed(const Tensor& t) const {
   return std::any_of(allowed_values_.begin(), allowed_values_.end(),
-                     [&](const Tensor& a) { return a.same(t); });
+                     [&](const Tensor& a) { return same_view(a, t); });
 }
 
 void NanWatch::remember_allowed(const Tensor& t) {
@@ -181,9 +272,168 @@ void NanWatch::add_propagator(Propagation& p, const NanEvent& e) const {
   if (p.first.size() < options_.max_listed) p.first.push_back(e);
 }
 
+NanWatch::ViewKey NanWatch::view_key(const Tensor& t) { return {t.raw(), t.dtype(), t.shape()}; }
+
+void NanWatch::remember_made(const OpEvent& e) {
+  if (e.output == nullptr || !e.output->defined()) return;
+  if (made_.size() >= kMadeKept) made_.clear();
+  // A view of values already made (a reshape to the same shape) did not make them.
+  const ViewKey key = view_key(*e.output);
+  if (made_.count(key) != 0) return;
+  Made m;
+  m.sequence = e.sequence;
+  m.step = e.step;
+  m.op = e.op;
+  m.module = e.module;
+  m.inserted_cast = e.inserted_cast;
+  m.output = *e.output;
+  // What a recompute needs (low-precision outputs) or a walk goes through; the rest is
+  // only told apart from a constant.
+  if (e.inputs != nullptr && e.params != nullptr && (is_low_precision(e.output->dtype()) || walkable(e.op))) {
+    m.inputs = *e.inputs;
+    m.params = *e.params;
+  }
+  made_.emplace(key, std::move(m));
+}
+
+std::vector<LostValue> NanWatch::lost_values(const OpEvent& e) const {
+  std::vector<LostValue> lost;
+  if (e.output == nullptr || e.inputs == nullptr || e.params == nullptr) return lost;
+  const Tensor& out = *e.output;
+  const std::vector<double> produced = out.to_f64();
+  // Its own result: an overflow of its low-precision output that fp32 would have held.
+  std::int64_t explained = 0;  // non-finite outputs its own overflow accounts for
+  if (is_low_precision(out.dtype())) {
+    const std::vector<double> exact = recompute_f64(e.op, *e.inputs, *e.params).to_f64();
+    const RangeLoss own = range_loss(produced, exact, out.dtype());
+    explained = own.overflow;
+    if (own.overflow > 0)
+      lost.push_back({"", e.op, e.module, Phase::forward, e.step, e.inserted_cast, RangeLossKind::overflow,
+                      out.dtype(), own.overflow_value, own.overflow, info(out.dtype()).max()});
+  }
+  // Each input holding 0, followed back to the low-precision op that flushed it; not
+  // asked when the op's own overflow made every non-finite value.
+  const auto nonfinite = std::count_if(produced.begin(), produced.end(), [](double v) { return !std::isfinite(v); });
+  for (std::size_t i = 0; i < e.inputs->size() && explained < nonfinite; ++i) {
+    const Tensor& input = (*e.inputs)[i];
+    if (!floating(input)) continue;
+    const std::vector<double> held = input.to_f64();
+    if (std::none_of(held.begin(), held.end(), [](double v) { return v == 0; })) continue;
+    bool aligned = held.size() == produced.size();  // element j of the input made element j
+    Tensor t = input;
+    for (int depth = 0; depth < kMaxWalk; ++depth) {
+      const auto it = made_.find(view_key(t));
+      if (it == made_.end() || it->second.inputs.empty()) break;
+      const Made& m = it->second;
+      if (is_low_precision(m.output.dtype())) {
+        const std::vector<double> low = m.output.to_f64();
+        const std::vector<double> exact = recompute_f64(m.op, m.inputs, m.params).to_f64();
+        const RangeLoss r = range_loss(low, exact, m.output.dtype());
+        if (r.underflow > 0) {
+          double value = r.underflow_value;
+          if (aligned && low.size() == produced.size())
+            for (std::size_t j = 0; j < low.size(); ++j)
+              if (!std::isfinite(produced[j]) &&
+                  range_loss_of(low[j], exact[j], m.output.dtype()) == RangeLossKind::underflow) {
+                value = exact[j];
+                break;
+              }
+          lost.push_back({"input " + std::to_string(i), m.op, m.module, Phase::forward, m.step, m.inserted_cast,
+                          RangeLossKind::underflow, m.output.dtype(), value, r.underflow,
+                          info(m.output.dtype()).min_subnormal()});
+          break;
+        }
+      }
+      if (!walkable(m.op)) break;
+      aligned = aligned && keeps_order(m.op);
+      t = m.inputs.front();
+    }
+  }
+  return lost;
+}
+
+std::vector<std::size_t> NanWatch::mask_roots_of(const Tensor& t) const {
+  for (const auto& [value, roots] : mask_values_)
+    if (same_view(value, t)) return roots;
+  return {};
+}
+
+void NanWatch::add_mask_value(const Tensor& t, std::vector<std::size_t> roots) {
+  if (mask_values_.size() == kMaskValuesKept) mask_values_.erase(mask_values_.begin());
+  mask_values_.emplace_back(t, std::move(roots));
+}
+
+void NanWatch::spread_masks(const std::vector<std::size_t>& roots, const std::string& how) {
+  for (const std::size_t i : roots) {
+    MaskRoot& root = roots_[i];
+    if (root.spread) continue;
+    root.spread = true;
+    add_producer(report_.producers, root.event);
+    forward_bad_since_update_ = true;
+    if (!first_forward_bad_ || root.event.sequence < first_forward_bad_->sequence) {
+      first_forward_bad_ = root.event;
+      first_forward_note_ = how;
+    }
+  }
+}
+
+void NanWatch::fold_masks(std::vector<IntendedInf>& into, const std::vector<MaskRoot>& roots) const {
+  for (const MaskRoot& root : roots) {
+    if (root.spread) continue;
+    auto it = std::find_if(into.begin(), into.end(), [&](const IntendedInf& x) {
+      return x.op == root.event.op && x.module == root.event.module;
+    });
+    if (it == into.end()) {
+      into.push_back({root.event.op, root.event.module, 0, 0, {}});
+      it = into.end() - 1;
+    }
+    ++it->events;
+    it->values += root.values;
+    for (const Op op : root.readers) add_reader(it->readers, op);
+  }
+}
+
+void NanWatch::note_backward_cast(const OpEvent& e) {
+  if (step_grads_.flushed || e.grad_inputs == nullptr || e.grad_inputs->empty() || e.grad_output == nullptr) return;
+  const Tensor& g = e.grad_inputs->front();
+  if (!floating(g) || !is_low_precision(g.dtype()) || any_nonzero(g) || !floating(*e.grad_output)) return;
+  // The cast is exact but for its rounding: every finite nonzero gradient it received
+  // became 0 in g, so was flushed.
+  double largest = 0;
+  std::int64_t count = 0;
+  for (const double v : e.grad_output->to_f64()) {
+    if (v == 0 || !std::isfinite(v)) continue;
+    ++count;
+    if (std::fabs(v) > std::fabs(largest)) largest = v;
+  }
+  if (count == 0) return;
+  // Backward events do not say whether the policy inserted the cast; its forward does.
+  bool inserted = e.inserted_cast;
+  if (e.inputs != nullptr && !e.inputs->empty())
+    for (const auto& [id, m] : made_)
+      if (m.op == Op::cast && m.inserted_cast && !m.inputs.empty() && same_view(m.inputs.front(), e.inputs->front()))
+        inserted = true;
+  step_grads_.flushed = LostValue{"grad_output", Op::cast, e.module, Phase::backward, e.step, inserted,
+                                  RangeLossKind::underflow, g.dtype(), largest, count,
+                                  info(g.dtype()).min_subnormal()};
+}
+
 void NanWatch::on_op_end(const OpEvent& e) {
   ++report_.events_checked;
   const bool backward = e.phase == Phase::backward;
+  const bool forward = e.phase == Phase::forward;
+  if (forward && e.output != nullptr && floating(*e.output) && is_low_precision(e.output->dtype()) && !low_precision_) {
+    low_precision_ = true;
+    low_dtype_ = e.output->dtype();
+  }
+  if (backward && e.op == Op::cast) note_backward_cast(e);
+  // The loss scaler's multiply (GradScaler::scale, in the optimizer phase) shows the loss.
+  if (e.phase == Phase::optimizer && e.op == Op::mul_scalar && e.inputs != nullptr && !e.inputs->empty() &&
+      floating(e.inputs->front()) && e.inputs->front().numel() == 1) {
+    step_grads_.loss = e.inputs->front().item();
+    if (std::isnan(initial_loss_)) initial_loss_ = step_grads_.loss;
+  }
+  if (forward) remember_made(e);
 
   // What the event produced: the output, or each gradient it passed back.
   NonFiniteCounts produced;
@@ -198,7 +448,22 @@ void NanWatch::on_op_end(const OpEvent& e) {
   } else if (e.output != nullptr) {
     produced = counts_of(*e.output);
   }
-  if (!produced.any()) return;  // the common case costs one scan per tensor
+  if (!produced.any()) {
+    // A finite result of a -Inf mask: softmax is the reader a mask is meant for; another
+    // op that reads it (exp, max) may be right or not, which only the user can say.
+    if (forward && !mask_values_.empty() && e.inputs != nullptr)
+      for (const Tensor& in : *e.inputs) {
+        const std::vector<std::size_t> roots = mask_roots_of(in);
+        if (roots.empty()) continue;
+        if (e.op == Op::softmax) {
+          for (const std::size_t root : roots) add_reader(roots_[root].readers, e.op);
+        } else {
+          spread_masks(roots, "; its -Inf reached " + std::string(op_name(e.op)) + " in module '" + e.module +
+                                  "', which is not a softmax (name the mask with --allow-inf if that is intended)");
+        }
+      }
+    return;  // the common case costs one scan per tensor
+  }
 
   NanEvent ev;
   ev.sequence = e.sequence;
@@ -208,14 +473,22 @@ void NanWatch::on_op_end(const OpEvent& e) {
   ev.module = e.module;
   ev.output = produced;
   ev.bad_grads = std::move(bad_grads);
-  bool inputs_finite = true, only_allowed_bad = true;
+  bool inputs_finite = true, only_allowed_bad = true, only_mask_bad = true, only_constant_masks = true;
+  std::vector<std::size_t> roots_read;
   auto read = [&](const Tensor& t, std::string role) {
     if (!floating(t)) return;
     ev.inputs.push_back(range_of(t, std::move(role)));
-    if (ev.inputs.back().non_finite.any()) {
-      inputs_finite = false;
-      only_allowed_bad = only_allowed_bad && carries_allowed(t);
-    }
+    const NonFiniteCounts& bad = ev.inputs.back().non_finite;
+    if (!bad.any()) return;
+    inputs_finite = false;
+    only_allowed_bad = only_allowed_bad && carries_allowed(t);
+    if (!forward) return;
+    const std::vector<std::size_t> roots = mask_roots_of(t);
+    for (const std::size_t r : roots)
+      if (std::find(roots_read.begin(), roots_read.end(), r) == roots_read.end()) roots_read.push_back(r);
+    only_mask_bad = only_mask_bad && !roots.empty();
+    // A constant: no op of this step made it (a mask tensor the model holds).
+    only_constant_masks = only_constant_masks && roots.empty() && only_neg_inf(bad) && made_.count(view_key(t)) == 0;
   };
   if (e.inputs != nullptr)
     for (std::size_t i = 0; i < e.inputs->size(); ++i) read((*e.inputs)[i], "input " + std::to_string(i));
@@ -230,26 +503,98 @@ void NanWatch::on_op_end(const OpEvent& e) {
     return;
   }
 
-  if (e.phase != Phase::forward) {
+  if (forward && options_.intended_masks && e.output != nullptr) {
+    const bool writes_mask = mask_writer(e.op) && only_neg_inf(produced) &&
+                             (e.op == Op::masked_fill ? inputs_finite : !inputs_finite && only_constant_masks);
+    if (writes_mask) {
+      if (roots_.size() == kMaskRootsKept) {
+        fold_masks(report_.intended, {roots_.front()});
+        roots_.erase(roots_.begin());
+        for (auto& [value, roots] : mask_values_) {
+          std::erase(roots, std::size_t{0});
+          for (std::size_t& r : roots) --r;
+        }
+      }
+      roots_.push_back({ev, produced.neg_inf, {}, false});
+      add_mask_value(*e.output, {roots_.size() - 1});
+      return;
+    }
+    if (!inputs_finite && only_mask_bad && only_neg_inf(produced) && mask_carrier(e.op)) {
+      add_mask_value(*e.output, roots_read);
+      return;
+    }
+    if (!roots_read.empty())
+      spread_masks(roots_read, "; its -Inf reached " + std::string(op_name(e.op)) + " in module '" + e.module +
+                                   "', which made " + counts_text(produced) + " of it");
+  }
+
+  if (!forward) {
     // Judged by the next scaler update: absorbed probing, or a real failure. The
     // optimizer phase holds the scaler's own multiply, whose overflow is the probing.
     if (pending_.attribution.size() < options_.max_listed) pending_.attribution.push_back(ev);
-    if (inputs_finite && !pending_.producer) pending_.producer = ev;
-    else if (!inputs_finite) add_propagator(pending_.propagators, ev);
+    if (inputs_finite) add_producer(pending_.producers, ev);
+    else add_propagator(pending_.propagators, ev);
     return;
   }
-  const bool first_failure = std::none_of(report_.failures.begin(), report_.failures.end(), [](const Failure& f) {
-    return f.kind == FailureKind::forward_non_finite;
-  });
-  if (first_failure)
-    report_.failures.push_back({FailureKind::forward_non_finite, ev.step,
-                                "first non-finite forward value: " + event_text(ev)});
-  if (inputs_finite && !report_.producer) report_.producer = ev;
-  else if (!inputs_finite) add_propagator(report_.propagators, ev);
+  forward_bad_since_update_ = true;
+  if (!first_forward_bad_ || ev.sequence < first_forward_bad_->sequence) {
+    first_forward_bad_ = ev;
+    first_forward_note_.clear();
+  }
+  if (!inputs_finite) {
+    add_propagator(report_.propagators, ev);
+    return;
+  }
+  if (has_key(report_.producers, ev)) return;
+  ev.lost = lost_values(e);  // a recompute or two, once per new producer
+  if (first_forward_bad_->sequence == ev.sequence) first_forward_bad_ = ev;
+  add_producer(report_.producers, ev);
+}
+
+void NanWatch::on_param_update(const ParamUpdate& u) {
+  if (u.grad == nullptr || !floating(*u.grad)) return;
+  ++step_grads_.updates;
+  if (!step_grads_.nonzero && any_nonzero(*u.grad)) step_grads_.nonzero = true;
+}
+
+void NanWatch::end_gradient_step() {
+  const StepGradients s = std::exchange(step_grads_, StepGradients{});
+  if (s.updates == 0) return;  // skipped, or no optimizer: neither breaks a run nor adds to it
+  ++stepped_;
+  if (s.nonzero) {
+    zero_run_ = ZeroGradients{};
+    return;
+  }
+  if (zero_run_.steps++ == 0) {
+    zero_run_.first_step = step_;
+    zero_run_.evidence = s.flushed;
+    zero_run_.loss = s.loss;
+  }
+  if (zero_run_.steps > zero_longest_.steps) zero_longest_ = zero_run_;
+}
+
+void NanWatch::on_step_begin(std::int64_t step) {
+  fold_masks(report_.intended, roots_);
+  roots_.clear();
+  mask_values_.clear();
+  made_.clear();
+  step_grads_ = StepGradients{};
+  step_open_ = true;
+  step_ = step;
+}
+
+void NanWatch::on_step_end(std::int64_t) {
+  end_gradient_step();
+  step_open_ = false;
+  // The step's forward values are not read again: let their storage go.
+  fold_masks(report_.intended, roots_);
+  roots_.clear();
+  mask_values_.clear();
+  made_.clear();
 }
 
 void NanWatch::merge_real(NanReport& r, const Pending& p) const {
-  if (p.producer && !r.producer) r.producer = p.producer;
+  for (const NanEvent& ev : p.producers) add_producer(r.producers, ev);
   for (const auto& [op, n] : p.propagators.by_op) {
     auto it = std::find_if(r.propagators.by_op.begin(), r.propagators.by_op.end(),
                            [&](const auto& kv) { return kv.first == op; });
@@ -262,12 +607,17 @@ void NanWatch::merge_real(NanReport& r, const Pending& p) const {
 }
 
 void NanWatch::on_scaler_update(const amp::ScalerEvent& e) {
+  if (!step_open_) {  // a loop without step marks: the update ends the step
+    step_ = e.step;
+    end_gradient_step();
+  }
   ScaleRecord record;
   record.event = e;
   record.absorbed = e.found_inf && e.skipped && reacted(e);
+  record.forward_non_finite = std::exchange(forward_bad_since_update_, false);
   const bool had_bad_grads = !pending_.attribution.empty();
   if (e.found_inf || had_bad_grads) {
-    record.backward_producer = pending_.producer;
+    if (!pending_.producers.empty()) record.backward_producer = pending_.producers.front();
     record.attribution = pending_.attribution;
     record.propagators = pending_.propagators.events;
   }
@@ -294,31 +644,91 @@ void NanWatch::on_scaler_update(const amp::ScalerEvent& e) {
 
 NanReport NanWatch::report() const {
   NanReport r = report_;
+  fold_masks(r.intended, roots_);
   if (!pending_.attribution.empty()) {
     merge_real(r, pending_);
     r.failures.push_back({FailureKind::gradient_not_absorbed, pending_.attribution.front().step,
                           "non-finite gradients no scaler update has judged; first in " +
                               event_text(pending_.attribution.front())});
   }
+  if (first_forward_bad_) {
+    const NanEvent& f = *first_forward_bad_;
+    r.failures.push_back({FailureKind::forward_non_finite, f.step,
+                          "first non-finite forward value: " + event_text(f) + first_forward_note_});
+  }
+
+  // Probing from too high an initial scale: the leading run of absorbed skips, then a step.
+  const std::vector<ScaleRecord>& h = r.scale_history;
+  std::size_t lead = 0;
+  // Skips after a non-finite forward value are that value's doing, not the scale's.
+  while (lead < h.size() && h[lead].event.skipped && h[lead].absorbed && !h[lead].forward_non_finite) ++lead;
+  if (lead > 0 && lead < h.size() && !h[lead].event.skipped && h[lead - 1].event.scale_after < h[0].event.scale_before) {
+    double lowest = h[lead - 1].event.scale_after;
+    for (std::size_t i = lead; i < h.size(); ++i) lowest = std::min(lowest, h[i].event.scale_after);
+    r.probing = ScalerProbing{h[0].event.step,         h[lead - 1].event.step,    static_cast<std::int64_t>(lead),
+                              h[0].event.scale_before, h[lead - 1].event.scale_after, lowest, false};
+    // Gradients so large that only a scale below the floor holds them, found by probing
+    // and trained with after: the scale that works, not a collapse.
+    const std::int64_t last = r.probing->last_update;
+    std::erase_if(r.failures, [&](const Failure& f) { return f.kind == FailureKind::scale_below_floor && f.step <= last; });
+  }
   if (r.updates() > 0) {
     const double fraction = static_cast<double>(r.skipped()) / static_cast<double>(r.updates());
-    if (fraction > options_.max_skipped_fraction)
-      r.failures.push_back({FailureKind::skipped_fraction, r.updates(),
-                            std::to_string(r.skipped()) + " of " + std::to_string(r.updates()) +
-                                " updates skipped (" + number(fraction) + " > " +
-                                number(options_.max_skipped_fraction) + ")"});
+    if (fraction > options_.max_skipped_fraction) {
+      const std::int64_t probed = r.probing ? r.probing->skipped : 0;
+      const double rest = static_cast<double>(r.skipped() - probed) / static_cast<double>(r.updates() - probed);
+      if (r.probing && rest <= options_.max_skipped_fraction)
+        r.probing->excused = true;
+      else
+        r.failures.push_back({FailureKind::skipped_fraction, r.updates(),
+                              std::to_string(r.skipped()) + " of " + std::to_string(r.updates()) +
+                                  " updates skipped (" + number(fraction) + " > " +
+                                  number(options_.max_skipped_fraction) + ")"});
+    }
   }
+
+  // Gradient underflow: every parameter gradient exactly 0, step after step, while ops
+  // computed in low precision.
+  // A loss that came down to a tenth of where it started has converged: its gradients
+  // are small in fp32 too, and there is nothing left to learn.
+  const bool converged = zero_longest_.loss < 0.1 * initial_loss_;  // false when either is NaN
+  if (options_.zero_gradient_steps > 0 && low_precision_ && zero_longest_.steps > 0 && !converged &&
+      zero_longest_.steps >= std::min(options_.zero_gradient_steps, stepped_)) {
+    ZeroGradients z = zero_longest_;
+    z.stepped = stepped_;
+    z.dtype = low_dtype_;
+    z.initial_loss = initial_loss_;
+    if (z.evidence && z.evidence->value != 0)
+      z.scale_needed = std::ldexp(1.0, static_cast<int>(std::ceil(std::log2(info(z.evidence->dtype).min_normal() /
+                                                                            std::fabs(z.evidence->value)))));
+    std::string detail = "every parameter gradient was 0 in " + std::string(info(z.dtype).long_name) + " for " +
+                         std::to_string(z.steps) + " optimizer step(s) in a row from step " +
+                         std::to_string(z.first_step);
+    if (z.evidence) detail += "; " + reports::flushed_gradient_text(to_report(*z.evidence));
+    r.failures.push_back({FailureKind::gradient_underflow, z.first_step, detail});
+    r.zero_gradients = std::move(z);
+  }
+
+  std::stable_sort(r.failures.begin(), r.failures.end(), [](const Failure& a, const Failure& b) { return a.step < b.step; });
+  if (!r.producers.empty()) r.producer = r.producers.front();
   return r;
+}
+
+std::string lost_text(const NanEvent& producer, const LostValue& lost) {
+  return reports::lost_text(to_report(producer), to_report(lost));
 }
 
 std::string describe(const NanReport& r) {
   std::ostringstream s;
   if (r.producer) {
-    const NanEvent& p = *r.producer;
-    s << "producer: " << event_text(p) << "\n";
-    for (const TensorRange& in : p.inputs)
-      s << "  " << in.role << " " << name(in.dtype) << " " << to_string(in.shape) << ": min "
-        << in.min << ", max " << in.max << ", absmax " << in.absmax << "\n";
+    for (std::size_t k = 0; k < r.producers.size(); ++k) {
+      const NanEvent& p = r.producers[k];
+      s << (k == 0 ? "producer: " : "also produced by: ") << event_text(p) << "\n";
+      for (const TensorRange& in : p.inputs)
+        s << "  " << in.role << " " << name(in.dtype) << " " << to_string(in.shape) << ": min " << in.min
+          << ", max " << in.max << ", absmax " << in.absmax << "\n";
+      for (const LostValue& l : p.lost) s << "  " << lost_text(p, l) << "\n";
+    }
   } else {
     s << "producer: none" << (r.propagators.events > 0 ? " (non-finite values entered from outside the ops)" : "")
       << "\n";
@@ -329,11 +739,18 @@ std::string describe(const NanReport& r) {
   s << (r.propagators.by_op.empty() ? "" : ")") << "\n";
   s << "failures: " << r.failures.size() << "\n";
   for (const Failure& f : r.failures) s << "  " << failure_kind_name(f.kind) << " at step " << f.step << ": " << f.detail << "\n";
+  for (const IntendedInf& i : r.intended)
+    s << "intended: " << op_name(i.op) << " in module '" << i.module << "': " << i.values << " -Inf in " << i.events
+      << " calls; " << i.reason() << "\n";
   s << "loss scale: " << r.updates() << " updates, " << r.skipped() << " skipped, " << r.absorbed()
     << " absorbed as probing";
   if (!r.scale_history.empty())
     s << "; scale " << r.scale_history.front().event.scale_before << " -> " << r.scale_history.back().event.scale_after;
   s << "\n";
+  if (r.probing)
+    s << "probing: updates " << r.probing->first_update << "-" << r.probing->last_update << " skipped while the scale came down from "
+      << r.probing->scale_from << " to " << r.probing->scale_to << (r.probing->excused ? " (left out of the skipped fraction)" : "")
+      << "\n";
   // The updates that did something (a change of scale, an Inf/NaN, a skip); the quiet
   // ones only move counters. At most 20 lines, the rest counted.
   constexpr std::size_t kMaxLines = 20;

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "engine/amp/policy.h"
+#include "engine/dtype/convert.h"  // round_to
 
 namespace ampcheck::inspector {
 namespace {
@@ -33,31 +34,68 @@ double relative(double diff_squares, double ref_squares) {
 
 }  // namespace
 
-ShadowSample measure_shadow(Op op, const std::vector<Tensor>& inputs, const Params& params,
-                            const Tensor& output) {
+std::string_view range_loss_name(RangeLossKind k) {
+  switch (k) {
+    case RangeLossKind::underflow: return "underflow";
+    case RangeLossKind::overflow: return "overflow";
+  }
+  return "?";
+}
+
+std::optional<RangeLossKind> range_loss_of(double y_low, double y64, DType dtype) {
+  if (!std::isfinite(y64) || y64 == 0) return std::nullopt;
+  if (y_low == 0) {
+    if (round_to(y64, DType::f32) != 0 && round_to(y64, dtype) == 0) return RangeLossKind::underflow;
+  } else if (std::isinf(y_low)) {
+    if (std::isfinite(round_to(y64, DType::f32)) && std::isinf(round_to(y64, dtype))) return RangeLossKind::overflow;
+  }
+  return std::nullopt;
+}
+
+RangeLoss range_loss(const std::vector<double>& low, const std::vector<double>& exact, DType dtype) {
+  RangeLoss r;
+  const std::size_t n = std::min(low.size(), exact.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    if (low[i] != 0 && std::isfinite(low[i])) continue;  // the common case: nothing lost
+    const auto kind = range_loss_of(low[i], exact[i], dtype);
+    if (!kind) continue;
+    const auto at = static_cast<std::int64_t>(i);
+    if (*kind == RangeLossKind::underflow) {
+      if (r.underflow++ == 0) r.first_underflow = at, r.underflow_value = exact[i];
+    } else if (r.overflow++ == 0) {
+      r.first_overflow = at, r.overflow_value = exact[i];
+    }
+  }
+  return r;
+}
+
+Tensor recompute_f64(Op op, const std::vector<Tensor>& inputs, const Params& params) {
+  if (op == Op::cast) return inputs.at(0).to(DType::f64);  // a cast's exact result is its input
   std::vector<Tensor> upcast;
   upcast.reserve(inputs.size());
   for (const Tensor& t : inputs)
     upcast.push_back(t.defined() && is_floating(t.dtype()) ? t.to(DType::f64) : t);
-  Tensor y64;
-  {
-    RecomputeScope recomputing;
-    NoGradGuard no_grad;
-    amp::Autocast no_autocast(nullptr);
-    Saved saved;
-    y64 = op_info(op).forward(ForwardArgs{upcast, params, saved});
-  }
+  RecomputeScope recomputing;
+  NoGradGuard no_grad;
+  amp::Autocast no_autocast(nullptr);
+  Saved saved;
+  return op_info(op).forward(ForwardArgs{upcast, params, saved});
+}
+
+ShadowSample measure_shadow(Op op, const std::vector<Tensor>& inputs, const Params& params,
+                            const Tensor& output) {
+  const Tensor y64 = recompute_f64(op, inputs, params);
   const std::vector<double> low = output.to_f64(), ref = y64.to_f64();
   if (low.size() != ref.size())
     throw std::logic_error("shadow: " + std::string(op_name(op)) + " recomputed " +
                            std::to_string(ref.size()) + " elements for an output of " +
                            std::to_string(low.size()));
-  const std::vector<double> rounded = y64.to(output.dtype()).to_f64();
-
   ShadowSample s;
+  s.range = range_loss(low, ref, output.dtype());
+  const std::vector<double> rounded = y64.to(output.dtype()).to_f64();
   double diff = 0, floor = 0, norm = 0;
   for (std::size_t i = 0; i < ref.size(); ++i) {
-    if (!std::isfinite(low[i]) || !std::isfinite(ref[i])) return ShadowSample{false, 0, 0, 0};
+    if (!std::isfinite(low[i]) || !std::isfinite(ref[i])) return ShadowSample{false, 0, 0, 0, s.range};
     const double d = low[i] - ref[i], r = rounded[i] - ref[i];
     diff += d * d;
     floor += r * r;
@@ -121,6 +159,15 @@ void ShadowError::on_op_end(const OpEvent& e) {
   r.dtype = out.dtype();
   r.shape = out.shape();
   const ShadowSample s = measure_shadow(e.op, *e.inputs, *e.params, out);
+  if (s.range.any()) {
+    if (r.underflow + r.overflow == 0) {
+      r.first_loss_step = e.step;
+      r.first_loss_kind = s.range.underflow > 0 ? RangeLossKind::underflow : RangeLossKind::overflow;
+      r.first_loss_value = s.range.underflow > 0 ? s.range.underflow_value : s.range.overflow_value;
+    }
+    r.underflow += s.range.underflow;
+    r.overflow += s.range.overflow;
+  }
   if (!s.finite) {
     ++r.nonfinite;
     ++nonfinite_;

@@ -28,6 +28,17 @@
 // per (module, op) is immune to that. Several forwards in one step (gradient
 // accumulation) give distinct occurrences.
 //
+// Range loss, per op instance, from the same recompute: the values the op lost to its
+// low-precision output dtype. An element is an
+//   underflow  when y_low is 0 while y64 is finite and nonzero, fp32 holds it (it does
+//              not round to 0 in f32) and the dtype cannot (it rounds to 0 there): a
+//              result fp32 would have kept, flushed by the storage rounding;
+//   overflow   when y_low is +-Inf while y64 is finite, finite in fp32 and rounds to
+//              +-Inf in the dtype.
+// A 0 that the exact result also has (relu), or a 0 that cancellation in the f32 compute
+// made of a value the dtype could hold, is no range loss. Calls with Inf/NaN are counted
+// here too (an overflow makes one), though their error is not measured.
+//
 // Cost: one f64 forward per measured call, so sampling (every N-th step) bounds it. The
 // recompute runs with gradients and autocast off; inputs are converted copies, so an op
 // that updates an input in place (batch_norm's running statistics) updates only copies.
@@ -37,7 +48,9 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -46,17 +59,37 @@
 
 namespace ampcheck::inspector {
 
+enum class RangeLossKind : std::uint8_t { underflow, overflow };
+std::string_view range_loss_name(RangeLossKind k);  // "underflow", "overflow"
+
+// The range loss of one op call (definitions above): counts, and the first element of
+// each kind with its exact value.
+struct RangeLoss {
+  std::int64_t underflow = 0, overflow = 0;
+  std::int64_t first_underflow = -1, first_overflow = -1;  // element index; -1: none
+  double underflow_value = 0, overflow_value = 0;          // y64 there
+  bool any() const { return underflow + overflow > 0; }
+};
+// One element: whether y_low (stored in `dtype`) lost the exact value y64 to the range.
+std::optional<RangeLossKind> range_loss_of(double y_low, double y64, DType dtype);
+// Every element of a call; `low` and `exact` have the same length.
+RangeLoss range_loss(const std::vector<double>& low, const std::vector<double>& exact, DType dtype);
+
+// The exact result of one forward call: `op` run in f64 on f64 copies of the floating
+// `inputs` (i64 and undefined inputs as they are) with `params`: the engine's forward,
+// no autograd, no autocast, no hook events. A cast's exact result is its input.
+Tensor recompute_f64(Op op, const std::vector<Tensor>& inputs, const Params& params);
+
 // One op call's measurement (definitions above).
 struct ShadowSample {
-  bool finite = true;  // false: y_low or y64 has a NaN/Inf; the numbers below are 0
+  bool finite = true;  // false: y_low or y64 has a NaN/Inf; the error numbers are 0
   double relative_error = 0;
   double max_abs_error = 0;
   double rounding_floor = 0;
+  RangeLoss range;     // counted whether or not the call is finite
 };
 
-// Runs `op` in f64 on f64 copies of the floating `inputs` (i64 and undefined inputs as
-// they are) with `params`, and measures `output` against it. The engine's forward, no
-// autograd, no autocast.
+// Recomputes the call (recompute_f64) and measures `output` against it.
 ShadowSample measure_shadow(Op op, const std::vector<Tensor>& inputs, const Params& params,
                             const Tensor& output);
 
@@ -80,6 +113,12 @@ struct ShadowRecord {
   double floor_at_worst = 0;   // ... that call's rounding floor ...
   std::int64_t worst_step = 0;  // ... and its step
   double max_abs_error = 0;    // the largest max_abs_error over the calls
+
+  // Range loss over every recomputed call, finite or not (definitions above).
+  std::int64_t underflow = 0, overflow = 0;  // elements
+  std::int64_t first_loss_step = 0;          // the first call with a loss: its step,
+  RangeLossKind first_loss_kind = RangeLossKind::underflow;  // what it lost first (underflow
+  double first_loss_value = 0;               // before overflow) and that element's y64
 
   std::string key() const;  // "block1.fc.linear#0": module, op, occurrence
   double worst_times_floor() const { return times_floor(worst_error, floor_at_worst); }

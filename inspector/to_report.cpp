@@ -75,6 +75,11 @@ reports::Numerics to_report(const TensorStats& s) {
   return n;
 }
 
+reports::LostValue to_report(const LostValue& l) {
+  return {l.input,  std::string(op_name(l.op)), l.module, std::string(phase_name(l.phase)), l.step, l.inserted_cast,
+          std::string(range_loss_name(l.kind)), dtype_text(l.dtype), l.value, l.count, l.limit};
+}
+
 reports::NanEvent to_report(const NanEvent& e) {
   reports::NanEvent r;
   r.step = e.step;
@@ -87,6 +92,7 @@ reports::NanEvent to_report(const NanEvent& e) {
   r.out_nan = e.output.nan;
   r.out_pos_inf = e.output.pos_inf;
   r.out_neg_inf = e.output.neg_inf;
+  for (const LostValue& l : e.lost) r.lost.push_back(to_report(l));
   return r;
 }
 
@@ -168,9 +174,13 @@ void fill_report(const Inspector& insp, reports::Report& report) {
     for (const ShadowRecord& r : sh->records()) {
       const std::string name = r.module + "/" + std::string(op_name(r.op)) + "#" + std::to_string(r.occurrence);
       const auto it = by_name.find(name);
-      if (it == by_name.end() || (r.count == 0 && r.nonfinite == 0)) continue;
-      it->second->local_error = reports::LocalError{r.count,      r.nonfinite,     r.mean_error, r.mean_floor,
-                                                    r.worst_error, r.floor_at_worst, r.worst_step, r.max_abs_error};
+      if (it == by_name.end()) continue;
+      if (r.count > 0 || r.nonfinite > 0)
+        it->second->local_error = reports::LocalError{r.count,       r.nonfinite,      r.mean_error, r.mean_floor,
+                                                      r.worst_error, r.floor_at_worst, r.worst_step, r.max_abs_error};
+      if (r.underflow + r.overflow > 0)
+        it->second->range_loss = reports::RangeLoss{r.underflow, r.overflow, r.first_loss_step,
+                                                    std::string(range_loss_name(r.first_loss_kind)), r.first_loss_value};
     }
   }
 
@@ -179,6 +189,7 @@ void fill_report(const Inspector& insp, reports::Report& report) {
     reports::NonFinite& nf = report.nonfinite;
     nf = {};
     if (nr.producer) nf.producer = to_report(*nr.producer);
+    for (const NanEvent& p : nr.producers) nf.producers.push_back(to_report(p));
     nf.propagator_events = nr.propagators.events;
     nf.propagators = nr.propagators.by_op;
     for (const Failure& f : nr.failures) nf.failures.push_back({std::string(failure_kind_name(f.kind)), f.step, f.detail});
@@ -186,6 +197,25 @@ void fill_report(const Inspector& insp, reports::Report& report) {
     nf.skipped = nr.skipped();
     nf.absorbed = nr.absorbed();
     nf.events_checked = nr.events_checked;
+    for (const IntendedInf& i : nr.intended) {
+      reports::IntendedInf x{std::string(op_name(i.op)), i.module, i.events, i.values, {}, i.reason()};
+      for (const Op op : i.readers) x.readers.emplace_back(op_name(op));
+      nf.intended.push_back(std::move(x));
+    }
+    if (const auto& p = nr.probing)
+      nf.probing = reports::ScalerProbing{p->first_update, p->last_update, p->skipped,        p->scale_from,
+                                          p->scale_to,     p->suggested_scale, p->excused};
+    if (const auto& z = nr.zero_gradients) {
+      reports::ZeroGradients& x = nf.zero_gradients.emplace();
+      x.first_step = z->first_step;
+      x.steps = z->steps;
+      x.stepped = z->stepped;
+      x.dtype = dtype_text(z->dtype);
+      x.scale_needed = z->scale_needed;
+      if (z->evidence) x.evidence = to_report(*z->evidence);
+      x.loss = z->loss;
+      x.initial_loss = z->initial_loss;
+    }
   }
 }
 

@@ -15,6 +15,7 @@ void fill_report(const Inspector& inspector, reports::Report& report);
 
 reports::Numerics to_report(const TensorStats& stats);
 reports::NanEvent to_report(const NanEvent& event);
+reports::LostValue to_report(const LostValue& lost);
 std::string dtype_text(DType d);  // "float16": the names the report uses
 
 // The op records as Chrome trace spans: one per op call (the policy's casts as "cast"),

@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "reports/advice.h"
+
 namespace ampcheck::reports {
 namespace {
 
@@ -401,7 +403,7 @@ std::string section_open(std::string_view id, std::string_view title) {
 constexpr std::string_view kSectionClose = "</section>\n";
 
 std::string verdict_class(const std::string& verdict) {
-  for (std::string_view known : {"healthy", "failed", "amp_off", "reference", "unchecked", "interrupted"})
+  for (std::string_view known : {"healthy", "failed", "gradient_underflow", "amp_off", "reference", "unchecked", "interrupted"})
     if (verdict == known) return std::string(known);
   return "unknown";
 }
@@ -590,6 +592,7 @@ std::string loss_scale_section(const Report& r) {
   out += plot.render();
   out += fmt::format("<p class=\"caption\">{} of {} steps skipped; final scale {}.</p>\n", r.summary.skipped_steps,
                      r.steps.size(), num(r.summary.final_loss_scale, 6));
+  if (r.nonfinite.probing) out += fmt::format("<p class=\"note\" id=\"probing\">{}</p>\n", esc(probing_note(r)));
   return out + std::string(kSectionClose);
 }
 
@@ -838,6 +841,24 @@ std::string worst_section(const Report& r) {
            "result to the output dtype alone would make; far above 1 means the op loses more than its "
            "output dtype must.</p>\n";
   }
+  std::vector<const OpInstance*> lost;
+  for (const OpInstance& op : r.ops)
+    if (op.range_loss) lost.push_back(&op);
+  if (!lost.empty()) {
+    out += "<h3>Values lost to the low-precision range</h3>\n";
+    std::stable_sort(lost.begin(), lost.end(), [](const OpInstance* a, const OpInstance* b) {
+      return a->range_loss->underflow + a->range_loss->overflow > b->range_loss->underflow + b->range_loss->overflow;
+    });
+    Table t({"op", "dtype", "#underflow (to 0)", "#overflow (to Inf)", "first lost", "#exact value", "#step"});
+    for (const OpInstance* op : lost) {
+      const RangeLoss& l = *op->range_loss;
+      t.row({op->name, op->out, integer(l.underflow), integer(l.overflow), l.first_kind, num(l.first_value),
+             integer(l.first_step)});
+    }
+    out += t.render("range-loss");
+    out += "<p class=\"caption\">Elements whose exact result fp32 holds but the op's output dtype does not: "
+           "flushed to 0 or rounded to Inf when stored.</p>\n";
+  }
   if (!r.swamping.empty()) {
     out += "<h3>Swamped parameter updates</h3>\n";
     Table t({"parameter", "#updates", "#mean fraction lost"});
@@ -859,6 +880,7 @@ std::string producer_html(const NanEvent& e, std::string_view table_id) {
       "from finite inputs.</p>\n",
       esc(e.op), esc(e.module.empty() ? "(top level)" : e.module), e.step, esc(e.phase), e.out_nan, e.out_pos_inf,
       e.out_neg_inf);
+  for (const LostValue& l : e.lost) out += fmt::format("<p class=\"lost\">{}</p>\n", esc(lost_text(e, l)));
   if (e.inputs.empty()) return out;
   Table t({"input", "dtype", "shape", "#NaN", "#+Inf", "#-Inf", "#min", "#max", "#absmax"});
   for (const TensorRange& in : e.inputs)
@@ -873,8 +895,16 @@ std::string nonfinite_section(const Report& r) {
   out += fmt::format(
       "<p>{} events checked; scaler: {} updates, {} skipped, {} absorbed (expected probing).</p>\n",
       nf.events_checked, nf.updates, nf.skipped, nf.absorbed);
-  if (nf.producer) {
-    out += "<h3>First producer</h3>\n" + producer_html(*nf.producer, "nonfinite-producer");
+  // A report of 1.2 or older has the first producer only.
+  const std::vector<NanEvent> producers =
+      !nf.producers.empty() ? nf.producers : nf.producer ? std::vector<NanEvent>{*nf.producer} : std::vector<NanEvent>{};
+  if (!producers.empty()) {
+    out += "<h3>First producer</h3>\n" + producer_html(producers.front(), "nonfinite-producer");
+    if (producers.size() > 1) {
+      out += fmt::format("<h3>Also produced by ({} more)</h3>\n", producers.size() - 1);
+      for (std::size_t i = 1; i < producers.size(); ++i)
+        out += producer_html(producers[i], fmt::format("nonfinite-producer-{}", i + 1));
+    }
   } else {
     out += note(nf.events_checked > 0 ? "no op made a non-finite value from finite inputs"
                                       : "non-finite values were not tracked: run with --inspect stats or full");
@@ -884,6 +914,19 @@ std::string nonfinite_section(const Report& r) {
     Table t({"op type", "#events"});
     for (const auto& [type, events] : nf.propagators) t.row({type, integer(events)});
     out += t.render("propagators");
+  }
+  if (!nf.intended.empty()) {
+    out += "<h3>Intended -Inf (not failures)</h3>\n";
+    Table t({"op", "module", "#calls", "#-Inf values", "read by", "why"});
+    for (const IntendedInf& i : nf.intended)
+      t.row({i.op, i.module, integer(i.events), integer(i.values), list_or_none(i.readers), i.reason});
+    out += t.render("intended");
+  }
+  if (nf.zero_gradients) {
+    out += "<h3>Gradient underflow</h3>\n" + fmt::format("<p class=\"lost\" id=\"zero-gradients\">{}</p>\n",
+                                                          esc(gradient_underflow_text(r)));
+    if (nf.zero_gradients->evidence)
+      out += fmt::format("<p class=\"lost\">{}</p>\n", esc(flushed_gradient_text(*nf.zero_gradients->evidence)));
   }
   if (!nf.failures.empty()) {
     out += "<h3>Failures</h3>\n";
@@ -1013,7 +1056,7 @@ h1{font-size:1.5em;margin:.2em 0}h2{border-bottom:1px solid #ccc;padding-bottom:
 .verdict{font-size:1.2em;font-weight:600;padding:10px 14px;border-radius:6px;border-left:8px solid;margin:10px 0}
 .verdict-tag{text-transform:uppercase;font-size:.8em;letter-spacing:.05em;margin-right:.6em}
 .verdict-healthy{background:#e7f6e9;border-color:#2e7d32;color:#1b5e20}
-.verdict-failed{background:#fdecea;border-color:#c62828;color:#8e0000}
+.verdict-failed,.verdict-gradient_underflow{background:#fdecea;border-color:#c62828;color:#8e0000}
 .verdict-amp_off{background:#fff4e0;border-color:#ef6c00;color:#8a3c00}
 .verdict-reference{background:#e8f0fb;border-color:#1565c0;color:#0d3c78}
 .verdict-unchecked,.verdict-unknown{background:#eeeeee;border-color:#757575;color:#333}
@@ -1028,7 +1071,7 @@ nav{font-size:.9em;margin:8px 0}nav a{margin-right:12px}
 table{border-collapse:collapse;font-size:.85em;margin:6px 0;background:#fff}
 th,td{border:1px solid #ddd;padding:3px 7px;text-align:left;vertical-align:top}
 th{background:#f0f0f0;cursor:pointer;user-select:none}td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
-.note{color:#666;font-style:italic}.caption{color:#555;font-size:.85em;margin:2px 0 10px}
+.note{color:#666;font-style:italic}.lost{margin:2px 0 8px 1em;color:#8e0000}.caption{color:#555;font-size:.85em;margin:2px 0 10px}
 pre.snippet{background:#f4f4f4;border:1px solid #ddd;padding:8px;overflow-x:auto}
 svg.plot{display:block;max-width:100%;height:auto;background:#fff;border:1px solid #e0e0e0;margin:6px 0}
 </style>

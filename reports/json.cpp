@@ -30,6 +30,14 @@ using json = nlohmann::json;
 template <class S, class T>
 concept Is = std::same_as<std::remove_const_t<S>, T>;
 
+// A field added in a minor version after 1.0, as `v(key, member, Since{minor})`: written
+// always; a file of an older minor lacks it and reads it as its default (empty), while a
+// file of that minor or newer must have it. (Optional members need no tag: they may be
+// absent in any version.)
+struct Since {
+  int minor;
+};
+
 // NonFinite::propagators holds (op type, events) pairs; in JSON they are named objects.
 using Propagator = std::pair<std::string, std::int64_t>;
 
@@ -181,6 +189,7 @@ constexpr void fields(V& v, S& s) {
   v("kernels", s.kernels);
   v("numerics", s.numerics);
   v("local_error", s.local_error);
+  v("range_loss", s.range_loss);  // 1.3; optional
 }
 template <class V, Is<TensorNumerics> S>
 constexpr void fields(V& v, S& s) {
@@ -205,6 +214,28 @@ constexpr void fields(V& v, S& s) {
   v("max", s.max);
   v("absmax", s.absmax);
 }
+template <class V, Is<RangeLoss> S>
+constexpr void fields(V& v, S& s) {
+  v("underflow", s.underflow);
+  v("overflow", s.overflow);
+  v("first_step", s.first_step);
+  v("first_kind", s.first_kind);
+  v("first_value", s.first_value);
+}
+template <class V, Is<LostValue> S>
+constexpr void fields(V& v, S& s) {
+  v("input", s.input);
+  v("op", s.op);
+  v("module", s.module);
+  v("phase", s.phase);
+  v("step", s.step);
+  v("inserted_cast", s.inserted_cast);
+  v("kind", s.kind);
+  v("dtype", s.dtype);
+  v("value", s.value);
+  v("count", s.count);
+  v("limit", s.limit);
+}
 template <class V, Is<NanEvent> S>
 constexpr void fields(V& v, S& s) {
   v("step", s.step);
@@ -215,6 +246,7 @@ constexpr void fields(V& v, S& s) {
   v("out_nan", s.out_nan);
   v("out_pos_inf", s.out_pos_inf);
   v("out_neg_inf", s.out_neg_inf);
+  v("lost", s.lost, Since{3});
 }
 template <class V, Is<Failure> S>
 constexpr void fields(V& v, S& s) {
@@ -222,9 +254,40 @@ constexpr void fields(V& v, S& s) {
   v("step", s.step);
   v("detail", s.detail);
 }
+template <class V, Is<IntendedInf> S>
+constexpr void fields(V& v, S& s) {
+  v("op", s.op);
+  v("module", s.module);
+  v("events", s.events);
+  v("values", s.values);
+  v("readers", s.readers);
+  v("reason", s.reason);
+}
+template <class V, Is<ScalerProbing> S>
+constexpr void fields(V& v, S& s) {
+  v("first_update", s.first_update);
+  v("last_update", s.last_update);
+  v("skipped", s.skipped);
+  v("scale_from", s.scale_from);
+  v("scale_to", s.scale_to);
+  v("suggested_scale", s.suggested_scale);
+  v("excused", s.excused);
+}
+template <class V, Is<ZeroGradients> S>
+constexpr void fields(V& v, S& s) {
+  v("first_step", s.first_step);
+  v("steps", s.steps);
+  v("stepped", s.stepped);
+  v("dtype", s.dtype);
+  v("scale_needed", s.scale_needed);
+  v("evidence", s.evidence);
+  v("loss", s.loss);
+  v("initial_loss", s.initial_loss);
+}
 template <class V, Is<NonFinite> S>
 constexpr void fields(V& v, S& s) {
   v("producer", s.producer);
+  v("producers", s.producers, Since{3});
   v("propagator_events", s.propagator_events);
   v("propagators", s.propagators);
   v("failures", s.failures);
@@ -232,6 +295,9 @@ constexpr void fields(V& v, S& s) {
   v("skipped", s.skipped);
   v("absorbed", s.absorbed);
   v("events_checked", s.events_checked);
+  v("intended", s.intended, Since{3});
+  v("probing", s.probing);                // 1.3; optional
+  v("zero_gradients", s.zero_gradients);  // 1.3; optional
 }
 template <class V, Is<Summary> S>
 constexpr void fields(V& v, S& s) {
@@ -376,6 +442,8 @@ struct FieldCounter {
   std::size_t n = 0;
   template <class T>
   constexpr void operator()(const char*, T&) { ++n; }
+  template <class T>
+  constexpr void operator()(const char*, T&, Since) { ++n; }
 };
 template <class S>
 consteval std::size_t field_count() {
@@ -395,8 +463,8 @@ inline constexpr bool kEveryMemberHasAField = (EveryMemberHasAField<S>::value &&
 static_assert(kEveryMemberHasAField<
               Versions, AmpSettings, RunInfo, StepRecord, DtypeCounts, OpTypeRow, InsertedCasts,
               Histogram, LowPrecisionCounts, Numerics, LocalError, CastCount, KernelCount,
-              NamedNumerics, OpInstance, TensorNumerics, Swamping, TensorRange, NanEvent, Failure,
-              NonFinite, Summary, Trial, Suggestion, Bisect, LevelRun, LevelError, CompareOp, Compare,
+              NamedNumerics, OpInstance, TensorNumerics, Swamping, TensorRange, RangeLoss, LostValue,
+              NanEvent, Failure, IntendedInf, ScalerProbing, ZeroGradients, NonFinite, Summary, Trial, Suggestion, Bisect, LevelRun, LevelError, CompareOp, Compare,
               Interruption, SeedOutcome, LowPrecisionSeen, LocalErrorSeen, Spread>);
 // Report's default schema_version is not constexpr, so fields(Report) cannot be walked
 // here: its members are counted by hand (schema_version, written apart, and the 13 of
@@ -428,6 +496,10 @@ struct ObjectWriter {
     } else {
       object[key] = encode(value);
     }
+  }
+  template <class T>
+  void operator()(const char* key, const T& value, Since) {
+    (*this)(key, value);
   }
 };
 
@@ -462,7 +534,9 @@ ordered_json encode(const T& value) {
 
 class Reader {
  public:
-  explicit Reader(std::string_view source) : source_(source) {}
+  // minor: the file's schema minor version, which tells a field added since (Since) that
+  // is missing from one that must have it.
+  Reader(std::string_view source, int minor) : source_(source), minor_(minor) {}
 
   [[noreturn]] void fail(const std::string& path, const std::string& what) const {
     if (path.empty()) throw ReportError(fmt::format("{}: {}", source_, what));
@@ -518,6 +592,14 @@ class Reader {
         reader.read(*it, child, out);
       }
     }
+    template <class T>
+    void operator()(const char* key, T& out, Since since) {
+      if (reader.minor_ < since.minor && object.find(key) == object.end()) {
+        out = T{};  // a file from before the field
+        return;
+      }
+      (*this)(key, out);
+    }
   };
 
   // A value as the user wrote it, cut short: an error must not quote a whole section.
@@ -561,6 +643,7 @@ class Reader {
   }
 
   std::string_view source_;
+  int minor_;
 };
 
 // "MAJOR.MINOR" with both parts decimal digits; nullopt otherwise.
@@ -596,16 +679,16 @@ Report from_json(std::string_view text, std::string_view source) {
   } catch (const JsonTextError& e) {
     throw ReportError(e.what());  // names the file, the line and column, and the fix
   }
-  const Reader reader(source);
-  if (!doc.is_object()) reader.expected("", "a JSON object (an ampcheck report)", doc);
+  const Reader top(source, kSchemaMinor);
+  if (!doc.is_object()) top.expected("", "a JSON object (an ampcheck report)", doc);
 
   // The version first: a document of another major may differ in any field, and "missing
   // field x" would hide the real reason.
   const auto version = doc.find("schema_version");
   if (version == doc.end())
-    reader.fail("", "missing field \"schema_version\" (is this an ampcheck report?)");
+    top.fail("", "missing field \"schema_version\" (is this an ampcheck report?)");
   const auto parsed = version->is_string() ? parse_version(version->get<std::string>()) : std::nullopt;
-  if (!parsed) reader.expected("schema_version", "a string \"MAJOR.MINOR\" such as \"1.0\"", *version);
+  if (!parsed) top.expected("schema_version", "a string \"MAJOR.MINOR\" such as \"1.0\"", *version);
   if (parsed->first != kSchemaMajor) {
     const std::string fix = parsed->first > kSchemaMajor
                                 ? "use the ampcheck that wrote it or a newer one"
@@ -617,6 +700,7 @@ Report from_json(std::string_view text, std::string_view source) {
 
   Report report;
   report.schema_version = version->get<std::string>();  // as read; to_json writes its own
+  const Reader reader(source, parsed->second);
   reader.read(doc, "", report);
   return report;
 }

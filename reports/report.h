@@ -21,7 +21,9 @@ namespace ampcheck::reports {
 // schema_version "MAJOR.MINOR": a reader accepts any minor of its major (fields added
 // in a newer minor are ignored) and rejects another major.
 inline constexpr int kSchemaMajor = 1;
-inline constexpr int kSchemaMinor = 2;  // 1.1: Report::interrupted; 1.2: Report::spread
+// 1.1: Report::interrupted; 1.2: Report::spread; 1.3: NonFinite::producers, intended,
+// probing, zero_gradients, NanEvent::lost, OpInstance::range_loss.
+inline constexpr int kSchemaMinor = 3;
 
 // What wrote the report. Nothing of the machine it ran on: the same build gives the same
 // bytes on every x86-64 CPU (the CPU paths differ in speed only).
@@ -132,6 +134,15 @@ struct LocalError {
   double max_abs = 0;
 };
 
+// Values an op instance lost to its low-precision output dtype: finite and nonzero in
+// its exact (f64) result and in fp32, stored as 0 or +-Inf (inspector/shadow.h).
+struct RangeLoss {
+  std::int64_t underflow = 0, overflow = 0;  // elements, over the measured calls
+  std::int64_t first_step = 0;               // the first call that lost a value
+  std::string first_kind;                    // "underflow" or "overflow": what it lost first
+  double first_value = 0;                    // the exact value it lost first
+};
+
 struct CastCount {
   std::int64_t input = 0;
   std::string slot;  // PaddlePaddle's input name: "X", "Filter", ...
@@ -169,6 +180,7 @@ struct OpInstance {
   std::vector<KernelCount> kernels;
   std::vector<NamedNumerics> numerics;   // full mode, sampled steps
   std::optional<LocalError> local_error;  // full mode, low-precision forward outputs
+  std::optional<RangeLoss> range_loss;    // 1.3: full mode, when it lost a value
 };
 
 // A tensor that is not an op's output: "param:fc1.weight", "grad:...", "state:...".
@@ -192,6 +204,23 @@ struct TensorRange {
   double min = 0, max = 0, absmax = 0;  // of the finite values; NaN if none
 };
 
+// A value low precision lost on the way to a non-finite one: the producer's own result
+// overflowing its fp16/bf16 output, or an input 0 an earlier op made by flushing a value
+// fp32 would hold; also a backward cast that flushed a gradient whole (ZeroGradients).
+struct LostValue {
+  std::string input;   // the producer's input it reached ("input 1"); "" for its own result
+  std::string op;      // the op that lost it
+  std::string module;
+  std::string phase;   // "forward"; "backward" for a gradient
+  std::int64_t step = 0;
+  bool inserted_cast = false;  // the op is a cast the AMP policy inserted
+  std::string kind;    // "underflow" (to 0) or "overflow" (to +-Inf)
+  std::string dtype;   // the dtype that could not hold it
+  double value = 0;    // the exact value lost (a gradient: the largest lost)
+  std::int64_t count = 0;  // elements that call lost that way
+  double limit = 0;    // the dtype's smallest subnormal (underflow) or largest finite value (overflow)
+};
+
 struct NanEvent {
   std::int64_t step = 0;
   std::string phase;
@@ -199,21 +228,66 @@ struct NanEvent {
   std::string module;
   std::vector<TensorRange> inputs;
   std::int64_t out_nan = 0, out_pos_inf = 0, out_neg_inf = 0;
+  std::vector<LostValue> lost;  // 1.3: forward producers; empty when nothing was lost
 };
 
 struct Failure {
-  std::string kind;  // forward_non_finite, gradient_not_absorbed, scale_below_floor, skipped_fraction
+  // forward_non_finite, gradient_not_absorbed, scale_below_floor, skipped_fraction,
+  // gradient_underflow (1.3)
+  std::string kind;
   std::int64_t step = 0;
   std::string detail;
 };
 
+// A -Inf mask that was no failure: only softmax read it, over rows that keep a finite value.
+struct IntendedInf {
+  std::string op;      // what wrote it: "masked_fill", "add", "where"
+  std::string module;
+  std::int64_t events = 0;  // calls
+  std::int64_t values = 0;  // -Inf elements written
+  std::vector<std::string> readers;  // ops that made finite values of it: "softmax"
+  std::string reason;  // "-inf mask: softmax maps it to 0"
+};
+
+// The leading run of skipped updates in which a dynamic scaler came down from too high an
+// initial scale, followed by clean training.
+struct ScalerProbing {
+  std::int64_t first_update = 0, last_update = 0;  // scaler updates, counted from 1
+  std::int64_t skipped = 0;
+  double scale_from = 0;  // the initial scale
+  double scale_to = 0;    // the scale after it: the first that trained
+  double suggested_scale = 0;  // where to start instead: the lowest scale the run came down to
+  bool excused = false;   // the skipped fraction failed with it and passed without it
+};
+
+// Optimizer steps in a row whose every parameter gradient was exactly 0, in a run that
+// computed in fp16/bf16: a gradient_underflow failure.
+struct ZeroGradients {
+  std::int64_t first_step = 0;  // the step the longest such run began
+  std::int64_t steps = 0;       // its length
+  std::int64_t stepped = 0;     // steps in the run with parameter updates
+  std::string dtype;            // "float16"
+  // The smallest power-of-two loss scale that lifts the largest flushed gradient of the
+  // evidence into the dtype's normal range; 0 without evidence.
+  double scale_needed = 0;
+  std::optional<LostValue> evidence;  // a backward cast that flushed a gradient whole to 0
+  double loss = 0;          // the loss at the first step of the run; NaN: not seen
+  double initial_loss = 0;  // the training's first loss; NaN: not seen
+};
+
 struct NonFinite {
   std::optional<NanEvent> producer;  // the first op that made a non-finite value from finite inputs
+  // 1.3: every (op, module, phase) that did, its first occurrence, in execution order
+  // (the first is `producer`).
+  std::vector<NanEvent> producers;
   std::int64_t propagator_events = 0;
   std::vector<std::pair<std::string, std::int64_t>> propagators;  // op type, events
   std::vector<Failure> failures;
   std::int64_t updates = 0, skipped = 0, absorbed = 0;  // scaler updates; skipped; expected probing
   std::int64_t events_checked = 0;
+  std::vector<IntendedInf> intended;        // 1.3
+  std::optional<ScalerProbing> probing;     // 1.3
+  std::optional<ZeroGradients> zero_gradients;  // 1.3
 };
 
 struct Summary {
@@ -224,7 +298,8 @@ struct Summary {
   double final_loss_scale = 1;
   std::int64_t low_precision_calls = 0;  // op calls whose kernel ran in fp16/bf16
   std::int64_t total_calls = 0;
-  // healthy | failed | amp_off | reference (an O0 run) | unchecked (inspect off)
+  // healthy | failed | gradient_underflow (1.3) | amp_off | reference (an O0 run) |
+  // unchecked (inspect off) | interrupted (1.1)
   std::string verdict;
   std::string verdict_text;  // the one line a person reads
 };

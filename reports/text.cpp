@@ -6,6 +6,7 @@
 #include <cmath>
 #include <string_view>
 
+#include "reports/advice.h"
 #include "reports/text_table.h"
 
 namespace ampcheck::reports {
@@ -19,7 +20,12 @@ std::string_view paddle_name(const std::string& dtype) {
 }
 
 std::string number(double v) { return std::isfinite(v) ? fmt::format("{:.6g}", v) : fmt::format("{}", v); }
-std::string loss(double v) { return std::isfinite(v) ? fmt::format("{:.4f}", v) : fmt::format("{}", v); }
+// Four decimals while they show at least three significant digits; a smaller loss (a
+// weighted one: 1.09e-06) keeps four significant digits instead of printing 0.0000.
+std::string loss(double v) {
+  if (!std::isfinite(v)) return fmt::format("{}", v);
+  return v == 0 || std::fabs(v) >= 0.1 ? fmt::format("{:.4f}", v) : fmt::format("{:.4g}", v);
+}
 
 struct RangeRow {
   std::string key;
@@ -71,34 +77,70 @@ std::string error_section(const Report& r, std::size_t top) {
   return "Worst local (shadow) errors of low-precision ops, against an f64 recompute:\n" + t.render();
 }
 
-std::string event_text(const NanEvent& e) {
-  std::string s = fmt::format("{} in module '{}', {}, step {}: output", e.op, e.module, e.phase, e.step);
+std::string outputs_text(const NanEvent& e) {
+  std::string s;
   if (e.out_nan) s += fmt::format(" {} NaN", e.out_nan);
   if (e.out_pos_inf) s += fmt::format(" {} +Inf", e.out_pos_inf);
   if (e.out_neg_inf) s += fmt::format(" {} -Inf", e.out_neg_inf);
-  s += "\n";
+  return s;
+}
+
+// A producer, its inputs' ranges and what low precision lost on the way, each line
+// indented by `indent`.
+std::string event_text(const NanEvent& e, const std::string& indent) {
+  std::string s = fmt::format("{} in module '{}', {}, step {}: output{}\n", e.op, e.module, e.phase, e.step, outputs_text(e));
   for (const TensorRange& in : e.inputs) {
     std::string shape;
     for (std::int64_t d : in.shape) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
-    s += fmt::format("  {} {} [{}]: min {}, max {}, absmax {}\n", in.role, in.dtype, shape, number(in.min),
+    s += fmt::format("{}  {} {} [{}]: min {}, max {}, absmax {}\n", indent, in.role, in.dtype, shape, number(in.min),
                      number(in.max), number(in.absmax));
   }
+  for (const LostValue& l : e.lost) s += fmt::format("{}  {}\n", indent, lost_text(e, l));
   return s;
 }
 
 std::string nonfinite_section(const Report& r) {
   const NonFinite& nf = r.nonfinite;
   if (nf.events_checked == 0 && nf.updates == 0) return {};
+  // A report of 1.2 or older has the first producer only.
+  const std::vector<NanEvent> producers =
+      !nf.producers.empty() ? nf.producers : nf.producer ? std::vector<NanEvent>{*nf.producer} : std::vector<NanEvent>{};
   std::string s = "Non-finite values: ";
-  s += nf.producer ? "first produced by " + event_text(*nf.producer) : "no op produced one\n";
+  s += producers.empty() ? "no op produced one\n" : "first produced by " + event_text(producers.front(), "");
+  for (std::size_t i = 1; i < producers.size(); ++i) s += "  also produced by " + event_text(producers[i], "  ");
   if (nf.propagator_events > 0) {
     s += fmt::format("  carried on by {} op calls (", nf.propagator_events);
     for (std::size_t i = 0; i < nf.propagators.size(); ++i)
       s += fmt::format("{}{} x{}", i ? ", " : "", nf.propagators[i].first, nf.propagators[i].second);
     s += ")\n";
   }
+  for (const IntendedInf& i : nf.intended)
+    s += fmt::format("  intended, not a failure: {} in module '{}' wrote {} -Inf in {} calls; {}\n", i.op, i.module,
+                     i.values, i.events, i.reason);
   for (const Failure& f : nf.failures) s += fmt::format("  failure: {} at step {}: {}\n", f.kind, f.step, f.detail);
   return s;
+}
+
+// Op instances that lost values to the low-precision range (--inspect full).
+std::string range_loss_section(const Report& r, std::size_t top) {
+  std::vector<const OpInstance*> rows;
+  for (const OpInstance& o : r.ops)
+    if (o.range_loss) rows.push_back(&o);
+  if (rows.empty()) return {};
+  std::stable_sort(rows.begin(), rows.end(), [](const OpInstance* a, const OpInstance* b) {
+    return a->range_loss->underflow + a->range_loss->overflow > b->range_loss->underflow + b->range_loss->overflow;
+  });
+  if (rows.size() > top) rows.resize(top);
+  TextTable t({"op instance", "dtype", "underflow", "overflow", "first lost"});
+  t.align(0, TextTable::Align::left).align(4, TextTable::Align::left);
+  for (const OpInstance* o : rows) {
+    const RangeLoss& l = *o->range_loss;
+    t.add_row({o->name, o->out, std::to_string(l.underflow), std::to_string(l.overflow),
+               fmt::format("{} -> {} at step {}", value_text(l.first_value),
+                           l.first_kind == "overflow" ? (l.first_value > 0 ? "+Inf" : "-Inf") : "0", l.first_step)});
+  }
+  return "Values lost to the low-precision range (exact results fp32 holds, stored as 0 or Inf), in elements:\n" +
+         t.render();
 }
 
 std::string scaler_section(const Report& r) {
@@ -117,6 +159,11 @@ std::string scaler_section(const Report& r) {
     for (std::size_t i = 0; i < std::min(kShown, skipped.size()); ++i) s += fmt::format(" {}", skipped[i]);
     if (skipped.size() > kShown) s += fmt::format(" ... ({} in all)", skipped.size());
     s += "\n";
+  }
+  if (r.nonfinite.probing) {
+    const ScalerProbing& p = *r.nonfinite.probing;
+    s += fmt::format("  updates {}-{}: the scaler probing down from its initial scale{}; {}\n", p.first_update,
+                     p.last_update, p.excused ? " (left out of the skipped fraction)" : "", probing_note(r));
   }
   return s;
 }
@@ -264,7 +311,8 @@ std::string to_text(const Report& r, std::size_t top) {
                      r.steps.size(), number(sum.final_loss_scale), run.amp.loss_scaling);
   s += "\n";
   if (!r.op_types.empty()) s += paddle_operator_table(r.op_types, r.inserted_casts) + "\n";
-  for (const std::string& part : {scaler_section(r), nonfinite_section(r), range_section(r, top), error_section(r, top)})
+  for (const std::string& part : {scaler_section(r), nonfinite_section(r), range_section(r, top),
+                                  range_loss_section(r, top), error_section(r, top)})
     if (!part.empty()) s += part + "\n";
   if (r.bisect) s += bisect_section(*r.bisect, r.interrupted.has_value()) + "\n";
   if (r.compare) s += compare_section(*r.compare) + "\n";

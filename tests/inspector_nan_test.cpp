@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -180,17 +181,285 @@ TEST(InspectorNan, AllowedAttentionMaskIsNotReported) {
   }
 }
 
-TEST(InspectorNan, UnallowedAttentionMaskIsTheProducer) {
+TEST(InspectorNan, CausalMaskSoftmaxMapsToZeroIsIntendedByDefault) {
   const NanReport r = attention_report({});
+  EXPECT_FALSE(r.producer.has_value()) << describe(r);
+  EXPECT_TRUE(r.producers.empty());
+  EXPECT_EQ(r.propagators.events, 0);
+  EXPECT_FALSE(r.failed()) << describe(r);
+  EXPECT_EQ(r.allowed_events, 0);  // nothing was on an allow list
+  ASSERT_EQ(r.intended.size(), 1u) << describe(r);
+  const IntendedInf& i = r.intended.front();
+  EXPECT_EQ(i.op, Op::masked_fill);
+  EXPECT_EQ(i.module, "attn");
+  EXPECT_EQ(i.events, 1);
+  // Batch 2, 2 heads, 4 x 4 scores with the 6 entries above the diagonal masked.
+  EXPECT_EQ(i.values, 2 * 2 * 6);
+  EXPECT_EQ(i.readers, std::vector<Op>{Op::softmax});
+  EXPECT_EQ(i.reason(), "-inf mask: softmax maps it to 0");
+}
+
+TEST(InspectorNan, MaskWithIntendedMasksOffIsTheProducer) {
+  NanWatchOptions off;
+  off.intended_masks = false;
+  const NanReport r = attention_report(off);
   ASSERT_TRUE(r.producer.has_value());
   EXPECT_EQ(op_name(r.producer->op), "masked_fill");
   EXPECT_EQ(r.producer->module, "attn");
-  // Batch 2, 2 heads, 4 x 4 scores with the 6 entries above the diagonal masked.
   EXPECT_EQ(r.producer->output.neg_inf, 2 * 2 * 6);
   EXPECT_EQ(r.producer->output.total(), 2 * 2 * 6);
   // softmax turns the -Inf into zeros: nothing downstream holds a non-finite value.
   EXPECT_EQ(r.propagators.events, 0);
   EXPECT_TRUE(has_failure(r, FailureKind::forward_non_finite));
+  EXPECT_TRUE(r.intended.empty());
+}
+
+// Scores [1, t, t] masked by `mask` (1: masked), softmax over the last dim, at O1 in
+// float16 when `fp16` (the mask fill then follows fp16 scores and the softmax, fp32 by
+// policy, reads it through an inserted cast).
+NanReport masked_softmax_report(const std::vector<double>& mask, std::int64_t t, bool fp16,
+                                const NanWatchOptions& options = {}) {
+  amp::AmpOptions o;
+  o.level = amp::Level::O1;
+  o.dtype = DType::f16;
+  const amp::Policy policy(o);
+  std::vector<double> scores(static_cast<std::size_t>(t * t));
+  for (std::size_t k = 0; k < scores.size(); ++k) scores[k] = 0.25 * static_cast<double>(k % 5);
+  NanWatch watch(options);
+  {
+    Attach on(watch);
+    amp::Autocast autocast(fp16 ? &policy : nullptr);
+    const Tensor x = Tensor::from(scores, {1, t, t}).to(fp16 ? DType::f16 : DType::f32);
+    const ModuleScope scope("attn");
+    sum(softmax(masked_fill(x, Tensor::from(mask, {t, t}), -std::numeric_limits<double>::infinity()), -1));
+  }
+  return watch.report();
+}
+
+TEST(InspectorNan, MaskCarriedThroughAnInsertedCastIsIntendedAtO1) {
+  // Causal: rows keep their first entry, so every softmax row has a finite value.
+  const std::vector<double> causal{0, 1, 1, 0, 0, 1, 0, 0, 0};
+  for (const bool fp16 : {false, true}) {
+    const NanReport r = masked_softmax_report(causal, 3, fp16);
+    EXPECT_FALSE(r.failed()) << describe(r);
+    ASSERT_EQ(r.intended.size(), 1u) << describe(r);
+    EXPECT_EQ(r.intended.front().values, 3);
+    EXPECT_EQ(r.intended.front().readers, std::vector<Op>{Op::softmax}) << "fp16 " << fp16;
+  }
+}
+
+TEST(InspectorNan, AFullyMaskedRowIsStillAFailure) {
+  // Row 1 is masked whole: softmax over three -Inf is 0/0, NaN in that row.
+  const std::vector<double> mask{0, 1, 1, 1, 1, 1, 0, 0, 0};
+  const NanReport r = masked_softmax_report(mask, 3, false);
+  EXPECT_TRUE(has_failure(r, FailureKind::forward_non_finite)) << describe(r);
+  ASSERT_TRUE(r.producer.has_value());
+  EXPECT_EQ(r.producer->op, Op::masked_fill);
+  EXPECT_EQ(r.producer->output.neg_inf, 5);
+  EXPECT_TRUE(r.intended.empty());
+  ASSERT_FALSE(r.propagators.by_op.empty());
+  EXPECT_EQ(r.propagators.by_op.front().first, "softmax");
+  const auto f = std::find_if(r.failures.begin(), r.failures.end(),
+                              [](const Failure& x) { return x.kind == FailureKind::forward_non_finite; });
+  EXPECT_NE(f->detail.find("its -Inf reached softmax in module 'attn', which made 3 NaN of it"), std::string::npos)
+      << f->detail;
+}
+
+TEST(InspectorNan, AMaskAnotherOpReadsIsAFailureUnlessAllowed) {
+  // exp(-Inf) is 0, finite, but whether a masked exp is meant only the user can say.
+  auto report = [](const NanWatchOptions& options) {
+    NanWatch watch(options);
+    Attach on(watch);
+    const ModuleScope scope("gate");
+    const Tensor x = Tensor::from(std::vector<double>{1, 2, 3, 4}, {2, 2});
+    sum(exp(masked_fill(x, Tensor::from(std::vector<double>{0, 1, 0, 0}, {2, 2}),
+                        -std::numeric_limits<double>::infinity())));
+    return watch.report();
+  };
+  const NanReport r = report({});
+  ASSERT_TRUE(r.producer.has_value()) << describe(r);
+  EXPECT_EQ(r.producer->op, Op::masked_fill);
+  EXPECT_TRUE(r.intended.empty());
+  const auto f = std::find_if(r.failures.begin(), r.failures.end(),
+                              [](const Failure& x) { return x.kind == FailureKind::forward_non_finite; });
+  ASSERT_NE(f, r.failures.end());
+  EXPECT_NE(f->detail.find("its -Inf reached exp in module 'gate', which is not a softmax"), std::string::npos)
+      << f->detail;
+  NanWatchOptions allowed;
+  allowed.allowed_ops = {"masked_fill"};
+  EXPECT_FALSE(report(allowed).failed());
+}
+
+TEST(InspectorNan, AnAdditiveMaskConstantHoldingMinusInfIsIntended) {
+  const double inf = std::numeric_limits<double>::infinity();
+  NanWatch watch;
+  {
+    Attach on(watch);
+    const ModuleScope scope("attn");
+    const Tensor scores = Tensor::from(std::vector<double>{1, 2, 3, 4}, {2, 2});
+    const Tensor additive = Tensor::from(std::vector<double>{0, -inf, 0, 0}, {2, 2});  // a constant
+    sum(softmax(scores + additive, -1));
+  }
+  const NanReport r = watch.report();
+  EXPECT_FALSE(r.failed()) << describe(r);
+  ASSERT_EQ(r.intended.size(), 1u);
+  EXPECT_EQ(r.intended.front().op, Op::add);
+  EXPECT_EQ(r.intended.front().values, 1);
+  EXPECT_EQ(r.intended.front().readers, std::vector<Op>{Op::softmax});
+}
+
+// Two branches that overflow fp16 independently: a * 30000 ("branch_a", mul_scalar) and
+// the row sums of squares as a matmul with a ones column ("branch_b"); their sum carries
+// both on.
+class TwoSites : public nn::Module {
+ public:
+  TwoSites() : nn::Module("TwoSites") {
+    a = register_module("branch_a", std::make_shared<Scaled>());
+    b = register_module("branch_b", std::make_shared<SumOfSquares>());
+  }
+  Tensor forward(const Tensor& x) override {
+    const Tensor first = (*a)(x);  // a before b: the order they run in
+    return sum(first + (*b)(x));
+  }
+
+  struct Scaled : nn::Module {
+    Scaled() : nn::Module("Scaled") {}
+    Tensor forward(const Tensor& x) override { return x * 30000.0; }
+  };
+  struct SumOfSquares : nn::Module {
+    SumOfSquares() : nn::Module("SumOfSquares") {}
+    Tensor forward(const Tensor& x) override {
+      return matmul(square(x), Tensor::full({x.size(1), 1}, 1.0).to(DType::f16));
+    }
+  };
+  std::shared_ptr<Scaled> a;
+  std::shared_ptr<SumOfSquares> b;
+};
+
+TEST(InspectorNan, EveryIndependentProducerIsListedInOrderWithWhatItLost) {
+  TwoSites net;
+  // Row 0: 3 * 30000 = 90000 > 65504 overflows branch a (1 and 2 stay below 65520 / 30000
+  // = 2.184); squares 9 + 1 = 10 are fine. Row 1: 200^2 + 200^2 = 80000 overflows the
+  // fp16 matmul output, each square (40000) fits, and 200 * 30000 overflows a too.
+  const Tensor x = Tensor::from(std::vector<double>{3, 1, 200, 200}, {2, 2}).to(DType::f16);
+  NanWatch watch;
+  {
+    Attach on(watch);
+    net(x);
+    net(x);  // the same sites again: first occurrences only
+  }
+  const NanReport r = watch.report();
+  ASSERT_EQ(r.producers.size(), 2u) << describe(r);
+  EXPECT_EQ(r.producers[0].op, Op::mul_scalar);
+  EXPECT_EQ(r.producers[0].module, "branch_a");
+  EXPECT_EQ(r.producers[0].output.pos_inf, 3);  // 3, 200, 200
+  EXPECT_EQ(r.producers[1].op, Op::matmul);
+  EXPECT_EQ(r.producers[1].module, "branch_b");
+  EXPECT_EQ(r.producers[1].output.pos_inf, 1);
+  EXPECT_LT(r.producers[0].sequence, r.producers[1].sequence);
+  ASSERT_TRUE(r.producer.has_value());
+  EXPECT_EQ(r.producer->sequence, r.producers[0].sequence);
+  // Each overflowed its own fp16 output where fp32 holds the result: the first element
+  // lost is the first that overflowed.
+  ASSERT_EQ(r.producers[0].lost.size(), 1u);
+  const LostValue& la = r.producers[0].lost.front();
+  EXPECT_EQ(la.input, "");
+  EXPECT_EQ(la.kind, RangeLossKind::overflow);
+  EXPECT_EQ(la.dtype, DType::f16);
+  EXPECT_EQ(la.value, 90000.0);
+  EXPECT_EQ(la.count, 3);
+  EXPECT_EQ(la.limit, 65504.0);
+  ASSERT_EQ(r.producers[1].lost.size(), 1u);
+  EXPECT_EQ(r.producers[1].lost.front().value, 80000.0);
+  EXPECT_EQ(r.producers[1].lost.front().count, 1);
+  // The add that joins them has non-finite inputs: it is carried on, never blamed.
+  EXPECT_EQ(r.propagators.by_op.front().first, "add");
+  const std::string text = describe(r);
+  EXPECT_NE(text.find("also produced by: matmul in module 'branch_b'"), std::string::npos) << text;
+}
+
+// A gate computed in fp16 (sigmoid follows its fp16 input) and a log, fp32 by policy at
+// O1, that reads it through an inserted cast.
+class Gated : public nn::Module {
+ public:
+  Gated() : nn::Module("Gated") {
+    gate = register_module("gate", std::make_shared<Gate>());
+    head = register_module("head", std::make_shared<Head>());
+  }
+  Tensor forward(const Tensor& z) override { return (*head)((*gate)(z)); }
+  struct Gate : nn::Module {
+    Gate() : nn::Module("Gate") {}
+    Tensor forward(const Tensor& z) override { return sigmoid(z); }
+  };
+  struct Head : nn::Module {
+    Head() : nn::Module("Head") {}
+    Tensor forward(const Tensor& g) override { return sum(log(g)); }
+  };
+  std::shared_ptr<Gate> gate;
+  std::shared_ptr<Head> head;
+};
+
+TEST(InspectorNan, LogOfAnUnderflowedSigmoidPointsBackToTheSigmoid) {
+  amp::AmpOptions o;
+  o.level = amp::Level::O1;
+  o.dtype = DType::f16;
+  const amp::Policy policy(o);
+  Gated net;
+  // sigmoid(-20) = 2.06e-9 and sigmoid(-30) = 9.4e-14: both above fp32's smallest
+  // subnormal (1.4e-45), both at most half of fp16's (2^-25): fp16 stores 0.
+  const Tensor z = Tensor::from(std::vector<double>{-20, 0, 2, -30}, {4}).to(DType::f16);
+  NanWatch watch;
+  {
+    Attach on(watch);
+    amp::Autocast autocast(&policy);
+    net(z);
+  }
+  const NanReport r = watch.report();
+  ASSERT_TRUE(r.producer.has_value()) << describe(r);
+  EXPECT_EQ(r.producer->op, Op::log);
+  EXPECT_EQ(r.producer->module, "head");
+  EXPECT_EQ(r.producer->output.neg_inf, 2);
+  ASSERT_EQ(r.producer->lost.size(), 1u) << describe(r);
+  const LostValue& l = r.producer->lost.front();
+  EXPECT_EQ(l.input, "input 0");
+  EXPECT_EQ(l.op, Op::sigmoid);
+  EXPECT_EQ(l.module, "gate");
+  EXPECT_EQ(l.kind, RangeLossKind::underflow);
+  EXPECT_EQ(l.dtype, DType::f16);
+  EXPECT_EQ(l.count, 2);
+  EXPECT_EQ(l.limit, std::ldexp(1.0, -24));
+  // Element 0 is the first -Inf: its exact gate.
+  EXPECT_NEAR(l.value, 1.0 / (1.0 + std::exp(20.0)), 1e-12 * 1.0 / (1.0 + std::exp(20.0)));
+  const std::string text = lost_text(*r.producer, l);
+  EXPECT_EQ(text.rfind("log in 'head' produced -Inf <- its input 0 came from sigmoid in 'gate', which flushed "
+                       "2.06e-09 to 0 in float16 (smallest subnormal 5.96e-08; 2 values, step ",
+                       0),
+            0u)
+      << text;
+  EXPECT_NE(describe(r).find("\n  " + text + "\n"), std::string::npos) << describe(r);
+}
+
+TEST(InspectorNan, ADivisionByAnEpsilonFp16CannotHoldPointsBackToTheAdd) {
+  // v = x^2 + 1e-8 in fp16: 1e-8 is below half of fp16's smallest subnormal (2^-25 =
+  // 2.98e-8), so where x is 0 the sum rounds to 0 and x / v is 0 / 0.
+  const Tensor x = Tensor::from(std::vector<double>{0, 0.5, 0, -2}, {4}).to(DType::f16);
+  NanWatch watch;
+  {
+    Attach on(watch);
+    const ModuleScope scope("norm");
+    sum(x / (square(x) + 1e-8));
+  }
+  const NanReport r = watch.report();
+  ASSERT_TRUE(r.producer.has_value()) << describe(r);
+  EXPECT_EQ(r.producer->op, Op::div);
+  EXPECT_EQ(r.producer->output.nan, 2);
+  ASSERT_EQ(r.producer->lost.size(), 1u) << describe(r);
+  const LostValue& l = r.producer->lost.front();
+  EXPECT_EQ(l.input, "input 1");
+  EXPECT_EQ(l.op, Op::add_scalar);
+  EXPECT_EQ(l.module, "norm");
+  EXPECT_EQ(l.value, 1e-8);  // 0 + 1e-8, exact in f64
+  EXPECT_EQ(l.count, 2);
 }
 
 struct TrainingRun {
@@ -296,11 +565,14 @@ TEST(InspectorNan, NonFiniteForwardLossIsARealFailureEvenWhenTheScalerSkips) {
   EXPECT_EQ(r.producer->output.pos_inf, 1);
 }
 
-// The scaler's state machine alone (update(found_inf) emits the same event).
-NanReport scaler_report(amp::ScalingOptions scaling, int bad, int clean, const NanWatchOptions& options) {
+// The scaler's state machine alone (update(found_inf) emits the same event): `first`
+// clean updates, then `bad`, then `clean` (skips after a clean start are no probing).
+NanReport scaler_report(amp::ScalingOptions scaling, int bad, int clean, const NanWatchOptions& options,
+                        int first = 0) {
   amp::GradScaler scaler(std::move(scaling));
   NanWatch watch(options);
   Attach on(watch);
+  for (int i = 0; i < first; ++i) scaler.update(false);
   for (int i = 0; i < bad; ++i) scaler.update(true);
   for (int i = 0; i < clean; ++i) scaler.update(false);
   return watch.report();
@@ -312,9 +584,10 @@ TEST(InspectorNan, ScaleFloorAndSkippedFractionTriggerAsConfigured) {
   NanWatchOptions o;
   o.scale_floor = 1.0;
   o.max_skipped_fraction = 0.05;
-  // 3 skipped of 59 > 0.05; of 60 it is exactly 0.05, not above.
-  const NanReport over = scaler_report(torch, 3, 56, o);
-  const NanReport at = scaler_report(torch, 3, 57, o);
+  // After one clean update (so not the probing from the start): 3 skipped of 59 > 0.05;
+  // of 60 it is exactly 0.05, not above.
+  const NanReport over = scaler_report(torch, 3, 55, o, 1);
+  const NanReport at = scaler_report(torch, 3, 56, o, 1);
   EXPECT_TRUE(has_failure(over, FailureKind::skipped_fraction));
   EXPECT_FALSE(has_failure(at, FailureKind::skipped_fraction));
   EXPECT_EQ(at.skipped(), 3);
@@ -326,11 +599,18 @@ TEST(InspectorNan, ScaleFloorAndSkippedFractionTriggerAsConfigured) {
   EXPECT_EQ(below, 1);
   ASSERT_FALSE(at.failures.empty());
   EXPECT_EQ(at.failures.front().kind, FailureKind::scale_below_floor);
-  EXPECT_EQ(at.failures.front().step, 3);
+  EXPECT_EQ(at.failures.front().step, 4);
 
   NanWatchOptions low = o;
   low.scale_floor = 0.5;
-  EXPECT_FALSE(has_failure(scaler_report(torch, 3, 57, low), FailureKind::scale_below_floor));
+  EXPECT_FALSE(has_failure(scaler_report(torch, 3, 56, low, 1), FailureKind::scale_below_floor));
+
+  // The same fall as the probing from the start, then clean training: the gradients need
+  // a scale under 1, which is no collapse.
+  const NanReport probed = scaler_report(torch, 3, 57, o);
+  ASSERT_TRUE(probed.probing.has_value());
+  EXPECT_EQ(probed.probing->scale_to, 0.5);
+  EXPECT_FALSE(probed.failed()) << describe(probed);
 }
 
 TEST(InspectorNan, SkipWithoutBackoffIsNotAbsorbed) {
@@ -349,6 +629,222 @@ TEST(InspectorNan, SkipWithoutBackoffIsNotAbsorbed) {
   EXPECT_EQ(counted.scale_history[0].event.scale_after, counted.scale_history[0].event.scale_before);
   EXPECT_TRUE(counted.scale_history[0].absorbed);
   EXPECT_FALSE(counted.failed()) << describe(counted);
+}
+
+TEST(InspectorNan, LeadingSkipsWhileTheScaleComesDownAreProbingNotAFailure) {
+  amp::TorchScaling torch;
+  torch.init_scale = std::ldexp(1.0, 24);
+  // 11 skips halve 2^24 to 2^13; 11 of 200 = 5.5% is above the 5% a run may skip.
+  const NanReport r = scaler_report(torch, 11, 189, {});
+  EXPECT_FALSE(has_failure(r, FailureKind::skipped_fraction)) << describe(r);
+  EXPECT_FALSE(r.failed()) << describe(r);
+  ASSERT_TRUE(r.probing.has_value());
+  EXPECT_EQ(r.probing->first_update, 1);
+  EXPECT_EQ(r.probing->last_update, 11);
+  EXPECT_EQ(r.probing->skipped, 11);
+  EXPECT_EQ(r.probing->scale_from, std::ldexp(1.0, 24));
+  EXPECT_EQ(r.probing->scale_to, std::ldexp(1.0, 13));
+  EXPECT_EQ(r.probing->suggested_scale, std::ldexp(1.0, 13));  // no skip after it
+  EXPECT_TRUE(r.probing->excused);
+
+  // Paddle backs off on every second bad step: 22 skips for the same 11 halvings.
+  amp::PaddleScaling paddle;
+  paddle.init_loss_scaling = std::ldexp(1.0, 24);
+  const NanReport p = scaler_report(paddle, 22, 378, {});
+  EXPECT_FALSE(p.failed()) << describe(p);
+  ASSERT_TRUE(p.probing.has_value());
+  EXPECT_EQ(p.probing->skipped, 22);
+  EXPECT_EQ(p.probing->scale_to, std::ldexp(1.0, 13));
+}
+
+TEST(InspectorNan, SkipsAfterTrainingStartedAreNotProbing) {
+  amp::TorchScaling torch;
+  torch.init_scale = std::ldexp(1.0, 24);
+  amp::GradScaler scaler(torch);
+  NanWatch watch;
+  {
+    Attach on(watch);
+    for (int i = 0; i < 11; ++i) scaler.update(true);
+    for (int i = 0; i < 100; ++i) scaler.update(false);
+    for (int i = 0; i < 10; ++i) scaler.update(true);  // 10 of the 110 after the probing: 9%
+    for (int i = 0; i < 79; ++i) scaler.update(false);
+  }
+  const NanReport r = watch.report();
+  ASSERT_TRUE(r.probing.has_value());
+  EXPECT_FALSE(r.probing->excused);
+  EXPECT_EQ(r.probing->scale_to, std::ldexp(1.0, 13));
+  EXPECT_EQ(r.probing->suggested_scale, std::ldexp(1.0, 3));  // ten more halvings
+  EXPECT_TRUE(has_failure(r, FailureKind::skipped_fraction)) << describe(r);
+  // A scaler that never stops skipping is not probing: nothing trained after it.
+  const NanReport stuck = scaler_report(torch, 20, 0, {});
+  EXPECT_FALSE(stuck.probing.has_value());
+  EXPECT_TRUE(has_failure(stuck, FailureKind::skipped_fraction));
+}
+
+TEST(InspectorNan, SkipsAfterANonFiniteForwardValueAreNotProbing) {
+  // exp(100 * loss) is +Inf in forward: every step's gradients are NaN whatever the scale,
+  // so the leading skips are that value's doing.
+  NanWatchOptions options;
+  options.scale_floor = 0;
+  const TrainingRun run = train_fp16(1024.0, 3, true, options);
+  ASSERT_TRUE(run.history.front().skipped);
+  EXPECT_FALSE(run.report.probing.has_value()) << describe(run.report);
+  EXPECT_TRUE(run.report.scale_history.front().forward_non_finite);
+}
+
+TEST(InspectorNan, TrainingFromTooHighAScaleIsProbingThatMatchesTheScalersHistory) {
+  NanWatchOptions options;
+  options.scale_floor = 0;
+  const TrainingRun run = train_fp16(std::ldexp(1.0, 40), 40, false, options);
+  const NanReport& r = run.report;
+  std::size_t lead = 0;
+  while (lead < run.history.size() && run.history[lead].skipped) ++lead;
+  ASSERT_GT(lead, 0u);
+  ASSERT_LT(lead, run.history.size());
+  ASSERT_TRUE(r.probing.has_value()) << describe(r);
+  EXPECT_EQ(r.probing->skipped, static_cast<std::int64_t>(lead));
+  EXPECT_EQ(r.probing->scale_from, std::ldexp(1.0, 40));
+  EXPECT_EQ(r.probing->scale_to, run.history[lead - 1].scale_after);
+  EXPECT_EQ(r.probing->scale_to, std::ldexp(1.0, 40 - static_cast<int>(lead)));  // one halving per skip
+  EXPECT_FALSE(r.failed()) << describe(r);
+}
+
+struct WeightedRun {
+  NanReport report;
+  std::vector<double> first_grads;  // every parameter gradient of the first step, unscaled
+};
+
+// The grad_underflow model's class: an Mlp whose cross-entropy is weighted by 1e-6, at O1
+// in float16 (or with autocast off), with `scaling` (static 1: loss scaling off).
+WeightedRun train_weighted(bool fp16, amp::ScalingOptions scaling, int steps) {
+  const samples::Dataset data = samples::spiral(20, 3, 0.2, 5);
+  Generator gen(4);
+  samples::Mlp model(2, 16, 3, gen);
+  optim::Adam opt(model.named_parameters(), 0.01);
+  amp::AmpOptions o;
+  o.level = amp::Level::O1;
+  o.dtype = DType::f16;
+  const amp::Policy policy(o);
+  amp::GradScaler scaler(std::move(scaling));
+  NanWatch watch;
+  WeightedRun run;
+  {
+    Attach on(watch);
+    for (int s = 1; s <= steps; ++s) {
+      begin_step(s);
+      opt.zero_grad();
+      Tensor loss;
+      {
+        amp::Autocast autocast(fp16 ? &policy : nullptr);
+        loss = cross_entropy(model(data.x), data.y);
+      }
+      loss = loss * 1e-6;
+      scaler.scale(loss).backward();
+      scaler.unscale_(opt);
+      if (s == 1)
+        for (std::size_t i = 0; i < model.named_parameters().size(); ++i)
+          for (const double g : opt.gradient(i).to_f64()) run.first_grads.push_back(g);
+      scaler.step(opt);
+      scaler.update();
+      end_step();
+    }
+  }
+  run.report = watch.report();
+  return run;
+}
+
+TEST(InspectorNan, EveryGradientZeroInFp16IsGradientUnderflow) {
+  const int steps = 5;
+  const WeightedRun run = train_weighted(true, amp::StaticScaling{1.0}, steps);
+  const NanReport& r = run.report;
+  for (const double g : run.first_grads) ASSERT_EQ(g, 0.0);
+  EXPECT_TRUE(has_failure(r, FailureKind::gradient_underflow)) << describe(r);
+  EXPECT_FALSE(r.producer.has_value());
+  ASSERT_TRUE(r.zero_gradients.has_value());
+  EXPECT_EQ(r.zero_gradients->first_step, 1);
+  EXPECT_EQ(r.zero_gradients->steps, steps);
+  EXPECT_EQ(r.zero_gradients->stepped, steps);
+  EXPECT_EQ(r.zero_gradients->dtype, DType::f16);
+  // The logits' gradient, 1e-6 (p - y) / N with N = 60 and |p - y| < 1, reaches the
+  // inserted cast back into fp16 below half its smallest subnormal: all of it is lost.
+  ASSERT_TRUE(r.zero_gradients->evidence.has_value()) << describe(r);
+  const LostValue& e = *r.zero_gradients->evidence;
+  EXPECT_EQ(e.op, Op::cast);
+  EXPECT_TRUE(e.inserted_cast);
+  EXPECT_EQ(e.phase, Phase::backward);
+  EXPECT_EQ(e.count, 60 * 3);
+  EXPECT_GT(std::fabs(e.value), 0.0);
+  EXPECT_LT(std::fabs(e.value), 1e-6 / 60);
+  EXPECT_LE(std::fabs(e.value), std::ldexp(1.0, -25));
+  // The scale named is the least power of two that lifts it to fp16's smallest normal.
+  const double s = r.zero_gradients->scale_needed;
+  EXPECT_EQ(std::exp2(std::round(std::log2(s))), s);
+  EXPECT_GE(s * std::fabs(e.value), std::ldexp(1.0, -14));
+  EXPECT_LT(s / 2 * std::fabs(e.value), std::ldexp(1.0, -14));
+}
+
+TEST(InspectorNan, TheSameModelWithDynamicScalingOrInFp32HasGradients) {
+  const WeightedRun scaled = train_weighted(true, amp::TorchScaling{}, 3);
+  EXPECT_FALSE(has_failure(scaled.report, FailureKind::gradient_underflow)) << describe(scaled.report);
+  const WeightedRun fp32 = train_weighted(false, amp::StaticScaling{1.0}, 3);
+  EXPECT_FALSE(fp32.report.failed()) << describe(fp32.report);
+  EXPECT_TRUE(std::any_of(fp32.first_grads.begin(), fp32.first_grads.end(), [](double g) { return g != 0; }));
+}
+
+// Steps fed to the watch by hand: the scaler's multiply of `loss`, one fp16 forward op,
+// and one parameter update whose gradient is 0 or not.
+NanReport fed_steps(const std::vector<std::pair<double, bool>>& steps) {
+  NanWatch watch;
+  const std::vector<Tensor> activations{Tensor::from(std::vector<double>{1, 2}, {2}, DType::f16)};
+  const Tensor out = Tensor::from(std::vector<double>{1, 2}, {2}, DType::f16);
+  const Params none{};
+  std::int64_t step = 0;
+  for (const auto& [loss, zero] : steps) {
+    watch.on_step_begin(++step);
+    OpEvent fwd;
+    fwd.step = step;
+    fwd.op = Op::relu;
+    fwd.inputs = &activations;
+    fwd.params = &none;
+    fwd.output = &out;
+    watch.on_op_end(fwd);
+    const std::vector<Tensor> loss_in{Tensor::from(std::vector<double>{loss}, {1})};
+    const Tensor scaled = Tensor::from(std::vector<double>{loss}, {1});
+    OpEvent scale;
+    scale.step = step;
+    scale.phase = Phase::optimizer;
+    scale.op = Op::mul_scalar;
+    scale.inputs = &loss_in;
+    scale.params = &none;
+    scale.output = &scaled;
+    watch.on_op_end(scale);
+    const Tensor g = Tensor::from(std::vector<double>{zero ? 0.0 : 1e-3, 0}, {2});
+    ParamUpdate u;
+    u.name = "w";
+    u.step = step;
+    u.grad = &g;
+    watch.on_param_update(u);
+    watch.on_step_end(step);
+  }
+  return watch.report();
+}
+
+TEST(InspectorNan, ZeroGradientsAfterTheLossConvergedAreNoUnderflow) {
+  // Trained from 1.0 down to 0.01 (under a tenth), then every gradient is 0: converged.
+  const NanReport converged = fed_steps({{1.0, false}, {0.3, false}, {0.01, true}, {0.01, true}, {0.01, true}});
+  EXPECT_FALSE(converged.failed()) << describe(converged);
+  EXPECT_FALSE(converged.zero_gradients.has_value());
+  // Stuck at 0.5 (above a tenth of 1.0) with every gradient 0: underflow.
+  const NanReport stuck = fed_steps({{1.0, false}, {0.5, true}, {0.5, true}, {0.5, true}, {0.5, false}});
+  EXPECT_TRUE(has_failure(stuck, FailureKind::gradient_underflow)) << describe(stuck);
+  ASSERT_TRUE(stuck.zero_gradients.has_value());
+  EXPECT_EQ(stuck.zero_gradients->first_step, 2);
+  EXPECT_EQ(stuck.zero_gradients->steps, 3);
+  EXPECT_EQ(stuck.zero_gradients->stepped, 5);
+  EXPECT_EQ(stuck.zero_gradients->loss, 0.5);
+  EXPECT_EQ(stuck.zero_gradients->initial_loss, 1.0);
+  // Two zero steps in a row are fewer than the 3 it takes.
+  EXPECT_FALSE(fed_steps({{1.0, false}, {0.9, true}, {0.9, true}, {0.8, false}}).failed());
 }
 
 TEST(InspectorNan, NothingIsRecordedWithoutTheObserverAttached) {

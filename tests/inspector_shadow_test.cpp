@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "engine/amp/policy.h"
@@ -277,6 +278,69 @@ TEST(ShadowError, SamplesEveryNthStepAndKeysPerStep) {
   EXPECT_EQ(third.records()[0].worst_step % 3, 0);
   // The same inputs each step: the same error each time.
   EXPECT_DOUBLE_EQ(every.records()[0].mean_error, every.records()[0].worst_error);
+}
+
+// Range loss against IEEE facts: fp16's smallest subnormal is 2^-24, so 2^-25 is the tie
+// that rounds to even 0 and anything above it rounds up; fp16's largest finite value is
+// 65504 and 65520 (max + half an ulp) is the tie that rounds to Inf; bfloat16's smallest
+// subnormal is 2^-133 and its overflow threshold 2^128 - 2^119, below fp32's largest
+// (2^128 - 2^104).
+TEST(ShadowRangeLoss, ElementsLostToTheDtypeButHeldByFp32) {
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(range_loss_of(0, std::ldexp(1.0, -25), DType::f16), RangeLossKind::underflow);
+  EXPECT_EQ(range_loss_of(0, -std::ldexp(1.0, -30), DType::f16), RangeLossKind::underflow);
+  // Above the tie fp16 holds 2^-24: a stored 0 there is the compute's doing, not the range's.
+  EXPECT_FALSE(range_loss_of(0, std::ldexp(1.0, -25) * (1 + std::ldexp(1.0, -20)), DType::f16));
+  EXPECT_FALSE(range_loss_of(0, 0, DType::f16));       // relu's 0: exact
+  EXPECT_FALSE(range_loss_of(0, 1e-46, DType::f16));   // below fp32's 2^-149 too: fp32 loses it as well
+  EXPECT_EQ(range_loss_of(inf, 65520, DType::f16), RangeLossKind::overflow);
+  EXPECT_EQ(range_loss_of(-inf, -1e5, DType::f16), RangeLossKind::overflow);
+  EXPECT_FALSE(range_loss_of(65504, 65519, DType::f16));  // rounds to max, not Inf
+  EXPECT_FALSE(range_loss_of(inf, 1e39, DType::f16));     // beyond fp32's range as well
+  EXPECT_FALSE(range_loss_of(inf, inf, DType::f16));      // the exact result is Inf
+  EXPECT_EQ(range_loss_of(0, std::ldexp(1.0, -134), DType::bf16), RangeLossKind::underflow);
+  EXPECT_FALSE(range_loss_of(0, std::ldexp(1.0, -133), DType::bf16));
+  EXPECT_EQ(range_loss_of(inf, 3.4e38, DType::bf16), RangeLossKind::overflow);
+  EXPECT_FALSE(range_loss_of(inf, 3.38e38, DType::bf16));
+
+  const RangeLoss r = range_loss({0, 1, 0, inf, 0}, {0, 1, 1e-8, 7e4, 2e-9}, DType::f16);
+  EXPECT_EQ(r.underflow, 2);
+  EXPECT_EQ(r.first_underflow, 2);
+  EXPECT_EQ(r.underflow_value, 1e-8);
+  EXPECT_EQ(r.overflow, 1);
+  EXPECT_EQ(r.first_overflow, 3);
+  EXPECT_EQ(r.overflow_value, 7e4);
+}
+
+TEST(ShadowRangeLoss, RecordedPerOpInstanceWithTheFirstValueLost) {
+  ShadowError shadow;
+  const Attached a(&shadow);
+  // sigmoid(-20) = 2.06e-9 and sigmoid(-30) = 9.4e-14 are under 2^-25; 0.5 and 0.88 are not.
+  sigmoid(Tensor::from(std::vector<double>{0, -20, 2, -30}, {4}, DType::f16));
+  // 3 * 30000 = 90000 > 65520; 1 * 30000 fits.
+  mul(Tensor::from(std::vector<double>{1, 3}, {2}, DType::f16), 30000.0);
+  relu(Tensor::from(std::vector<double>{-1, 2}, {2}, DType::f16));
+  const auto records = shadow.records();
+  ASSERT_EQ(records.size(), 3u);
+  for (const ShadowRecord& r : records) {
+    if (r.op == Op::sigmoid) {
+      EXPECT_EQ(r.underflow, 2);
+      EXPECT_EQ(r.overflow, 0);
+      EXPECT_EQ(r.first_loss_kind, RangeLossKind::underflow);
+      const double exact = 1.0 / (1.0 + std::exp(20.0));
+      EXPECT_NEAR(r.first_loss_value, exact, 1e-12 * exact);
+      EXPECT_EQ(r.count, 1);  // finite: its error is measured too
+    } else if (r.op == Op::mul_scalar) {
+      EXPECT_EQ(r.underflow, 0);
+      EXPECT_EQ(r.overflow, 1);
+      EXPECT_EQ(r.first_loss_kind, RangeLossKind::overflow);
+      EXPECT_EQ(r.first_loss_value, 90000.0);
+      EXPECT_EQ(r.nonfinite, 1);
+    } else {
+      EXPECT_EQ(r.op, Op::relu);
+      EXPECT_EQ(r.underflow + r.overflow, 0);
+    }
+  }
 }
 
 }  // namespace

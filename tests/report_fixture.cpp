@@ -73,6 +73,7 @@ reports::Report sample_report(bool with_bisect, bool with_compare) {
   fc1.kernels = {{"cpu:linear:f32", 4}};
   fc1.numerics = {{"out", numerics(-30, {1, 0, 4, 10, 20, 9, 2}, 6, 2)}};
   fc1.local_error = reports::LocalError{4, 0, 2.4e-4, 2.1e-4, 4.9e-4, 2.5e-4, 2, 0.0078125};
+  fc1.range_loss = reports::RangeLoss{3, 2, 0, "overflow", 70000.0};
 
   reports::OpInstance sm;
   sm.name = "/softmax#0";
@@ -109,7 +110,19 @@ reports::Report sample_report(bool with_bisect, bool with_compare) {
                      {"input 1", "float16", {64, 2}, 0, 0, 0, std::numeric_limits<double>::quiet_NaN(),
                       std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::quiet_NaN()}};
   producer.out_pos_inf = 12;
+  // fp16's largest finite value, 65504: the linear's own result overflowed it.
+  producer.lost = {{"", "linear", "fc1", "forward", 0, false, "overflow", "float16", 70000.0, 12, 65504.0}};
   r.nonfinite.producer = producer;
+  reports::NanEvent second;
+  second.step = 2;
+  second.phase = "forward";
+  second.op = "log";
+  second.module = "head";
+  second.inputs = {{"input 0", "float32", {60, 3}, 0, 0, 0, 0.0, 0.75, 0.75}};
+  second.out_neg_inf = 5;
+  // 2^-24, fp16's smallest subnormal: a gate of 3e-9 rounds to 0 there.
+  second.lost = {{"input 0", "sigmoid", "gate", "forward", 2, false, "underflow", "float16", 3e-9, 5, 0x1p-24}};
+  r.nonfinite.producers = {producer, second};
   r.nonfinite.propagator_events = 3;
   r.nonfinite.propagators = {{"relu", 2}, {"softmax", 1}};
   r.nonfinite.failures = {{"forward_non_finite", 0, "linear in fc1 made +Inf from finite inputs"}};
@@ -117,6 +130,8 @@ reports::Report sample_report(bool with_bisect, bool with_compare) {
   r.nonfinite.skipped = 1;
   r.nonfinite.absorbed = 0;
   r.nonfinite.events_checked = 120;
+  r.nonfinite.intended = {{"masked_fill", "attn", 4, 96, {"softmax"}, "-inf mask: softmax maps it to 0"}};
+  r.nonfinite.probing = reports::ScalerProbing{1, 1, 1, 32768.0, 16384.0, 16384.0, false};
 
   r.summary.initial_loss = 1.0986;
   r.summary.final_loss = 0.8125;

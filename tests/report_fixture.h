@@ -8,7 +8,9 @@ namespace ampcheck::testing {
 
 // An O2 float16 run of 4 steps of "mlp": steps with one skipped overflow step, two op
 // types, three op instances (one backward), numerics with histograms and fp16 overflow,
-// a local error, a non-finite producer, and, when asked, bisect and compare sections.
+// a local error and a range loss, two non-finite producers (the first overflowed its own
+// output, the second reads a gate an fp16 sigmoid flushed to 0), an intended -Inf mask,
+// the scaler's probing, and, when asked, bisect and compare sections.
 reports::Report sample_report(bool with_bisect = true, bool with_compare = true);
 
 }  // namespace ampcheck::testing

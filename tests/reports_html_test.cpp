@@ -73,6 +73,9 @@ TEST(ReportHtml, EscapesReportText) {
   r.ops[0].module = "<script>alert(1)</script>";
   r.ops[0].name = "<script>alert(1)</script>/linear#0";
   r.nonfinite.producer->module = "<script>alert(1)</script>";
+  r.nonfinite.producers[0].module = "<script>alert(1)</script>";
+  r.nonfinite.producers[1].lost[0].module = "<script>alert(1)</script>";
+  r.nonfinite.intended[0].module = "<script>alert(1)</script>";
   r.compare->ops[0].module = "<script>alert(1)</script>";
   r.run.model = "a&b \"quoted\"";
   r.summary.verdict_text = "<b>bold</b>";
@@ -211,7 +214,7 @@ TEST(ReportHtml, EmptySectionsSayWhy) {
 
 TEST(ReportHtml, VerdictIsColouredByKind) {
   Report r = testing::sample_report(false, false);
-  for (const char* verdict : {"healthy", "failed", "amp_off", "reference", "unchecked", "interrupted"}) {
+  for (const char* verdict : {"healthy", "failed", "gradient_underflow", "amp_off", "reference", "unchecked", "interrupted"}) {
     r.summary.verdict = verdict;
     EXPECT_NE(to_html(r).find(std::string("class=\"verdict verdict-") + verdict + "\""), std::string::npos) << verdict;
   }
@@ -254,6 +257,42 @@ TEST(ReportHtml, WorstLocalErrorsShowTheRatioToTheRoundingFloor) {
   char ratio[32];
   std::snprintf(ratio, sizeof ratio, "%.3g", e.worst / e.floor_at_worst);
   EXPECT_NE(page.find(std::string("<td class=\"num\">") + ratio + "</td>", table), std::string::npos) << ratio;
+}
+
+// 1.3: every producer, each with what low precision lost, the intended masks, values lost
+// to the range per op instance, the scaler's probing and gradient underflow.
+TEST(ReportHtml, NonFiniteSectionListsEveryProducerAndItsCause) {
+  Report r = testing::sample_report(false, false);
+  r.run.amp.semantics = "paddle";
+  r.run.amp.loss_scaling = "paddle";
+  const std::string page = to_html(r);
+  EXPECT_NE(page.find("<table class=\"sortable\" id=\"nonfinite-producer\">"), std::string::npos);
+  EXPECT_NE(page.find("<h3>Also produced by (1 more)</h3>"), std::string::npos);
+  EXPECT_NE(page.find("<table class=\"sortable\" id=\"nonfinite-producer-2\">"), std::string::npos);
+  EXPECT_NE(page.find("<p class=\"lost\">log in &#39;head&#39; produced -Inf &lt;- its input 0 came from sigmoid in "
+                      "&#39;gate&#39;, which flushed 3e-09 to 0 in float16"),
+            std::string::npos)
+      << page;
+  EXPECT_NE(page.find("<table class=\"sortable\" id=\"intended\">"), std::string::npos);
+  EXPECT_NE(page.find("<td>-inf mask: softmax maps it to 0</td>"), std::string::npos);
+  EXPECT_NE(page.find("<table class=\"sortable\" id=\"range-loss\">"), std::string::npos);
+  EXPECT_NE(page.find("<p class=\"note\" id=\"probing\">1 of 4 steps were skipped while the loss scaler came down "
+                      "from 2^15 to 2^14: start it lower (Paddle GradScaler(init_loss_scaling=16384)"),
+            std::string::npos)
+      << page;
+  EXPECT_EQ(page.find("id=\"zero-gradients\""), std::string::npos);
+
+  ZeroGradients& z = r.nonfinite.zero_gradients.emplace();
+  z.first_step = 1;
+  z.steps = z.stepped = 4;
+  z.dtype = "float16";
+  z.scale_needed = 8192;
+  const std::string under = to_html(r);
+  EXPECT_NE(under.find("<p class=\"lost\" id=\"zero-gradients\">gradients underflow: every parameter gradient was 0 "
+                       "in float16 from step 1 (4 of 4 steps); enable dynamic loss scaling or raise the scale to at "
+                       "least 2^13 (Paddle GradScaler(init_loss_scaling=8192, use_dynamic_loss_scaling=True))</p>"),
+            std::string::npos)
+      << under;
 }
 
 }  // namespace

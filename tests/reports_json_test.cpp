@@ -50,7 +50,7 @@ TEST(ReportJson, RoundTripGivesTheSameText) {
 TEST(ReportJson, ReadBackValuesMatchTheReport) {
   const Report original = testing::sample_report();
   const Report r = from_json(to_json(original), "run.json");
-  EXPECT_EQ(r.schema_version, "1.2");
+  EXPECT_EQ(r.schema_version, "1.3");
   EXPECT_EQ(r.run.model_description, original.run.model_description);
   EXPECT_EQ(r.run.seed, 7u);
   EXPECT_EQ(r.run.amp.custom_black_list, std::vector<std::string>{"softmax"});
@@ -105,7 +105,7 @@ TEST(ReportJson, EqualReportsGiveIdenticalBytes) {
   EXPECT_EQ(a, b);
   EXPECT_EQ(a.substr(0, 2), "{\n");
   EXPECT_EQ(a.substr(a.size() - 2), "}\n");
-  EXPECT_NE(a.find("\n  \"schema_version\": \"1.2\",\n"), std::string::npos);
+  EXPECT_NE(a.find("\n  \"schema_version\": \"1.3\",\n"), std::string::npos);
 }
 
 // 1.2: the spread of `run --seeds N` goes out and comes back whole; a report of 1.1 that
@@ -139,6 +139,76 @@ TEST(ReportJson, SpreadRoundTripsAndAnOldVersionsKeyIsIgnored) {
   old["run"]["versions"]["cpu_conversions"] = "avx512_bf16";
   EXPECT_EQ(from_json(old.dump(), "old.json").run.versions.cpu_conversions, "avx512_bf16");
   EXPECT_EQ(back.run.versions.cpu_conversions, kCpuPathsAlike);
+}
+
+// 1.3: every producer with what low precision lost, the intended -Inf masks, the scaler's
+// probing, gradient underflow and each op instance's range loss go out and come back.
+TEST(ReportJson, NonFiniteFindingsOfOneThreeRoundTrip) {
+  Report original = testing::sample_report(false, false);
+  ZeroGradients& z = original.nonfinite.zero_gradients.emplace();
+  z.first_step = 1;
+  z.steps = 200;
+  z.stepped = 200;
+  z.dtype = "float16";
+  z.scale_needed = 8192;
+  z.evidence = LostValue{"grad_output", "cast", "", "backward", 1, true, "underflow", "float16", 1.1e-8, 180, 0x1p-24};
+  z.loss = 1.1e-6;
+  z.initial_loss = std::numeric_limits<double>::quiet_NaN();
+  const std::string text = to_json(original);
+  const Report back = from_json(text, "run.json");
+  ASSERT_EQ(back.nonfinite.producers.size(), 2u);
+  EXPECT_EQ(back.nonfinite.producers[1].op, "log");
+  ASSERT_EQ(back.nonfinite.producers[1].lost.size(), 1u);
+  const LostValue& l = back.nonfinite.producers[1].lost[0];
+  EXPECT_EQ(l.input, "input 0");
+  EXPECT_EQ(l.op, "sigmoid");
+  EXPECT_EQ(l.kind, "underflow");
+  EXPECT_EQ(l.value, 3e-9);
+  EXPECT_EQ(l.limit, 0x1p-24);
+  ASSERT_EQ(back.nonfinite.producer->lost.size(), 1u);
+  EXPECT_EQ(back.nonfinite.producer->lost[0].kind, "overflow");
+  ASSERT_EQ(back.nonfinite.intended.size(), 1u);
+  EXPECT_EQ(back.nonfinite.intended[0].values, 96);
+  EXPECT_EQ(back.nonfinite.intended[0].readers, std::vector<std::string>{"softmax"});
+  ASSERT_TRUE(back.nonfinite.probing.has_value());
+  EXPECT_EQ(back.nonfinite.probing->scale_to, 16384.0);
+  ASSERT_TRUE(back.nonfinite.zero_gradients.has_value());
+  EXPECT_EQ(back.nonfinite.zero_gradients->scale_needed, 8192.0);
+  ASSERT_TRUE(back.nonfinite.zero_gradients->evidence.has_value());
+  EXPECT_TRUE(back.nonfinite.zero_gradients->evidence->inserted_cast);
+  EXPECT_EQ(back.nonfinite.zero_gradients->loss, 1.1e-6);
+  EXPECT_TRUE(std::isnan(back.nonfinite.zero_gradients->initial_loss));
+  ASSERT_TRUE(back.ops[0].range_loss.has_value());
+  EXPECT_EQ(back.ops[0].range_loss->overflow, 2);
+  EXPECT_EQ(back.ops[0].range_loss->first_value, 70000.0);
+  EXPECT_FALSE(back.ops[1].range_loss.has_value());
+  EXPECT_EQ(to_json(back), text);
+}
+
+// A file of an older minor lacks the fields added since: they read as empty. A file that
+// says it is 1.3 must have them.
+TEST(ReportJson, FieldsAddedInOneThreeAreOptionalOnlyInOlderFiles) {
+  ordered_json doc = sample_doc();
+  doc["schema_version"] = "1.2";
+  doc["nonfinite"].erase("producers");
+  doc["nonfinite"].erase("intended");
+  doc["nonfinite"].erase("probing");
+  doc["nonfinite"]["producer"].erase("lost");
+  doc["ops"][0].erase("range_loss");
+  const Report old = from_json(doc.dump(), "old.json");
+  EXPECT_TRUE(old.nonfinite.producers.empty());
+  EXPECT_TRUE(old.nonfinite.intended.empty());
+  EXPECT_FALSE(old.nonfinite.probing.has_value());
+  ASSERT_TRUE(old.nonfinite.producer.has_value());
+  EXPECT_TRUE(old.nonfinite.producer->lost.empty());
+  EXPECT_FALSE(old.ops[0].range_loss.has_value());
+
+  doc = sample_doc();
+  doc["nonfinite"].erase("producers");
+  EXPECT_EQ(read_error(doc.dump()), "run.json: nonfinite: missing field \"producers\"");
+  doc = sample_doc();
+  doc["nonfinite"]["producers"][1].erase("lost");
+  EXPECT_EQ(read_error(doc.dump()), "run.json: nonfinite.producers[1]: missing field \"lost\"");
 }
 
 TEST(ReportJson, TopLevelKeysInOrder) {
@@ -480,6 +550,13 @@ TEST_F(ReportJsonSchema, WriterOutputIsValid) {
       Report r = testing::sample_report(bisect, compare);
       if (!bisect) r.nonfinite.producer.reset();
       if (compare) r.interrupted = Interruption{"SIGTERM", 2, 4, bisect ? 3 : 0};
+      if (bisect) {
+        ZeroGradients& z = r.nonfinite.zero_gradients.emplace();
+        z.first_step = 1;
+        z.steps = z.stepped = 4;
+        z.dtype = "float16";
+        z.evidence = LostValue{"grad_output", "cast", "", "backward", 1, true, "underflow", "float16", -1e-8, 180, 0x1p-24};
+      }
       const std::string name = "run_" + std::to_string(bisect) + std::to_string(compare) + ".json";
       const Outcome o = validate(to_json(r), name);
       EXPECT_TRUE(o.valid) << name << ":\n" << o.output;
@@ -523,6 +600,13 @@ TEST_F(ReportJsonSchema, BrokenDocumentsAreRejected) {
   doc = sample_doc();
   doc["compare"]["runs"][0]["losses"][1] = "NaN";
   expect_rejected(doc, "nan_spelling.json", "'NaN'");
+
+  doc = sample_doc();
+  doc["nonfinite"]["producers"][1]["lost"][0]["kind"] = "sideways";
+  expect_rejected(doc, "lost_kind.json", "'sideways' is not one of");
+  doc = sample_doc();
+  doc["nonfinite"]["intended"][0].erase("readers");
+  expect_rejected(doc, "intended_readers.json", "'readers' is a required property");
 
   // An interrupted run ran at least one step, and says how many.
   doc = sample_doc();

@@ -53,5 +53,46 @@ TEST(ReportText, InterruptedBisectClaimsNoFix) {
   EXPECT_FALSE(has(text, "No black list made the run healthy.")) << text;
 }
 
+TEST(ReportText, SmallLossesKeepTheirDigits) {
+  Report r = testing::sample_report(false, false);
+  r.summary.initial_loss = 1.0986;  // four decimals show five digits
+  r.summary.final_loss = 1.09e-06;  // a loss weighted by 1e-6: 0.0000 would hide it
+  const std::string text = to_text(r);
+  EXPECT_TRUE(has(text, "loss 1.0986 -> 1.09e-06,")) << text;
+  r.summary.final_loss = 0.015;
+  EXPECT_TRUE(has(to_text(r), "loss 1.0986 -> 0.015,")) << to_text(r);
+  r.summary.final_loss = 0;
+  EXPECT_TRUE(has(to_text(r), "loss 1.0986 -> 0.0000,")) << to_text(r);
+}
+
+TEST(ReportText, EveryProducerIsListedWithWhatLowPrecisionLost) {
+  const std::string text = to_text(testing::sample_report(false, false));
+  EXPECT_TRUE(has(text, "Non-finite values: first produced by linear in module 'fc1', forward, step 0: output 12 +Inf\n"))
+      << text;
+  EXPECT_TRUE(has(text, "  linear in 'fc1' produced +Inf: its result 70000 overflowed float16 (largest finite "
+                        "65504), which fp32 holds (12 values, step 0)\n"))
+      << text;
+  EXPECT_TRUE(has(text, "  also produced by log in module 'head', forward, step 2: output 5 -Inf\n")) << text;
+  EXPECT_TRUE(has(text, "    log in 'head' produced -Inf <- its input 0 came from sigmoid in 'gate', which flushed "
+                        "3e-09 to 0 in float16 (smallest subnormal 5.96e-08; 5 values, step 2)\n"))
+      << text;
+  EXPECT_TRUE(has(text, "  intended, not a failure: masked_fill in module 'attn' wrote 96 -Inf in 4 calls; -inf mask: "
+                        "softmax maps it to 0\n"))
+      << text;
+}
+
+TEST(ReportText, RangeLossAndProbingAreShown) {
+  Report r = testing::sample_report(false, false);
+  r.run.amp.semantics = "pytorch";
+  r.run.amp.loss_scaling = "pytorch";
+  const std::string text = to_text(r);
+  EXPECT_TRUE(has(text, "Values lost to the low-precision range")) << text;
+  EXPECT_TRUE(has(text, "70000 -> +Inf at step 0")) << text;
+  EXPECT_TRUE(has(text, "  updates 1-1: the scaler probing down from its initial scale; 1 of 4 steps were skipped while "
+                        "the loss scaler came down from 2^15 to 2^14: start it lower (PyTorch "
+                        "GradScaler(init_scale=16384))\n"))
+      << text;
+}
+
 }  // namespace
 }  // namespace ampcheck::reports

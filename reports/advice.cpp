@@ -1,0 +1,155 @@
+#include "reports/advice.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <string_view>
+#include <vector>
+
+namespace ampcheck::reports {
+namespace {
+
+std::string who(const LostValue& l) {
+  const std::string op = l.inserted_cast ? std::string("an inserted cast") : l.op;
+  return l.module.empty() ? op : fmt::format("{} in '{}'", op, l.module);
+}
+
+// "-Inf", "NaN and +Inf": what the producer's output held.
+std::string made(const NanEvent& p) {
+  std::vector<std::string> kinds;
+  if (p.out_nan) kinds.emplace_back("NaN");
+  if (p.out_pos_inf) kinds.emplace_back("+Inf");
+  if (p.out_neg_inf) kinds.emplace_back("-Inf");
+  if (kinds.empty()) return "a non-finite value";
+  std::string s;
+  for (std::size_t i = 0; i < kinds.size(); ++i) s += (i == 0 ? "" : i + 1 == kinds.size() ? " and " : ", ") + kinds[i];
+  return s;
+}
+
+std::string value(double v) { return value_text(v); }
+std::string values(std::int64_t n) { return fmt::format("{} value{}", n, n == 1 ? "" : "s"); }
+
+// An integral scale as an integer, for a framework's key.
+std::string scale_value(double scale) {
+  return std::floor(scale) == scale && std::fabs(scale) < 1e15 ? fmt::format("{:.0f}", scale) : fmt::format("{:g}", scale);
+}
+
+// DeepSpeed takes a power of two: the largest at or below the scale.
+int scale_power(double scale) { return static_cast<int>(std::floor(std::log2(scale))); }
+
+enum class Framework { pytorch, paddle, deepspeed, apex, ampcheck };
+
+// A configuration in ampcheck's own form: ampcheck's keys (and the frameworks'). Else the
+// scaler's framework when it has one, else the configuration's.
+Framework framework_of(const AmpSettings& amp) {
+  if (amp.semantics == "ampcheck" || amp.semantics.empty()) return Framework::ampcheck;
+  for (const std::string_view s : {std::string_view(amp.loss_scaling), std::string_view(amp.semantics)}) {
+    if (s == "pytorch") return Framework::pytorch;
+    if (s == "paddle") return Framework::paddle;
+    if (s == "deepspeed") return Framework::deepspeed;
+    if (s == "apex") return Framework::apex;
+  }
+  return Framework::ampcheck;
+}
+
+// The key of the scaler's initial scale in ampcheck's own form ("loss_scaling" block).
+std::string ampcheck_start_key(const AmpSettings& amp, double scale) {
+  const std::string& b = amp.loss_scaling;
+  if (b == "paddle") return fmt::format("\"behaviour\": \"paddle\", \"init_loss_scaling\": {}", scale_value(scale));
+  if (b == "deepspeed") return fmt::format("\"behaviour\": \"deepspeed\", \"initial_scale_power\": {}", scale_power(scale));
+  if (b == "apex") return fmt::format("\"behaviour\": \"apex\", \"loss_scale\": {}", scale_value(scale));
+  return fmt::format("\"behaviour\": \"pytorch\", \"init_scale\": {}", scale_value(scale));
+}
+
+}  // namespace
+
+std::string value_text(double v) {
+  const double a = std::fabs(v);
+  return a >= 1e-3 && a < 1e6 ? fmt::format("{:.6g}", v) : fmt::format("{:.3g}", v);
+}
+
+std::string lost_text(const NanEvent& p, const LostValue& l) {
+  const std::string producer =
+      p.module.empty() ? fmt::format("{} produced {}", p.op, made(p)) : fmt::format("{} in '{}' produced {}", p.op, p.module, made(p));
+  if (l.input.empty())
+    return fmt::format("{}: its result {} {} {} (largest finite {}), which fp32 holds ({}, step {})", producer,
+                       value(l.value), l.kind == "overflow" ? "overflowed" : "underflowed", l.dtype, value(l.limit),
+                       values(l.count), l.step);
+  if (l.kind == "overflow")
+    return fmt::format("{} <- its {} came from {}, whose result {} overflowed {} (largest finite {}; {}, step {})",
+                       producer, l.input, who(l), value(l.value), l.dtype, value(l.limit), values(l.count), l.step);
+  return fmt::format("{} <- its {} came from {}, which flushed {} to 0 in {} (smallest subnormal {}; {}, step {})",
+                     producer, l.input, who(l), value(l.value), l.dtype, value(l.limit), values(l.count), l.step);
+}
+
+std::string flushed_gradient_text(const LostValue& l) {
+  return fmt::format("{} ({}, step {}) flushed every gradient it passed back to 0 in {}: {}, the largest in magnitude {} "
+                     "(smallest subnormal {})",
+                     who(l), l.phase, l.step, l.dtype, values(l.count), value(l.value), value(l.limit));
+}
+
+std::string scale_text(double scale) {
+  if (scale > 0 && std::isfinite(scale)) {
+    const double p = std::log2(scale);
+    if (p == std::floor(p)) return fmt::format("2^{:.0f}", p);
+  }
+  return fmt::format("{:g}", scale);
+}
+
+std::string start_scale_advice(const AmpSettings& amp, double scale) {
+  const std::string s = scale_value(scale);
+  switch (framework_of(amp)) {
+    case Framework::pytorch: return fmt::format("PyTorch GradScaler(init_scale={})", s);
+    case Framework::paddle: return fmt::format("Paddle GradScaler(init_loss_scaling={}), or init_loss_scaling: {} in amp_configs", s, s);
+    case Framework::deepspeed: return fmt::format("DeepSpeed \"fp16\": {{\"initial_scale_power\": {}}}", scale_power(scale));
+    case Framework::apex:
+      return fmt::format("Apex amp.initialize(..., max_loss_scale={}): its dynamic scaler starts at min(2^16, max_loss_scale)", s);
+    case Framework::ampcheck: break;
+  }
+  return fmt::format("ampcheck config \"loss_scaling\": {{{}}}; PyTorch GradScaler(init_scale={}), Paddle "
+                     "init_loss_scaling={}, DeepSpeed initial_scale_power={}",
+                     ampcheck_start_key(amp, scale), s, s, scale_power(scale));
+}
+
+std::string dynamic_scaling_advice(const AmpSettings& amp, double scale) {
+  const bool given = scale > 0;
+  switch (framework_of(amp)) {
+    case Framework::pytorch:
+      return given ? fmt::format("PyTorch GradScaler(init_scale={}), enabled (it is dynamic)", scale_value(scale))
+                   : std::string("PyTorch GradScaler(), enabled (dynamic, from 65536)");
+    case Framework::paddle:
+      return fmt::format("Paddle GradScaler(init_loss_scaling={}, use_dynamic_loss_scaling=True)",
+                         given ? scale_value(scale) : std::string("32768"));
+    case Framework::deepspeed:
+      return fmt::format("DeepSpeed \"fp16\": {{\"loss_scale\": 0, \"initial_scale_power\": {}}} (loss_scale 0 is dynamic)",
+                         given ? scale_power(scale) : 16);
+    case Framework::apex: return "Apex amp.initialize(..., loss_scale=\"dynamic\")";
+    case Framework::ampcheck: break;
+  }
+  const std::string s = given ? scale_value(scale) : std::string("65536");
+  return fmt::format("ampcheck config \"loss_scaling\": {{\"behaviour\": \"pytorch\", \"init_scale\": {}}}; PyTorch "
+                     "GradScaler(init_scale={}), Paddle GradScaler(init_loss_scaling={}, use_dynamic_loss_scaling=True)",
+                     s, s, s);
+}
+
+std::string probing_note(const Report& r) {
+  if (!r.nonfinite.probing) return {};
+  const ScalerProbing& p = *r.nonfinite.probing;
+  const double start = p.suggested_scale > 0 ? p.suggested_scale : p.scale_to;
+  return fmt::format("{} of {} steps were skipped while the loss scaler came down from {} to {}{}: start it lower ({})",
+                     p.skipped, r.nonfinite.updates, scale_text(p.scale_from), scale_text(p.scale_to),
+                     start < p.scale_to ? " (later " + scale_text(start) + ")" : std::string(),
+                     start_scale_advice(r.run.amp, start));
+}
+
+std::string gradient_underflow_text(const Report& r) {
+  if (!r.nonfinite.zero_gradients) return {};
+  const ZeroGradients& z = *r.nonfinite.zero_gradients;
+  return fmt::format("gradients underflow: every parameter gradient was 0 in {} from step {} ({} of {} steps); enable "
+                     "dynamic loss scaling or raise the scale{} ({})",
+                     z.dtype, z.first_step, z.steps, z.stepped,
+                     z.scale_needed > 0 ? " to at least " + scale_text(z.scale_needed) : std::string(),
+                     dynamic_scaling_advice(r.run.amp, z.scale_needed));
+}
+
+}  // namespace ampcheck::reports
