@@ -41,7 +41,7 @@ for name in open(f"{samples}/models/ORDER").read().split():
         s = r["summary"]
         loss = s["final_loss"]  # a number, or "NaN"/"Infinity" as the report writes non-finite values
         loss = f"{loss:.3g}" if isinstance(loss, (int, float)) else loss.lower()
-        cells.append(f"{loss} / {100 * s['accuracy']:.1f}%" + (" ✗" if s["verdict"] == "failed" else ""))
+        cells.append(f"{loss} / {100 * s['accuracy']:.1f}%" + (" ✗" if s["verdict"] in ("failed", "gradient_underflow") else ""))
     print(f"| `{name}` | " + " | ".join(cells) + " |")
 EOF
 fi

@@ -116,6 +116,52 @@ TEST(CliBisect, NamesThePlantedOpTypeOnly) {
   EXPECT_TRUE(has(healthy.out, "healthy as configured")) << healthy.out;
 }
 
+// A model whose inputs (x1e6) overflow fp16 on the cast into its only GEMM type: running
+// linear in fp32 makes it healthy, but leaves nothing in fp16. That is AMP off, no fix:
+// bisect-nan must refuse it and say why (issue 15, item 1).
+TEST(CliBisect, AFixThatTurnsAmpOffIsRefused) {
+  const std::filesystem::path model = std::filesystem::temp_directory_path() / "ampcheck_bisect_amp_off.json";
+  {
+    std::ofstream f(model);
+    f << R"({"ampcheck_model": 1, "name": "amp_off_fix", "description": "raw units into the only GEMM",
+      "data": {"generator": "spiral", "n_per_class": 20, "classes": 3},
+      "constants": {"units": {"value": 1000000}},
+      "nodes": [{"name": "raw", "kind": "mul", "inputs": ["input", "units"]},
+                {"name": "fc1", "kind": "linear", "out": 16}, {"name": "act", "kind": "relu"},
+                {"name": "head", "kind": "linear", "out": 3}],
+      "train": {"steps": 10, "batch": 60, "lr": 0.01}, "amp": {"level": "O1", "dtype": "float16"}})";
+  }
+  const std::filesystem::path path = std::filesystem::temp_directory_path() / "ampcheck_bisect_amp_off_report.json";
+  const Result r = run({"bisect-nan", "--model", model.string(), "--quiet", "--report", path.string()});
+  EXPECT_EQ(r.code, 1) << r.err << r.out;
+  EXPECT_TRUE(has(r.out, "AMP would be off")) << r.out;
+  const reports::Report rep = reports::read_report(path);
+  ASSERT_TRUE(rep.bisect);
+  EXPECT_FALSE(rep.bisect->found);
+  EXPECT_TRUE(rep.bisect->culprits.empty());
+  EXPECT_TRUE(rep.bisect->suggested_black_list.empty());
+  // The trial it refused was healthy: the refusal is about AMP, not about the run.
+  EXPECT_TRUE(std::any_of(rep.bisect->trials.begin(), rep.bisect->trials.end(),
+                          [](const reports::Trial& t) { return t.healthy; }));
+  std::filesystem::remove(model);
+  std::filesystem::remove(path);
+}
+
+// Every failure is gradient underflow: the cure is the loss scaler, and no trial is run
+// beyond the first (a black list would only turn AMP off).
+TEST(CliBisect, GradientUnderflowGetsTheScalerNotABlackList) {
+  const Result r = run({"bisect-nan", "--model", "grad_underflow", "--steps", "8", "--quiet", "--json"});
+  EXPECT_EQ(r.code, 1) << r.err;
+  const reports::Report rep = reports::from_json(r.out, "stdout");
+  ASSERT_TRUE(rep.bisect);
+  EXPECT_EQ(rep.summary.verdict, "gradient_underflow");
+  EXPECT_EQ(rep.bisect->runs, 1);
+  EXPECT_TRUE(rep.bisect->culprits.empty());
+  const Result text = run({"bisect-nan", "--model", "grad_underflow", "--steps", "8", "--quiet"});
+  EXPECT_TRUE(has(text.out, "the cause is the loss scaling")) << text.out;
+  EXPECT_TRUE(has(text.out, "init_scale")) << text.out;
+}
+
 TEST(CliCompare, ErrorsAgainstO0AreZeroForO0AndPositiveForLowPrecision) {
   const Result r = run({"compare", "--levels", "O2,O0", "--steps", "6", "--quiet", "--json"});
   ASSERT_EQ(r.code, 0) << r.err;
