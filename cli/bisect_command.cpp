@@ -85,14 +85,6 @@ std::vector<std::string> producer_keys(const reports::Report& r, const std::stri
   return keys;
 }
 
-// Every failure of the run is gradient underflow: no op's precision is the cause (running
-// ops in fp32 "cures" it only by turning AMP off), the loss scale is.
-bool scaler_cure_only(const reports::Report& r) {
-  const auto& f = r.nonfinite.failures;
-  return !f.empty() &&
-         std::all_of(f.begin(), f.end(), [](const reports::Failure& x) { return x.kind == "gradient_underflow"; });
-}
-
 // One trial: the run with `set` in fp32 on top of the user's lists.
 struct Trials {
   const BisectOptions& o;
@@ -411,7 +403,7 @@ int run_bisect(const BisectOptions& o, std::ostream& out, std::ostream& err) {
       }
       if (trials.healthy({})) {
         b.found = true;
-      } else if (scaler_cure_only(report)) {
+      } else if (reports::loss_scale_is_the_cure(report)) {
         why_not = "the cause is the loss scaling, not an op's precision, so no black list: " +
                   reports::gradient_underflow_text(report);
       } else if (b.candidates.empty()) {

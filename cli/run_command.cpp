@@ -3,7 +3,6 @@
 #include <CLI/CLI.hpp>  // CLI::App
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <iostream>
 #include <memory>
 
@@ -110,12 +109,9 @@ int run_run(const RunCommandOptions& o, std::ostream& out, std::ostream& err) {
 void set_verdict(reports::Report& report, bool inspected_trace, bool failed, const std::string& failure) {
   reports::Summary& s = report.summary;
   const reports::NonFinite& nf = report.nonfinite;
-  // Gradient underflow is its own verdict when it is all that failed: its cure is the
-  // loss scale, not a black list.
-  const bool underflow_only =
-      nf.zero_gradients && !nf.failures.empty() &&
-      std::all_of(nf.failures.begin(), nf.failures.end(), [](const reports::Failure& f) { return f.kind == "gradient_underflow"; });
-  if (failed && underflow_only) {
+  // Gradient underflow is its own verdict when it is all that failed (bar the scale below
+  // the floor that caused it): its cure is the loss scale, not a black list.
+  if (failed && reports::loss_scale_is_the_cure(report)) {
     s.verdict = "gradient_underflow";
     s.verdict_text = "FAILED: " + reports::gradient_underflow_text(report);
   } else if (failed) {

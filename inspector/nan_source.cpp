@@ -698,9 +698,18 @@ NanReport NanWatch::report() const {
     z.stepped = stepped_;
     z.dtype = low_dtype_;
     z.initial_loss = initial_loss_;
-    if (z.evidence && z.evidence->value != 0)
-      z.scale_needed = std::ldexp(1.0, static_cast<int>(std::ceil(std::log2(info(z.evidence->dtype).min_normal() /
-                                                                            std::fabs(z.evidence->value)))));
+    if (z.evidence && z.evidence->value != 0) {
+      // The evidence is a gradient of the scaled loss: what would have lifted it is the
+      // scale in effect at its step (1 without a scaler) times the factor it lacked.
+      double scale = 1;
+      for (const ScaleRecord& rec : h)
+        if (rec.event.step >= z.evidence->step) {
+          scale = rec.event.scale_before;
+          break;
+        }
+      z.scale_needed = std::ldexp(1.0, static_cast<int>(std::ceil(std::log2(
+                                           scale * info(z.evidence->dtype).min_normal() / std::fabs(z.evidence->value)))));
+    }
     std::string detail = "every parameter gradient was 0 in " + std::string(info(z.dtype).long_name) + " for " +
                          std::to_string(z.steps) + " optimizer step(s) in a row from step " +
                          std::to_string(z.first_step);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string_view>
 #include <vector>
@@ -150,6 +151,13 @@ std::string gradient_underflow_text(const Report& r) {
                      z.dtype, z.first_step, z.steps, z.stepped,
                      z.scale_needed > 0 ? " to at least " + scale_text(z.scale_needed) : std::string(),
                      dynamic_scaling_advice(r.run.amp, z.scale_needed));
+}
+
+bool loss_scale_is_the_cure(const Report& r) {
+  const std::vector<Failure>& f = r.nonfinite.failures;
+  return r.nonfinite.zero_gradients && !f.empty() && std::all_of(f.begin(), f.end(), [](const Failure& x) {
+           return x.kind == "gradient_underflow" || x.kind == "scale_below_floor";
+         });
 }
 
 }  // namespace ampcheck::reports

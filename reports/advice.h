@@ -51,4 +51,9 @@ std::string probing_note(const Report& report);
 // or raise the scale to at least 2^13 (...)"; "" otherwise.
 std::string gradient_underflow_text(const Report& report);
 
+// The run failed by gradient underflow and nothing else, bar the scale below the floor
+// that caused it (a static scale set under 1): its cure is the loss scale, not a black
+// list. The `gradient_underflow` verdict, and bisect-nan's answer without a search.
+bool loss_scale_is_the_cure(const Report& report);
+
 }  // namespace ampcheck::reports

@@ -783,6 +783,28 @@ TEST(InspectorNan, EveryGradientZeroInFp16IsGradientUnderflow) {
   EXPECT_LT(s / 2 * std::fabs(e.value), std::ldexp(1.0, -14));
 }
 
+// A static scale below 1 (Paddle's init_loss_scaling without dynamic scaling) makes the
+// gradients smaller still: the scale named is the whole scale needed, the one in effect
+// times the factor the gradient lacked, not that factor alone.
+TEST(InspectorNan, TheScaleNeededCountsTheScaleInEffect) {
+  const double in_effect = std::ldexp(1.0, -10);
+  const WeightedRun run = train_weighted(true, amp::StaticScaling{in_effect}, 4);
+  const NanReport& r = run.report;
+  ASSERT_TRUE(r.zero_gradients.has_value()) << describe(r);
+  ASSERT_TRUE(r.zero_gradients->evidence.has_value()) << describe(r);
+  const double lost = std::fabs(r.zero_gradients->evidence->value);  // a gradient of the scaled loss
+  const double s = r.zero_gradients->scale_needed;
+  EXPECT_EQ(std::exp2(std::round(std::log2(s))), s);
+  // At scale s the same gradient is lost / in_effect * s: at least fp16's smallest normal,
+  // and half of s would not reach it.
+  EXPECT_GE(lost / in_effect * s, std::ldexp(1.0, -14));
+  EXPECT_LT(lost / in_effect * s / 2, std::ldexp(1.0, -14));
+  // The same model at scale 1 needs the same scale.
+  const WeightedRun at_one = train_weighted(true, amp::StaticScaling{1.0}, 4);
+  ASSERT_TRUE(at_one.report.zero_gradients.has_value());
+  EXPECT_EQ(at_one.report.zero_gradients->scale_needed, s);
+}
+
 TEST(InspectorNan, TheSameModelWithDynamicScalingOrInFp32HasGradients) {
   const WeightedRun scaled = train_weighted(true, amp::TorchScaling{}, 3);
   EXPECT_FALSE(has_failure(scaled.report, FailureKind::gradient_underflow)) << describe(scaled.report);
