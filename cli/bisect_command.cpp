@@ -416,6 +416,8 @@ int run_bisect(const BisectOptions& o, std::ostream& out, std::ostream& err) {
               "the only fix found, {} in fp32, leaves {} of {} op calls in low precision: AMP would be off, which "
               "is no fix (the cause is not a few ops' precision; check the loss scaling and the data)",
               fmt::join(found, ", "), off.low_precision_calls, off.total_calls);
+          if (const std::string advice = reports::static_scale_overflow_text(report); !advice.empty())
+            why_not += "; " + advice;
           found.clear();
         }
         if (!found.empty()) {

@@ -117,6 +117,8 @@ void set_verdict(reports::Report& report, bool inspected_trace, bool failed, con
   } else if (failed) {
     s.verdict = "failed";
     s.verdict_text = "FAILED: " + failure;
+    if (const std::string advice = reports::static_scale_overflow_text(report); !advice.empty())
+      s.verdict_text += "; " + advice;
   } else if (report.run.level == "O0") {
     s.verdict = "reference";
     s.verdict_text = "healthy fp32 reference run";

@@ -153,6 +153,40 @@ std::string gradient_underflow_text(const Report& r) {
                      dynamic_scaling_advice(r.run.amp, z.scale_needed));
 }
 
+std::string static_scale_overflow_text(const Report& r) {
+  const NonFinite& nf = r.nonfinite;
+  if (r.run.amp.loss_scaling != "static" || nf.failures.empty() ||
+      (nf.producer.has_value() && nf.producer->phase == "forward"))
+    return {};
+  const bool gradients_only = std::all_of(nf.failures.begin(), nf.failures.end(), [](const Failure& f) {
+    return f.kind == "gradient_not_absorbed" || f.kind == "skipped_fraction";
+  });
+  if (!gradients_only) return {};
+  return fmt::format("the loss scale is static ({:g}): gradients that overflow {} at it are skipped forever; a dynamic "
+                     "scaler backs off until they fit ({})",
+                     r.run.amp.init_loss_scaling, r.run.dtype, dynamic_scaling_advice(r.run.amp, 0));
+}
+
+std::vector<FailureRun> failure_runs(const std::vector<Failure>& failures) {
+  std::vector<FailureRun> runs;
+  for (const Failure& f : failures) {
+    const auto it = std::find_if(runs.begin(), runs.end(), [&](const FailureRun& g) { return g.first.kind == f.kind; });
+    if (it == runs.end()) {
+      runs.push_back({f, 0, f.step});
+    } else {
+      ++it->more;
+      it->last_step = f.step;
+    }
+  }
+  return runs;
+}
+
+std::string more_text(const FailureRun& run) {
+  if (run.more == 0) return {};
+  return run.more == 1 ? fmt::format("; and 1 more at step {}", run.last_step)
+                       : fmt::format("; and {} more, the last at step {}", run.more, run.last_step);
+}
+
 bool loss_scale_is_the_cure(const Report& r) {
   const std::vector<Failure>& f = r.nonfinite.failures;
   return r.nonfinite.zero_gradients && !f.empty() && std::all_of(f.begin(), f.end(), [](const Failure& x) {

@@ -10,7 +10,9 @@
 // has none (a static scale) takes the configuration's style (semantics).
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "reports/report.h"
 
@@ -50,6 +52,22 @@ std::string probing_note(const Report& report);
 // gradient was 0 in float16 from step 1 (200 of 200 steps); enable dynamic loss scaling
 // or raise the scale to at least 2^13 (...)"; "" otherwise.
 std::string gradient_underflow_text(const Report& report);
+
+// A static loss scale under which gradients overflowed and steps were skipped, with
+// nothing else failing: "the loss scale is static (1): ... a dynamic scaler backs off
+// until they fit (PyTorch GradScaler(), enabled ...)"; "" otherwise.
+std::string static_scale_overflow_text(const Report& report);
+
+// The failures of one kind (a static scale that skips every step makes one per update):
+// the first, how many more, and the last one's step. In the order each kind first failed.
+struct FailureRun {
+  Failure first;
+  std::int64_t more = 0;
+  std::int64_t last_step = 0;
+};
+std::vector<FailureRun> failure_runs(const std::vector<Failure>& failures);
+// "; and 29 more at steps 2-30" ("" when none more).
+std::string more_text(const FailureRun& run);
 
 // The run failed by gradient underflow and nothing else, bar the scale below the floor
 // that caused it (a static scale set under 1): its cure is the loss scale, not a black

@@ -931,7 +931,8 @@ std::string nonfinite_section(const Report& r) {
   if (!nf.failures.empty()) {
     out += "<h3>Failures</h3>\n";
     Table t({"kind", "#step", "detail"});
-    for (const Failure& f : nf.failures) t.row({f.kind, integer(f.step), f.detail});
+    for (const FailureRun& g : failure_runs(nf.failures))
+      t.row({g.first.kind, integer(g.first.step), g.first.detail + more_text(g)});
     out += t.render("failures");
   }
   return out + std::string(kSectionClose);

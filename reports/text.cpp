@@ -117,7 +117,8 @@ std::string nonfinite_section(const Report& r) {
   for (const IntendedInf& i : nf.intended)
     s += fmt::format("  intended, not a failure: {} in module '{}' wrote {} -Inf in {} calls; {}\n", i.op, i.module,
                      i.values, i.events, i.reason);
-  for (const Failure& f : nf.failures) s += fmt::format("  failure: {} at step {}: {}\n", f.kind, f.step, f.detail);
+  for (const FailureRun& g : failure_runs(nf.failures))
+    s += fmt::format("  failure: {} at step {}: {}{}\n", g.first.kind, g.first.step, g.first.detail, more_text(g));
   return s;
 }
 

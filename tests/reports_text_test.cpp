@@ -2,6 +2,7 @@
 // the words a person looks for, and no claim about the steps not run.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
 
 #include "reports/text.h"
@@ -15,6 +16,21 @@ bool has(const std::string& text, const std::string& what) { return text.find(wh
 TEST(ReportText, CompleteRunSaysNothingOfInterruption) {
   const std::string text = to_text(testing::sample_report(false, false));
   EXPECT_FALSE(has(text, "interrupted")) << text;
+}
+
+// One failure per update (a static scale skipping every step) is one line with a count.
+TEST(ReportText, FailuresOfOneKindAreOneLine) {
+  Report r = testing::sample_report(false, false);
+  r.nonfinite.failures.clear();
+  for (std::int64_t step = 1; step <= 30; ++step)
+    r.nonfinite.failures.push_back({"gradient_not_absorbed", step, "step skipped but the scale did not react"});
+  r.nonfinite.failures.push_back({"skipped_fraction", 30, "30 of 30 updates skipped (1 > 0.05)"});
+  const std::string text = to_text(r);
+  EXPECT_TRUE(has(text, "failure: gradient_not_absorbed at step 1: step skipped but the scale did not react; and 29 "
+                        "more, the last at step 30\n"))
+      << text;
+  EXPECT_FALSE(has(text, "gradient_not_absorbed at step 2")) << text;
+  EXPECT_TRUE(has(text, "failure: skipped_fraction at step 30: 30 of 30 updates skipped (1 > 0.05)\n")) << text;
 }
 
 TEST(ReportText, InterruptedRunSaysHowFarUnderTheSettings) {

@@ -4,7 +4,9 @@
 // The scales in the expectations are powers of two worked out here by hand.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "cli/run_command.h"
 #include "reports/advice.h"
@@ -103,11 +105,55 @@ TEST(ReportVerdict, GradientUnderflowIsItsOwnVerdict) {
   EXPECT_EQ(r.summary.verdict, "failed");
   EXPECT_EQ(r.summary.verdict_text, "FAILED: non-finite values first produced by log");
 
+  // A static scale set below the floor made the underflow: still its own verdict.
+  r.nonfinite.failures.back() = {"scale_below_floor", 1, "scale 1e-07 below the floor 1"};
+  cli::set_verdict(r, true, true, "scale 1e-07 below the floor 1");
+  EXPECT_EQ(r.summary.verdict, "gradient_underflow");
+  EXPECT_TRUE(loss_scale_is_the_cure(r));
+
   // An interrupted run keeps the failure it saw.
   r.nonfinite.failures.pop_back();
   cli::set_verdict(r, true, true, "gradients underflow");
   cli::mark_interrupted(r, 5, 200);
   EXPECT_EQ(r.summary.verdict, "gradient_underflow");
+}
+
+// Gradients that overflow at a static scale are skipped on every step: one failure per
+// update, listed once with the count, and the cure is a dynamic scaler.
+TEST(ReportVerdict, GradientsOverflowingAStaticScaleGetADynamicScaler) {
+  Report r = testing::sample_report(false, false);
+  r.run.level = "O1";
+  r.run.amp.semantics = "paddle";
+  r.run.amp.loss_scaling = "static";
+  r.run.amp.init_loss_scaling = 1;
+  r.nonfinite = NonFinite{};
+  for (std::int64_t step = 1; step <= 30; ++step)
+    r.nonfinite.failures.push_back({"gradient_not_absorbed", step, "step skipped but the scale did not react"});
+  r.nonfinite.failures.push_back({"skipped_fraction", 30, "30 of 30 updates skipped (1 > 0.05)"});
+  EXPECT_FALSE(loss_scale_is_the_cure(r));  // no zero gradients: the scale is too high, not too low
+  cli::set_verdict(r, true, true, "step skipped but the scale did not react");
+  EXPECT_EQ(r.summary.verdict, "failed");
+  EXPECT_TRUE(has(r.summary.verdict_text,
+                  "; the loss scale is static (1): gradients that overflow float16 at it are skipped forever; a dynamic "
+                  "scaler backs off until they fit (Paddle GradScaler(init_loss_scaling=32768, "
+                  "use_dynamic_loss_scaling=True))"))
+      << r.summary.verdict_text;
+
+  const std::vector<FailureRun> runs = failure_runs(r.nonfinite.failures);
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].first.step, 1);
+  EXPECT_EQ(runs[0].more, 29);
+  EXPECT_EQ(more_text(runs[0]), "; and 29 more, the last at step 30");
+  EXPECT_EQ(more_text(runs[1]), "");
+
+  // A dynamic scaler, or a non-finite forward value, is another story: no such advice.
+  r.run.amp.loss_scaling = "pytorch";
+  cli::set_verdict(r, true, true, "x");
+  EXPECT_FALSE(has(r.summary.verdict_text, "static")) << r.summary.verdict_text;
+  r.run.amp.loss_scaling = "static";
+  r.nonfinite.failures.push_back({"forward_non_finite", 3, "exp made +Inf"});
+  cli::set_verdict(r, true, true, "x");
+  EXPECT_FALSE(has(r.summary.verdict_text, "static")) << r.summary.verdict_text;
 }
 
 TEST(ReportVerdict, IntendedMinusInfIsSaidToBeSo) {
