@@ -137,7 +137,7 @@ Resolved resolve(const RunArgs& a) {
       throw UsageError("--dtype \"" + *a.dtype + "\": AMP runs in float16 or bfloat16");
     o.amp.dtype = *dtype;
   }
-  sort_allowed(file.allow_inf, file, "--model: \"allow_inf\"", r);
+  sort_allowed(file.allow_inf, file, "--model: " + a.model + ": \"allow_inf\"", r);
   if (!a.config.empty()) sort_allowed(config_allow_inf, file, a.config + ": \"allow_inf\"", r);
   sort_allowed(a.allow_inf, file, "--allow-inf", r);
   o.amp.custom_white_list.insert(o.amp.custom_white_list.end(), a.white.begin(), a.white.end());
