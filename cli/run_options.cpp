@@ -156,7 +156,7 @@ Resolved resolve(const RunArgs& a) {
       if (resolve_device(*device, notices) == Device::cuda)
         throw UsageError("--device cuda: the training engine runs on the CPU backend in this build; use --device cpu");
     } catch (const DeviceError& e) {
-      throw UsageError(std::string("--device cuda: ") + e.what());
+      throw UsageError(e.what());  // it names --device cuda itself
     }
   }
   return r;
