@@ -27,7 +27,6 @@ std::string made(const NanEvent& p) {
   return s;
 }
 
-std::string value(double v) { return value_text(v); }
 std::string values(std::int64_t n) { return fmt::format("{} value{}", n, n == 1 ? "" : "s"); }
 
 // An integral scale as an integer, for a framework's key.
@@ -74,19 +73,19 @@ std::string lost_text(const NanEvent& p, const LostValue& l) {
       p.module.empty() ? fmt::format("{} produced {}", p.op, made(p)) : fmt::format("{} in '{}' produced {}", p.op, p.module, made(p));
   if (l.input.empty())
     return fmt::format("{}: its result {} {} {} (largest finite {}), which fp32 holds ({}, step {})", producer,
-                       value(l.value), l.kind == "overflow" ? "overflowed" : "underflowed", l.dtype, value(l.limit),
+                       value_text(l.value), l.kind == "overflow" ? "overflowed" : "underflowed", l.dtype, value_text(l.limit),
                        values(l.count), l.step);
   if (l.kind == "overflow")
     return fmt::format("{} <- its {} came from {}, whose result {} overflowed {} (largest finite {}; {}, step {})",
-                       producer, l.input, who(l), value(l.value), l.dtype, value(l.limit), values(l.count), l.step);
+                       producer, l.input, who(l), value_text(l.value), l.dtype, value_text(l.limit), values(l.count), l.step);
   return fmt::format("{} <- its {} came from {}, which flushed {} to 0 in {} (smallest subnormal {}; {}, step {})",
-                     producer, l.input, who(l), value(l.value), l.dtype, value(l.limit), values(l.count), l.step);
+                     producer, l.input, who(l), value_text(l.value), l.dtype, value_text(l.limit), values(l.count), l.step);
 }
 
 std::string flushed_gradient_text(const LostValue& l) {
   return fmt::format("{} ({}, step {}) flushed every gradient it passed back to 0 in {}: {}, the largest in magnitude {} "
                      "(smallest subnormal {})",
-                     who(l), l.phase, l.step, l.dtype, values(l.count), value(l.value), value(l.limit));
+                     who(l), l.phase, l.step, l.dtype, values(l.count), value_text(l.value), value_text(l.limit));
 }
 
 std::string scale_text(double scale) {
