@@ -1,4 +1,4 @@
-// ampcheck's CPU GEMM (kernels/cpu/gemm.h, through the engine's cpu::gemm) against
+// ampcheck's CPU GEMM (kernels/cpu/gemm.h, through kernels::cpu::gemm, as the ops call it) against
 // OpenBLAS sgemm, interleaved: for every shape, rounds alternate the two (and, when the
 // CPU has them, ampcheck's avx2 and scalar paths), each timing a block of calls long
 // enough to read, and the table gives the median time per call and OpenBLAS's time over
@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "engine/device.h"        // cpu_gemm_isa, cpu_features
-#include "engine/ops/cpu_util.h"  // cpu::gemm: what the ops call
+#include "kernels/cpu/tensor_io.h"  // kernels::cpu::gemm with the threading the ops use
 #include "engine/parallel.h"      // set_num_threads
 #include "kernels/cpu/gemm.h"     // gemm_plan/gemm_tiles for the forced paths
 
@@ -169,7 +169,7 @@ int main(int argc, char** argv) {
     if (!filter.empty() && std::string(s.from).find(filter) == std::string::npos) continue;
     Operands o = operands(s);
     auto ours = [&] {
-      cpu::gemm(s.ta, s.tb, s.m, s.n, s.k, o.a.data(), o.lda, o.b.data(), o.ldb, o.c.data(), o.ldc, s.accumulate);
+      kernels::cpu::gemm(s.ta, s.tb, s.m, s.n, s.k, o.a.data(), o.lda, o.b.data(), o.ldb, o.c.data(), o.ldc, s.accumulate);
     };
     auto blas = [&] {
       cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans,

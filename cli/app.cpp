@@ -19,6 +19,7 @@
 #include "cli/ops_command.h"
 #include "cli/report_command.h"
 #include "cli/run_command.h"
+#include "cli/selftest_command.h"
 #include "cli/usage_error.h"
 #include "engine/dtype/convert.h"  // conversion_isa
 #include "engine/device.h"
@@ -50,6 +51,7 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
       add_config_command(app),
       add_ops_command(app),
       add_doctor_command(app),
+      add_selftest_command(app),
   };
 
   try {

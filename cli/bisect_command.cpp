@@ -325,6 +325,7 @@ int run_bisect(const BisectOptions& o, std::ostream& out, std::ostream& err) {
   if (!(o.loss_tolerance >= 0)) throw UsageError(fmt::format("--loss-tolerance {} must be >= 0", o.loss_tolerance));
   if (o.max_runs < 2) throw UsageError(fmt::format("--max-runs {} is too few: at least 2", o.max_runs));
   const Resolved base = resolve(o.args);
+  if (!o.args.quiet) err << base.device_notice;
   if (base.options.amp.level == amp::Level::O0)
     throw UsageError("bisect-nan needs an AMP level (O1, O2 or O3): at O0 nothing runs in low precision");
   check_output("--report", o.report);

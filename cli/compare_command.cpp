@@ -101,6 +101,7 @@ int run_compare(const CompareOptions& o, std::ostream& out, std::ostream& err) {
   RunArgs args = o.args;
   args.level = std::string(amp::level_name(levels.front() == amp::Level::O0 ? levels.back() : levels.front()));
   const Resolved base = resolve(args);
+  if (!args.quiet) err << base.device_notice;
   check_output("--report", o.report);
   check_output("--html", o.html);
   // Ctrl-C stops after the step every level is in (the levels stay in lock step), then

@@ -49,6 +49,7 @@ constexpr int kMaxSeeds = 100;
 
 int run_run(const RunCommandOptions& o, std::ostream& out, std::ostream& err) {
   const Resolved resolved = resolve(o.args);
+  if (!o.args.quiet) err << resolved.device_notice;
   const auto mode = inspector::parse_mode(o.inspect);
   if (!mode) throw UsageError("--inspect \"" + o.inspect + "\" is not a mode; use off, trace, stats or full");
   if (!o.chrome_trace.empty() && *mode == inspector::Mode::off)

@@ -84,7 +84,7 @@ void add_run_args(CLI::App* cmd, RunArgs& a, bool level) {
                   "separated: not counted as a failure")
       ->delimiter(',');
   cmd->add_option("--device", a.device, "where to train: auto, cpu, cuda")->capture_default_str();
-  cmd->add_flag("--quiet,-q", a.quiet, "no progress line");
+  cmd->add_flag("--quiet,-q", a.quiet, "no progress line, no device notice");
 }
 
 Resolved resolve(const RunArgs& a) {
@@ -149,15 +149,13 @@ Resolved resolve(const RunArgs& a) {
   }
   const auto device = parse_device_request(a.device);
   if (!device) throw UsageError("--device \"" + a.device + "\" is not a device; use auto, cpu or cuda");
-  // The engine trains on the CPU backend; a GPU asked for by name and absent is an error.
-  if (*device == DeviceRequest::cuda) {
-    try {
-      std::ostringstream notices;
-      if (resolve_device(*device, notices) == Device::cuda)
-        throw UsageError("--device cuda: the training engine runs on the CPU backend in this build; use --device cpu");
-    } catch (const DeviceError& e) {
-      throw UsageError(e.what());  // it names --device cuda itself
-    }
+  // A GPU asked for by name and absent is a usage error; auto falls back with a notice.
+  try {
+    std::ostringstream notices;
+    r.options.device = resolve_device(*device, notices);
+    r.device_notice = notices.str();
+  } catch (const DeviceError& e) {
+    throw UsageError(e.what());  // it names --device cuda itself
   }
   return r;
 }
@@ -177,7 +175,7 @@ reports::RunInfo run_info(const std::string& command, const RunArgs& a, const Re
   info.parameters = result.parameters;
   info.level = std::string(amp::level_name(o.amp.level));
   info.dtype = o.amp.level == amp::Level::O0 ? "float32" : inspector::dtype_text(o.amp.dtype);
-  info.device = "cpu";
+  info.device = std::string(device_name(o.device));
   info.seed = o.seed;
   info.steps = o.steps;
   info.batch = result.batch;
@@ -192,6 +190,10 @@ reports::RunInfo run_info(const std::string& command, const RunArgs& a, const Re
   info.amp.loss_scaling = result.scaling;
   info.amp.init_loss_scaling = result.steps.empty() ? result.final_scale : result.steps.front().loss_scale;
   info.versions = {AMPCHECK_VERSION, cuda_build_description(), reports::kCpuPathsAlike};
+  if (o.device == Device::cuda)
+    if (const auto m = device_memory_stats())
+      info.device_memory = reports::DeviceMemory{m->allocated_bytes.peak, m->reserved_bytes.peak, m->raw_allocs,
+                                                 m->cache_hits,           m->cache_misses,        m->oom_retries};
   return info;
 }
 

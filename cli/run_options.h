@@ -47,6 +47,9 @@ struct Resolved {
   // Whose Inf/-Inf is intended (the model file's, the config's and --allow-inf): op names
   // and module paths, for the inspector's NaN watch.
   std::vector<std::string> allowed_ops, allowed_modules;
+  // The one line --device auto writes when a CUDA build finds no GPU ("" otherwise): the
+  // command prints it once on stderr, unless --quiet.
+  std::string device_notice;
 };
 Resolved resolve(const RunArgs& args);
 // The same with another level (compare, and bisect's fp32 reference).

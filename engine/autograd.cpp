@@ -8,7 +8,7 @@
 #include <unordered_set>
 
 #include "engine/hooks.h"
-#include "engine/ops/cpu_util.h"
+#include "engine/ops/op_util.h"
 
 namespace ampcheck {
 namespace {
@@ -72,7 +72,7 @@ void release(Node& node) {
 void accumulate_leaf(const Tensor& leaf, const Tensor& g) {
   Tensor& target = const_cast<Tensor&>(leaf);
   // A fresh copy: the optimizer and clipping update .grad in place, and g may be shared.
-  target.set_grad(target.grad().defined() ? cpu::add_same(target.grad(), g) : g.clone());
+  target.set_grad(target.grad().defined() ? ops::add_same(target.grad(), g) : g.clone());
 }
 
 }  // namespace
@@ -88,7 +88,7 @@ void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) 
       throw std::invalid_argument("backward() on a tensor of shape " + to_string(root.shape()) +
                                   " needs an explicit gradient; only one-element outputs "
                                   "default to 1");
-    grad = Tensor::ones(root.shape(), root.dtype());
+    grad = Tensor::ones(root.shape(), root.dtype(), root.device());
   }
   if (grad.shape() != root.shape())
     throw std::invalid_argument("backward(): gradient " + describe(grad) + " for output " +
@@ -150,7 +150,7 @@ void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) 
                                " for input " + std::to_string(i) + " " + describe(in));
       if (in.grad_fn()) {
         auto [slot, fresh] = grads.try_emplace(in.grad_fn().get(), gi);
-        if (!fresh) slot->second = cpu::add_same(slot->second, gi);
+        if (!fresh) slot->second = ops::add_same(slot->second, gi);
       } else {
         accumulate_leaf(in, gi);
       }

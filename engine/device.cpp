@@ -1,5 +1,7 @@
 #include "engine/device.h"
 
+#include "kernels/cuda/device_memory.h"
+
 #include <string>
 
 #include "engine/dtype/convert.h"  // conversion_isa: AMPCHECK_CPU_ISA
@@ -30,23 +32,18 @@ Device resolve_device(DeviceRequest request, std::ostream& notices) {
   return Device::cpu;
 }
 
+std::optional<kernels::AllocatorStats> device_memory_stats() {
+  kernels::AllocatorStats stats;
+  if (!kernels::cuda::allocator_stats(stats)) return std::nullopt;
+  return stats;
+}
+
 std::string cuda_build_description() { return kernels::cuda::build_description(); }
 
 const CpuFeatures& cpu_features() { return kernels::cpu::cpu_features(); }
 const CudaInfo& cuda_info() { return kernels::cuda::cuda_info(); }
 
-kernels::cpu::GemmIsa cpu_gemm_isa() {
-  using kernels::cpu::GemmIsa;
-  using kernels::cpu::Isa;
-  static const GemmIsa isa = [] {
-    const Isa limit = conversion_isa();
-    GemmIsa best = GemmIsa::scalar;
-    if (limit >= Isa::f16c && kernels::cpu::gemm_isa_supported(GemmIsa::avx2)) best = GemmIsa::avx2;
-    if (limit >= Isa::avx512 && kernels::cpu::gemm_isa_supported(GemmIsa::avx512)) best = GemmIsa::avx512;
-    return best;
-  }();
-  return isa;
-}
+kernels::cpu::GemmIsa cpu_gemm_isa() { return kernels::cpu::active_gemm_isa(); }
 
 std::string cpu_gemm_description() {
   return "ampcheck GEMM, " + std::string(kernels::cpu::gemm_isa_name(cpu_gemm_isa())) +

@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/caching_allocator.h"
 #include "kernels/cuda/cuda.h"
 
 namespace ampcheck {
@@ -28,6 +29,9 @@ class DeviceError : public std::runtime_error {
 // `notices` when a CUDA-enabled build finds no GPU. `cuda` without a usable GPU throws
 // DeviceError saying why and what to do.
 Device resolve_device(DeviceRequest request, std::ostream& notices);
+
+// GPU 0's caching allocator statistics, once a tensor has lived there (none otherwise).
+std::optional<kernels::AllocatorStats> device_memory_stats();
 
 // What this build can run on: "CUDA 13.0, built for sm_75 sm_80 sm_90" or "no CUDA (...)".
 std::string cuda_build_description();

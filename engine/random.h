@@ -1,6 +1,8 @@
 // Counter-based random numbers (Philox4x32-10, as cuRAND and PyTorch's CUDA generator
 // use): value i of a draw depends only on (seed, offset + i), never on which thread
-// computed it or in what order, so results are the same for any thread count.
+// computed it or in what order, so results are the same for any thread count. The
+// arithmetic is kernels/random.h, which the CUDA kernels share (a GPU's dropout mask is
+// the CPU's, bit for bit).
 #pragma once
 
 #include <array>

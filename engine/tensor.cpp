@@ -3,6 +3,7 @@
 #include <unistd.h>  // sysconf: the machine's memory where /proc/meminfo is missing
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>  // std::aligned_alloc, std::free
@@ -14,13 +15,16 @@
 #include <stdexcept>
 
 #include "engine/autograd.h"
+#include "engine/dispatch.h"
 #include "engine/dtype/convert.h"
 #include "engine/random.h"
+#include "kernels/memory_kernels.h"
 
 namespace ampcheck {
 
 struct Tensor::Impl {
-  std::shared_ptr<void> storage;  // 64-byte aligned, shared by views
+  std::shared_ptr<void> storage;  // 64-byte aligned, shared by views; on `device`
+  Device device = Device::cpu;
   std::int64_t offset = 0;        // in elements
   Shape shape;
   DType dtype = DType::f32;
@@ -92,7 +96,29 @@ constexpr std::string_view kSmaller = "use smaller sizes (layer widths, batch, d
 // small block, and no small block is refused for lack of memory.
 constexpr std::size_t kAskTheMachineFrom = std::size_t{256} << 20;
 
-std::shared_ptr<void> allocate(const Shape& shape, DType dtype) {
+std::atomic<bool> g_guard_bytes{false};
+std::atomic<std::uint64_t> g_guard_violations{0};
+constexpr unsigned char kGuardPattern = 0xA5;
+
+using kernels::MemoryKernels;
+
+// Whether the guard bytes around a storage of `bytes` at `base` (its first guard byte)
+// still hold the pattern. Never throws: it runs in a deleter.
+bool guards_intact(const MemoryKernels& mem, const unsigned char* base, std::size_t bytes) noexcept {
+  try {
+    std::vector<unsigned char> seen(kGuardBytes);
+    for (const unsigned char* guard : {base, base + kGuardBytes + bytes}) {
+      mem.to_host(seen.data(), guard, kGuardBytes);
+      for (unsigned char c : seen)
+        if (c != kGuardPattern) return false;
+    }
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+std::shared_ptr<void> allocate(const Shape& shape, DType dtype, Device device) {
   // The size in bytes, checked: a shape such as [3e9, 4e9] overflows 64 bits.
   std::uint64_t elements = 1;
   bool overflow = false;
@@ -100,22 +126,35 @@ std::shared_ptr<void> allocate(const Shape& shape, DType dtype) {
   std::uint64_t bytes = 0;
   overflow = overflow || elements > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) ||
              __builtin_mul_overflow(elements, static_cast<std::uint64_t>(element_size(dtype)), &bytes) ||
-             bytes > std::numeric_limits<std::size_t>::max() - 128;
+             bytes > std::numeric_limits<std::size_t>::max() - 4 * kGuardBytes;
   if (overflow)
     throw OutOfMemory(tensor_text(shape, dtype) + " needs more than 2^63 elements or 16 EiB, more than any machine has; " +
                       std::string(kSmaller));
-  if (bytes >= kAskTheMachineFrom) {
+  if (device == Device::cpu && bytes >= kAskTheMachineFrom) {
     const MachineMemory m = machine_memory();
     if (m.total > 0 && bytes > m.available)
       throw OutOfMemory(tensor_text(shape, dtype) + " needs " + human_bytes(static_cast<double>(bytes)) + ", and " +
                         memory_text(m) + "; " + std::string(kSmaller));
   }
-  const std::size_t rounded = (bytes + 63) / 64 * 64 + 64;  // never 0; room for vector tails
-  void* p = std::aligned_alloc(64, rounded);
+  const MemoryKernels& mem = kernels_on<MemoryKernels>(device);
+  const bool guard = g_guard_bytes.load();
+  const std::size_t size = std::max<std::size_t>(bytes, 1) + (guard ? 2 * kGuardBytes : 0);
+  std::string why_not;
+  void* p = mem.allocate(size, why_not);
   if (p == nullptr)
-    throw OutOfMemory(tensor_text(shape, dtype) + " needs " + human_bytes(static_cast<double>(bytes)) +
-                      ", and the allocation failed; " + memory_text(machine_memory()) + "; " + std::string(kSmaller));
-  return {p, [](void* q) { std::free(q); }};
+    throw OutOfMemory(tensor_text(shape, dtype) + " needs " + human_bytes(static_cast<double>(bytes)) + " on " +
+                      std::string(device_name(device)) + ", and the allocation failed (" + why_not + "); " +
+                      (device == Device::cpu ? memory_text(machine_memory()) + "; " : std::string()) +
+                      std::string(kSmaller));
+  if (!guard) return {p, [&mem](void* q) { mem.free(q); }};
+  auto* base = static_cast<unsigned char*>(p);
+  const std::vector<unsigned char> pattern(kGuardBytes, kGuardPattern);
+  mem.to_device(base, pattern.data(), kGuardBytes);
+  mem.to_device(base + kGuardBytes + bytes, pattern.data(), kGuardBytes);
+  return {base + kGuardBytes, [&mem, base, bytes](void*) {
+            if (!guards_intact(mem, base, static_cast<std::size_t>(bytes))) ++g_guard_violations;
+            mem.free(base);
+          }};
 }
 
 void check_shape(const Shape& shape) {
@@ -175,25 +214,22 @@ Tensor::Impl& Tensor::impl() const {
 }
 
 // ---- factories ----
-Tensor Tensor::empty(const Shape& shape, DType dtype) {
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   check_shape(shape);
   auto impl = std::make_shared<Impl>();
   impl->shape = shape;
   impl->dtype = dtype;
-  impl->storage = allocate(shape, dtype);
+  impl->device = device;
+  impl->storage = allocate(shape, dtype, device);
   return Tensor(std::move(impl));
 }
 
-Tensor Tensor::zeros(const Shape& shape, DType dtype) {
-  Tensor t = empty(shape, dtype);
-  std::memset(t.raw(), 0, t.nbytes());  // all-zero bits are +0 in every dtype
-  return t;
-}
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) { return full(shape, 0.0, dtype, device); }
 
-Tensor Tensor::ones(const Shape& shape, DType dtype) { return full(shape, 1.0, dtype); }
+Tensor Tensor::ones(const Shape& shape, DType dtype, Device device) { return full(shape, 1.0, dtype, device); }
 
-Tensor Tensor::full(const Shape& shape, double value, DType dtype) {
-  Tensor t = empty(shape, dtype);
+Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
   t.fill(value);
   return t;
 }
@@ -244,6 +280,7 @@ Tensor Tensor::from(const std::vector<std::int64_t>& values, const Shape& shape)
 // ---- what it is ----
 const Shape& Tensor::shape() const { return impl().shape; }
 DType Tensor::dtype() const { return impl().dtype; }
+Device Tensor::device() const { return impl().device; }
 std::int64_t Tensor::numel() const { return ampcheck::numel(impl().shape); }
 std::int64_t Tensor::size(std::int64_t d) const {
   const std::int64_t r = dim();
@@ -260,7 +297,15 @@ void* Tensor::raw() {
 }
 const void* Tensor::raw() const { return const_cast<Tensor*>(this)->raw(); }
 
+void* Tensor::host_raw() {
+  if (device() != Device::cpu)
+    throw DeviceError("a " + std::string(device_name(device())) + " tensor " + to_string(shape()) +
+                      " was read as host memory; its elements are on the GPU: copy it with to(Device::cpu) first");
+  return raw();
+}
+
 std::vector<double> Tensor::to_f64() const {
+  if (device() != Device::cpu) return to(Device::cpu).to_f64();
   std::vector<double> v(static_cast<std::size_t>(numel()));
   if (dtype() == DType::i64) {
     const auto* p = data<std::int64_t>();
@@ -274,6 +319,7 @@ std::vector<double> Tensor::to_f64() const {
 std::vector<std::int64_t> Tensor::to_i64() const {
   if (dtype() != DType::i64)
     throw std::invalid_argument("to_i64: tensor is " + std::string(name(dtype())) + ", not i64");
+  if (device() != Device::cpu) return to(Device::cpu).to_i64();
   const auto* p = data<std::int64_t>();
   return {p, p + numel()};
 }
@@ -314,6 +360,7 @@ Tensor Tensor::view(const Shape& new_shape) const {
   v->offset = impl().offset;
   v->shape = std::move(s);
   v->dtype = impl().dtype;
+  v->device = impl().device;
   return Tensor(std::move(v));
 }
 
@@ -326,20 +373,31 @@ Tensor Tensor::rows(std::int64_t start, std::int64_t count) const {
   v->shape = shape();
   v->shape[0] = count;
   v->dtype = impl().dtype;
+  v->device = impl().device;
   const std::int64_t row = shape()[0] == 0 ? 0 : numel() / shape()[0];
   v->offset = impl().offset + start * row;
   return Tensor(std::move(v));
 }
 
 Tensor Tensor::clone() const {
-  Tensor t = empty(shape(), dtype());
-  std::memcpy(t.raw(), raw(), nbytes());
+  Tensor t = empty(shape(), dtype(), device());
+  t.copy_from(*this);
   return t;
 }
 
 Tensor Tensor::to(DType target) const {
-  Tensor t = empty(shape(), target);
+  Tensor t = empty(shape(), target, device());
   t.copy_from(*this);
+  return t;
+}
+
+Tensor Tensor::to(Device target) const {
+  if (target == device()) return *this;
+  Tensor t = empty(shape(), dtype(), target);
+  if (target == Device::cpu)
+    kernels_on<MemoryKernels>(device()).to_host(t.raw(), raw(), nbytes());
+  else
+    kernels_on<MemoryKernels>(target).to_device(t.raw(), raw(), nbytes());
   return t;
 }
 
@@ -351,14 +409,15 @@ void Tensor::copy_from(const Tensor& src) {
   if (src.shape() != shape())
     throw std::invalid_argument("copy_from: shape " + to_string(src.shape()) + " into " +
                                 to_string(shape()));
-  const auto n = static_cast<std::size_t>(numel());
-  if (src.dtype() == dtype()) {
-    std::memmove(raw(), src.raw(), nbytes());
-  } else if (dtype() == DType::i64 || src.dtype() == DType::i64) {
-    const std::vector<double> v = src.to_f64();
-    store_f64(*this, v.data());
+  if (src.device() != device()) {
+    copy_from(src.to(device()));
+  } else if (dtype() == DType::i64 && src.dtype() != DType::i64) {
+    // A float into i64 must hold integers: checked on the host, where the message can
+    // name the value.
+    const Tensor host = from(src.to_f64(), shape(), DType::i64);
+    kernels_on<MemoryKernels>(device()).to_device(raw(), host.raw(), nbytes());
   } else {
-    convert(src.raw(), src.dtype(), raw(), dtype(), n);
+    kernels_on<MemoryKernels>(device()).convert(view_of(src), view_of(*this));
   }
 }
 
@@ -373,9 +432,25 @@ void Tensor::convert_(DType target) {
   i.grad = Tensor();
 }
 
-void Tensor::fill(double value) {
-  store_each(*this, [value](std::size_t) { return value; });
+void Tensor::move_to_(Device target) {
+  if (target == device()) return;
+  if (impl().grad_fn) throw std::logic_error("move_to_: only leaf tensors move in place; use to(Device)");
+  const Tensor moved = to(target);
+  Impl& i = impl();
+  i.storage = moved.impl().storage;
+  i.offset = 0;
+  i.device = target;
+  i.grad = Tensor();
 }
+
+void Tensor::fill(double value) {
+  if (dtype() == DType::i64 && (value != std::floor(value) || !std::isfinite(value)))
+    throw std::invalid_argument("i64 tensor: value " + std::to_string(value) + " is not an integer");
+  kernels_on<MemoryKernels>(device()).fill(view_of(*this), value);
+}
+
+void set_guard_bytes(bool on) { g_guard_bytes = on; }
+std::uint64_t guard_violations() { return g_guard_violations.load(); }
 
 // ---- autograd ----
 bool Tensor::requires_grad() const { return defined() && impl().requires_grad; }
@@ -413,6 +488,7 @@ Tensor Tensor::detach() const {
   v->offset = impl().offset;
   v->shape = impl().shape;
   v->dtype = impl().dtype;
+  v->device = impl().device;
   return Tensor(std::move(v));
 }
 

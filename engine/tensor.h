@@ -41,10 +41,13 @@ class Tensor {
   Tensor() = default;  // undefined: no storage
 
   // ---- factories ----
-  static Tensor empty(const Shape& shape, DType dtype = DType::f32);
-  static Tensor zeros(const Shape& shape, DType dtype = DType::f32);
-  static Tensor ones(const Shape& shape, DType dtype = DType::f32);
-  static Tensor full(const Shape& shape, double value, DType dtype = DType::f32);
+  // Storage on `device` comes from that device's allocator (on CUDA, GPU 0's caching
+  // allocator: kernels/caching_allocator.h). The other factories make CPU tensors; move
+  // them with to(Device).
+  static Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu);
+  static Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu);
+  static Tensor ones(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu);
+  static Tensor full(const Shape& shape, double value, DType dtype = DType::f32, Device device = Device::cpu);
   static Tensor arange(std::int64_t n, DType dtype = DType::f32);  // 0, 1, ..., n-1
   static Tensor randn(const Shape& shape, Generator& gen, DType dtype = DType::f32,
                       double mean = 0.0, double stddev = 1.0);
@@ -65,20 +68,24 @@ class Tensor {
   std::int64_t size(std::int64_t d) const;  // negative d counts from the end
   std::int64_t numel() const;
   DType dtype() const;
-  Device device() const { return Device::cpu; }
+  Device device() const;
   std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * element_size(dtype()); }
 
   // ---- data ----
+  // The first element, in the memory of the tensor's device (what kernels are given).
   void* raw();
   const void* raw() const;
+  // The elements for host code: CPU tensors only (a CUDA tensor's are on the GPU: copy
+  // it with to(Device::cpu) first); throws DeviceError otherwise.
   template <typename T>
   T* data() {
-    return static_cast<T*>(raw());
+    return static_cast<T*>(host_raw());
   }
   template <typename T>
   const T* data() const {
-    return static_cast<const T*>(raw());
+    return static_cast<const T*>(const_cast<Tensor*>(this)->host_raw());
   }
+  // Host copies of the values, from any device.
   std::vector<double> to_f64() const;       // exact for every float dtype and i64 < 2^53
   std::vector<std::int64_t> to_i64() const;  // i64 tensors
   double item() const;                       // a one-element tensor's value
@@ -88,11 +95,15 @@ class Tensor {
   Tensor rows(std::int64_t start, std::int64_t count) const;   // same storage, dim 0 range
   Tensor clone() const;                                        // new storage, same values
   Tensor to(DType dtype) const;                                // new storage, converted
+  Tensor to(Device device) const;  // a copy on `device`; this tensor itself when already there
   bool shares_storage(const Tensor& other) const;
-  void copy_from(const Tensor& src);  // same shape; converts dtype; in place, no autograd
+  void copy_from(const Tensor& src);  // same shape; converts dtype, crosses devices; in place, no autograd
   // Changes this tensor's dtype in place (new storage, rounded once), keeping the handle:
   // every holder of it (a module field, an optimizer) sees the new dtype. Drops .grad.
   void convert_(DType dtype);
+  // Moves this tensor's storage to `device` in place, keeping the handle (as convert_:
+  // a module's parameters, the closures that hold a constant, see the move). Drops .grad.
+  void move_to_(Device device);
   void fill(double value);            // in place, no autograd
 
   // ---- autograd ----
@@ -117,7 +128,15 @@ class Tensor {
   std::shared_ptr<Impl> impl_;
   explicit Tensor(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
   Impl& impl() const;
+  void* host_raw();
 };
+
+// Guard bytes (for the backend parity harness): while on, every new storage on any device
+// gets kGuardBytes of a known pattern before and after its elements, checked when the
+// storage is freed; a kernel that writes outside its output is counted.
+inline constexpr std::size_t kGuardBytes = 256;
+void set_guard_bytes(bool on);
+std::uint64_t guard_violations();  // storages freed so far with a guard byte changed
 
 // A tensor's values in the first `limit` elements, for messages: "[1, 2.5, ...]".
 std::string preview(const Tensor& t, std::size_t limit = 8);

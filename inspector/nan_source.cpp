@@ -7,8 +7,10 @@
 #include <sstream>
 #include <utility>
 
+#include "engine/dispatch.h"           // kernels_on, view_of
 #include "inspector/to_report.h"
-#include "reports/advice.h"  // lost_text, flushed_gradient_text
+#include "kernels/numerics_kernels.h"  // the scans over the elements, on the tensor's device
+#include "reports/advice.h"            // lost_text, flushed_gradient_text
 
 namespace ampcheck::inspector {
 namespace {
@@ -26,88 +28,38 @@ constexpr std::size_t kMaskValuesKept = 256;
 // How far back through casts and reshapes a producer's input is followed.
 constexpr int kMaxWalk = 16;
 
+using kernels::NumericsKernels;
+
+const NumericsKernels& numerics_on(const Tensor& t) { return kernels_on<NumericsKernels>(t.device()); }
+
 TensorRange range_of(const Tensor& t, std::string role) {
+  const kernels::ValueScan v = numerics_on(t).scan(view_of(t));
   TensorRange r;
   r.role = std::move(role);
   r.dtype = t.dtype();
   r.shape = t.shape();
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  r.min = r.max = r.absmax = nan;
-  bool any_finite = false;
-  for (const double v : t.to_f64()) {
-    if (std::isnan(v)) {
-      ++r.non_finite.nan;
-    } else if (std::isinf(v)) {
-      ++(v > 0 ? r.non_finite.pos_inf : r.non_finite.neg_inf);
-    } else if (!any_finite) {
-      any_finite = true;
-      r.min = r.max = v;
-      r.absmax = std::fabs(v);
-    } else {
-      r.min = std::min(r.min, v);
-      r.max = std::max(r.max, v);
-      r.absmax = std::max(r.absmax, std::fabs(v));
-    }
-  }
+  r.non_finite = {v.nan, v.pos_inf, v.neg_inf};
+  r.min = v.min;
+  r.max = v.max;
+  r.absmax = v.absmax;
   return r;
 }
 
 // Whether every element is finite, from the exponent bits alone: the common case costs
 // one pass without conversion or allocation (stats mode checks every op's output).
-template <typename Bits>
-bool exponents_finite(const Tensor& t, Bits mask) {
-  const auto* p = t.data<Bits>();
-  Bits all = 0;
-  const std::int64_t n = t.numel();
-  bool finite = true;
-  for (std::int64_t i = 0; i < n && finite; i += 4096) {
-    const std::int64_t e = std::min<std::int64_t>(n, i + 4096);
-    for (std::int64_t j = i; j < e; ++j) all |= static_cast<Bits>((p[j] & mask) == mask);
-    finite = all == 0;
-  }
-  return finite;
-}
-
-bool all_finite(const Tensor& t) {
-  switch (t.dtype()) {
-    case DType::f64: return exponents_finite<std::uint64_t>(t, 0x7ff0000000000000ull);
-    case DType::f32: return exponents_finite<std::uint32_t>(t, 0x7f800000u);
-    case DType::f16: return exponents_finite<std::uint16_t>(t, 0x7c00u);
-    case DType::bf16: return exponents_finite<std::uint16_t>(t, 0x7f80u);
-    case DType::i64: return true;
-  }
-  return true;
-}
+bool all_finite(const Tensor& t) { return numerics_on(t).all_finite(view_of(t)); }
 
 // Whether any element is not +-0, from the bits (a NaN counts as nonzero): a gradient
 // that is not all zero usually answers at its first element.
-template <typename Bits>
-bool bits_nonzero(const Tensor& t, Bits magnitude) {
-  const auto* p = t.data<Bits>();
-  const std::int64_t n = t.numel();
-  for (std::int64_t i = 0; i < n; ++i)
-    if ((p[i] & magnitude) != 0) return true;
-  return false;
-}
-
-bool any_nonzero(const Tensor& t) {
-  switch (t.dtype()) {
-    case DType::f64: return bits_nonzero<std::uint64_t>(t, 0x7fffffffffffffffull);
-    case DType::f32: return bits_nonzero<std::uint32_t>(t, 0x7fffffffu);
-    case DType::f16:
-    case DType::bf16: return bits_nonzero<std::uint16_t>(t, 0x7fffu);
-    case DType::i64: return false;
-  }
-  return false;
-}
+bool any_nonzero(const Tensor& t) { return numerics_on(t).any_nonzero(view_of(t)); }
 
 NonFiniteCounts counts_of(const Tensor& t) {
   NonFiniteCounts c;
   if (!t.defined() || !is_floating(t.dtype()) || all_finite(t)) return c;
-  for (const double v : t.to_f64()) {
-    if (std::isnan(v)) ++c.nan;
-    else if (std::isinf(v)) ++(v > 0 ? c.pos_inf : c.neg_inf);
-  }
+  const kernels::ValueScan v = numerics_on(t).scan(view_of(t));
+  c.nan = v.nan;
+  c.pos_inf = v.pos_inf;
+  c.neg_inf = v.neg_inf;
   return c;
 }
 
@@ -313,13 +265,12 @@ std::vector<LostValue> NanWatch::lost_values(const OpEvent& e) const {
   }
   // Each input holding 0, followed back to the low-precision op that flushed it; not
   // asked when the op's own overflow made every non-finite value.
-  const auto nonfinite = std::count_if(produced.begin(), produced.end(), [](double v) { return !std::isfinite(v); });
+  const std::int64_t nonfinite = counts_of(out).total();
   for (std::size_t i = 0; i < e.inputs->size() && explained < nonfinite; ++i) {
     const Tensor& input = (*e.inputs)[i];
     if (!floating(input)) continue;
-    const std::vector<double> held = input.to_f64();
-    if (std::none_of(held.begin(), held.end(), [](double v) { return v == 0; })) continue;
-    bool aligned = held.size() == produced.size();  // element j of the input made element j
+    if (numerics_on(input).scan(view_of(input)).zero == 0) continue;
+    bool aligned = static_cast<std::size_t>(input.numel()) == produced.size();  // element j of the input made element j
     Tensor t = input;
     for (int depth = 0; depth < kMaxWalk; ++depth) {
       const auto it = made_.find(view_key(t));
@@ -399,13 +350,10 @@ void NanWatch::note_backward_cast(const OpEvent& e) {
   if (!floating(g) || !is_low_precision(g.dtype()) || any_nonzero(g) || !floating(*e.grad_output)) return;
   // The cast is exact but for its rounding: every finite nonzero gradient it received
   // became 0 in g, so was flushed.
-  double largest = 0;
-  std::int64_t count = 0;
-  for (const double v : e.grad_output->to_f64()) {
-    if (v == 0 || !std::isfinite(v)) continue;
-    ++count;
-    if (std::fabs(v) > std::fabs(largest)) largest = v;
-  }
+  // How many, and the one of largest magnitude (the first in element order on a tie).
+  const kernels::ValueScan scan = numerics_on(*e.grad_output).scan(view_of(*e.grad_output));
+  const double largest = scan.largest;
+  const std::int64_t count = scan.finite_nonzero;
   if (count == 0) return;
   // Backward events do not say whether the policy inserted the cast; its forward does.
   bool inserted = e.inserted_cast;

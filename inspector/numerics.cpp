@@ -1,57 +1,23 @@
 #include "inspector/numerics.h"
 
 #include <algorithm>
-#include <array>
-#include <bit>
 #include <cmath>
 #include <stdexcept>
-#include <vector>
 
-#include "engine/dtype/convert.h"  // convert: the engine's own rounding, vectorised
-#include "engine/parallel.h"       // parallel_for: chunks fixed by n and grain only
+#include "engine/dispatch.h"           // dispatch, kernels_on, view_of
+#include "kernels/numerics_kernels.h"  // the pass over the elements, on the tensor's device
 
 namespace ampcheck::inspector {
 namespace {
 
-// Elements per parallel chunk (one partial TensorStats each, ~2.5 KB) and per block
-// converted at once on the stack inside a chunk.
-constexpr std::int64_t kGrain = std::int64_t{1} << 14;
-constexpr std::int64_t kBlock = 1024;
+using kernels::NumericsKernels;
+using kernels::NumericsSummary;
+static_assert(ExponentHistogram::kMinExponent == NumericsSummary::kMinExponent &&
+                  ExponentHistogram::kMaxExponent == NumericsSummary::kMaxExponent,
+              "the histogram's bins are the kernels' bins");
 
-// Where round-to-nearest-even into a 16-bit dtype changes class, as magnitudes (exact
-// doubles). Each boundary is a midpoint between two representable values, and the tie
-// goes to the even one: max + ulp/2 -> Inf, min_subnormal/2 -> 0, min_normal - ulp/2 ->
-// min_normal. Comparing |x| with them classifies exactly as rounding would, without
-// converting every element (the tests check the boundaries against the engine's own
-// rounding).
-struct Narrow {
-  double max;            // the largest finite value
-  double overflow;       // |x| >= this rounds to Inf
-  double underflow;      // 0 < |x| <= this rounds to 0
-  double min_normal_tie; // |x| < this (and above underflow) rounds to a subnormal
-};
-
-Narrow narrow(DType d) {
-  const DTypeInfo& i = info(d);
-  const double half_ulp_max = std::ldexp(1.0, i.max_exponent() - i.mantissa_bits - 1);
-  return {i.max(), i.max() + half_ulp_max, i.min_subnormal() / 2, i.min_normal() - i.min_subnormal() / 2};
-}
-
-// Counts a finite magnitude into its class (zero is in none), without branches.
-inline void count_class(double a, bool nonzero, const Narrow& n, LowPrecisionCounts& c) {
-  c.overflow += a >= n.overflow;
-  c.rounds_to_max += (a > n.max) & (a < n.overflow);
-  c.underflow += nonzero & (a <= n.underflow);
-  c.subnormal += (a > n.underflow) & (a < n.min_normal_tie);
-}
-
-// floor(log2|x|) of a finite nonzero double, exact for subnormals too.
-int binary_exponent(double x) {
-  const auto bits = std::bit_cast<std::uint64_t>(x);
-  const auto field = static_cast<int>((bits >> 52) & 0x7ff);
-  const std::uint64_t mantissa = bits & ((std::uint64_t{1} << 52) - 1);
-  if (field != 0) return field - 1023;
-  return static_cast<int>(std::bit_width(mantissa)) - 1075;  // x = mantissa * 2^-1074
+LowPrecisionCounts counts_of(const kernels::NarrowCounts& c) {
+  return {c.overflow, c.rounds_to_max, c.underflow, c.subnormal};
 }
 
 // The derived statistics, from the sums and extremes.
@@ -68,76 +34,6 @@ void finish(TensorStats& s) {
   } else {
     s.dynamic_range_log2 = TensorStats::kUndefined;
   }
-}
-
-// Elements [begin, end) of t, in one thread, in element order.
-TensorStats stats_of_range(const Tensor& t, std::int64_t begin, std::int64_t end) {
-  static const Narrow f16 = narrow(DType::f16);
-  static const Narrow bf16 = narrow(DType::bf16);
-  const DType dtype = t.dtype();
-  const auto* base = static_cast<const unsigned char*>(t.raw());
-  const std::size_t size = element_size(dtype);
-
-  TensorStats s;
-  s.count = end - begin;
-  double lo = INFINITY, hi = -INFINITY, absmax = 0.0, min_nonzero = INFINITY;
-  double sum = 0.0, sum_squares = 0.0;
-  // Bins: [0] zero, [1..kExponents] exponents kMinExponent.., then below, above. The
-  // common path is branch-free (ReLU outputs are half zeros: a branch on zero would
-  // mispredict half the time); NaN/Inf and f64 subnormals take the rare path.
-  constexpr int kZeroBin = 0, kBelowBin = ExponentHistogram::kExponents + 1, kAboveBin = kBelowBin + 1;
-  std::array<std::int64_t, ExponentHistogram::kExponents + 3> bins{};
-  LowPrecisionCounts c16, cbf;
-  double values[kBlock];
-  for (std::int64_t b = begin; b < end; b += kBlock) {
-    const auto m = static_cast<std::size_t>(std::min(kBlock, end - b));
-    const unsigned char* src = base + static_cast<std::size_t>(b) * size;
-    convert(src, dtype, values, DType::f64, m);  // exact for every float dtype
-    for (std::size_t i = 0; i < m; ++i) {
-      const double x = values[i];
-      const auto u = std::bit_cast<std::uint64_t>(x);
-      const int field = static_cast<int>((u >> 52) & 0x7ff);
-      if (field == 0x7ff) {
-        if (std::isnan(x))
-          ++s.histogram.nan;
-        else
-          ++(x > 0 ? s.histogram.pos_inf : s.histogram.neg_inf);
-        continue;
-      }
-      sum += x;
-      sum_squares += x * x;
-      lo = x < lo ? x : lo;
-      hi = x > hi ? x : hi;
-      const double a = std::fabs(x);
-      absmax = a > absmax ? a : absmax;
-      const bool nonzero = a != 0.0;
-      min_nonzero = nonzero && a < min_nonzero ? a : min_nonzero;
-      int e = field - 1023;
-      if (field == 0 && nonzero) e = binary_exponent(x);  // an f64 subnormal
-      const int bin = e < ExponentHistogram::kMinExponent   ? kBelowBin
-                      : e > ExponentHistogram::kMaxExponent ? kAboveBin
-                                                            : e - ExponentHistogram::kMinExponent + 1;
-      ++bins[static_cast<std::size_t>(nonzero ? bin : kZeroBin)];
-      count_class(a, nonzero, f16, c16);
-      count_class(a, nonzero, bf16, cbf);
-    }
-  }
-  s.histogram.zero += bins[kZeroBin];
-  s.histogram.below += bins[kBelowBin];
-  s.histogram.above += bins[kAboveBin];
-  for (std::size_t k = 0; k < s.histogram.by_exponent.size(); ++k) s.histogram.by_exponent[k] += bins[k + 1];
-  s.f16 = c16;
-  s.bf16 = cbf;
-  s.sum = sum;
-  s.sum_squares = sum_squares;
-  if (s.finite() > 0) {
-    s.min = lo;
-    s.max = hi;
-    s.absmax = absmax;
-  }
-  if (s.nonzero_finite() > 0) s.min_nonzero_abs = min_nonzero;
-  finish(s);
-  return s;
 }
 
 void add_counts(LowPrecisionCounts& into, const LowPrecisionCounts& more) {
@@ -170,14 +66,28 @@ std::int64_t ExponentHistogram::total() const {
 
 TensorStats compute_stats(const Tensor& t) {
   require_float(t, "the tensor", "compute_stats");
-  const std::int64_t n = t.numel();
-  std::vector<TensorStats> partials(static_cast<std::size_t>((n + kGrain - 1) / kGrain));
-  parallel_for(n, kGrain, [&](std::int64_t begin, std::int64_t end) {
-    partials[static_cast<std::size_t>(begin / kGrain)] = stats_of_range(t, begin, end);
-  });
+  const NumericsSummary k = kernels_on<NumericsKernels>(t.device()).stats(view_of(t));
   TensorStats s;
-  for (const TensorStats& p : partials) merge(s, p);  // chunk order: thread-independent
+  s.count = k.count;
   s.tensors = 1;
+  ExponentHistogram& h = s.histogram;
+  h.zero = k.bins[NumericsSummary::kZeroBin];
+  h.nan = k.nan;
+  h.pos_inf = k.pos_inf;
+  h.neg_inf = k.neg_inf;
+  h.below = k.bins[NumericsSummary::kBelowBin];
+  h.above = k.bins[NumericsSummary::kAboveBin];
+  for (std::size_t e = 0; e < h.by_exponent.size(); ++e) h.by_exponent[e] = k.bins[e + 1];
+  s.f16 = counts_of(k.f16);
+  s.bf16 = counts_of(k.bf16);
+  s.sum = k.sum;
+  s.sum_squares = k.sum_squares;
+  if (s.finite() > 0) {
+    s.min = k.min;
+    s.max = k.max;
+    s.absmax = k.absmax;
+  }
+  if (s.nonzero_finite() > 0) s.min_nonzero_abs = k.min_nonzero_abs;
   finish(s);
   return s;
 }
@@ -234,50 +144,9 @@ double swamped_fraction(const Tensor& weight_before, const Tensor& update, DType
     throw std::invalid_argument("swamped_fraction: weight " + to_string(weight_before.shape()) +
                                 " and update " + to_string(update.shape()) +
                                 " differ in element count");
-  const auto* wbase = static_cast<const unsigned char*>(weight_before.raw());
-  const auto* ubase = static_cast<const unsigned char*>(update.raw());
-  const std::size_t wsize = element_size(weight_before.dtype());
-  const std::size_t usize = element_size(update.dtype());
-
-  struct Counts {
-    std::int64_t nonzero = 0, swamped = 0;
-  };
-  std::vector<Counts> partials(static_cast<std::size_t>((n + kGrain - 1) / kGrain));
-  parallel_for(n, kGrain, [&](std::int64_t begin, std::int64_t end) {
-    Counts c;
-    double w[kBlock], dw[kBlock], after[kBlock];
-    float sum32[kBlock];
-    std::uint64_t stored[kBlock];  // param_dtype bits; 8 bytes hold any dtype
-    for (std::int64_t b = begin; b < end; b += kBlock) {
-      const auto m = static_cast<std::size_t>(std::min(kBlock, end - b));
-      convert(wbase + static_cast<std::size_t>(b) * wsize, weight_before.dtype(), stored,
-              param_dtype, m);
-      convert(stored, param_dtype, w, DType::f64, m);
-      convert(ubase + static_cast<std::size_t>(b) * usize, update.dtype(), dw, DType::f64, m);
-      // As the optimizer does: the sum in opmath (f64 for f64 parameters, else f32),
-      // then one rounding into the parameter's dtype.
-      if (param_dtype == DType::f64) {
-        for (std::size_t i = 0; i < m; ++i) after[i] = w[i] + dw[i];
-      } else {
-        for (std::size_t i = 0; i < m; ++i)
-          sum32[i] = static_cast<float>(w[i]) + static_cast<float>(dw[i]);
-        convert(sum32, DType::f32, stored, param_dtype, m);
-        convert(stored, param_dtype, after, DType::f64, m);
-      }
-      for (std::size_t i = 0; i < m; ++i) {
-        if (dw[i] == 0.0) continue;
-        ++c.nonzero;
-        if (after[i] == w[i]) ++c.swamped;
-      }
-    }
-    partials[static_cast<std::size_t>(begin / kGrain)] = c;
-  });
-  Counts total;
-  for (const Counts& c : partials) {
-    total.nonzero += c.nonzero;
-    total.swamped += c.swamped;
-  }
-  return fraction(total.swamped, total.nonzero);
+  const kernels::SwampCounts c = dispatch<NumericsKernels>("swamped_fraction", {&weight_before, &update})
+                                     .swamped(view_of(weight_before), view_of(update), param_dtype);
+  return fraction(c.swamped, c.nonzero);
 }
 
 Sampler::Sampler(std::int64_t every_n, std::int64_t first_k) : every_n_(every_n), first_k_(first_k) {

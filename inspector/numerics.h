@@ -89,8 +89,10 @@ struct TensorStats {
 };
 
 // Statistics of every element of a float tensor (throws std::invalid_argument for an
-// undefined or i64 tensor). Bit-identical for any thread count: the tensor is cut into
-// fixed chunks whose partial results merge in chunk order.
+// undefined or i64 tensor), computed on the tensor's device (kernels/numerics_kernels.h:
+// on CUDA only the summary is copied back). Bit-identical for any thread count: the
+// tensor is cut into fixed chunks whose partial results merge in chunk order (on CUDA,
+// block results reduced in a fixed order: the same bits on every run of one GPU).
 TensorStats compute_stats(const Tensor& t);
 
 // Aggregation over steps: counts add, min/max combine, mean and rms re-weighted from the

@@ -54,10 +54,12 @@ std::optional<DType> promoted_float(const std::vector<DType>& dtypes) {
 }
 
 // The compute type is the last field of the engine's kernel id ("cpu:linear:f32").
+// "device:op:compute" then, on a GPU, " (what the libraries said they ran)".
 std::optional<DType> compute_of(const std::string& kernel) {
-  const auto colon = kernel.rfind(':');
-  if (colon == std::string::npos) return std::nullopt;
-  return try_parse_dtype(std::string_view(kernel).substr(colon + 1));
+  const std::string_view id = std::string_view(kernel).substr(0, kernel.find(' '));
+  const auto colon = id.rfind(':');
+  if (colon == std::string_view::npos) return std::nullopt;
+  return try_parse_dtype(id.substr(colon + 1));
 }
 
 std::string row_name(const OpEvent& e) {

@@ -62,6 +62,15 @@ constexpr void fields(V& v, S& s) {
   v("loss_scaling", s.loss_scaling);
   v("init_loss_scaling", s.init_loss_scaling);
 }
+template <class V, Is<DeviceMemory> S>
+constexpr void fields(V& v, S& s) {
+  v("peak_allocated_bytes", s.peak_allocated_bytes);
+  v("peak_reserved_bytes", s.peak_reserved_bytes);
+  v("device_allocations", s.device_allocations);
+  v("cache_hits", s.cache_hits);
+  v("cache_misses", s.cache_misses);
+  v("oom_retries", s.oom_retries);
+}
 template <class V, Is<RunInfo> S>
 constexpr void fields(V& v, S& s) {
   v("command", s.command);
@@ -79,6 +88,7 @@ constexpr void fields(V& v, S& s) {
   v("inspect", s.inspect);
   v("amp", s.amp);
   v("versions", s.versions);
+  v("device_memory", s.device_memory);
 }
 template <class V, Is<StepRecord> S>
 constexpr void fields(V& v, S& s) {
@@ -461,7 +471,7 @@ struct EveryMemberHasAField {
 template <class... S>
 inline constexpr bool kEveryMemberHasAField = (EveryMemberHasAField<S>::value && ...);
 static_assert(kEveryMemberHasAField<
-              Versions, AmpSettings, RunInfo, StepRecord, DtypeCounts, OpTypeRow, InsertedCasts,
+              Versions, AmpSettings, DeviceMemory, RunInfo, StepRecord, DtypeCounts, OpTypeRow, InsertedCasts,
               Histogram, LowPrecisionCounts, Numerics, LocalError, CastCount, KernelCount,
               NamedNumerics, OpInstance, TensorNumerics, Swamping, TensorRange, RangeLoss, LostValue,
               NanEvent, Failure, IntendedInf, ScalerProbing, ZeroGradients, NonFinite, Summary, Trial, Suggestion, Bisect, LevelRun, LevelError, CompareOp, Compare,

@@ -46,6 +46,19 @@ struct AmpSettings {
   double init_loss_scaling = 1;
 };
 
+// GPU memory as the device's caching allocator saw the run (CUDA runs only): peaks of the
+// bytes handed to tensors and of the bytes taken from the device, and how often the cache
+// met a request.
+struct DeviceMemory {
+  std::uint64_t peak_allocated_bytes = 0;
+  std::uint64_t peak_reserved_bytes = 0;
+  std::uint64_t device_allocations = 0;  // cudaMalloc calls
+  std::uint64_t cache_hits = 0;
+  std::uint64_t cache_misses = 0;
+  std::uint64_t oom_retries = 0;  // times the cache was emptied to meet a request
+  bool operator==(const DeviceMemory&) const = default;
+};
+
 struct RunInfo {
   std::string command;            // "run", "bisect-nan", "compare"
   std::string model;              // a sample's name or a model file's path
@@ -62,6 +75,7 @@ struct RunInfo {
   std::string inspect;            // off, trace, stats, full
   AmpSettings amp;
   Versions versions;
+  std::optional<DeviceMemory> device_memory;  // CUDA runs
 };
 
 // One optimizer step as the loss scaler saw it.

@@ -304,6 +304,11 @@ std::string to_text(const Report& r, std::size_t top) {
   std::string s = fmt::format("ampcheck {}: {} ({} parameters)\n", run.command, run.model_description, run.parameters);
   s += fmt::format("  {} {}, {} semantics, {} steps, batch {}, {} lr {}, seed {}, device {}\n", run.level, run.dtype,
                    run.amp.semantics, run.steps, run.batch, run.optimizer, number(run.lr), run.seed, run.device);
+  if (const auto& m = run.device_memory)
+    s += fmt::format("  GPU memory: peak {:.1f} MiB in tensors, {:.1f} MiB reserved; {} cudaMalloc calls, cache hits {} of {}\n",
+                     static_cast<double>(m->peak_allocated_bytes) / (1 << 20),
+                     static_cast<double>(m->peak_reserved_bytes) / (1 << 20), m->device_allocations, m->cache_hits,
+                     m->cache_hits + m->cache_misses);
   s += interrupted_section(r);
   const Summary& sum = r.summary;
   if (!r.steps.empty())

@@ -501,6 +501,7 @@ class GraphModel : public nn::Module {
     nodes_.push_back({std::move(module), std::move(run), std::move(operands)});
   }
   void set_output(int node) { output_ = node; }
+  Tensor constant(Tensor t) { return register_constant(std::move(t)); }
 
   // Node i's value for input `x`, given the values of the nodes before it.
   Tensor run_node(std::size_t i, const Tensor& x, const std::vector<Tensor>& values) {
@@ -903,7 +904,7 @@ std::shared_ptr<nn::Module> build(const ModelFile& file, const Dataset& data, Ge
   std::map<std::string, double> scalars;
   for (const ConstantSpec& c : file.constants) {
     if (c.scalar) scalars[c.name] = *c.scalar;
-    else tensors[c.name] = c.tensor;
+    else tensors[c.name] = model->constant(c.tensor.clone());  // the model's own: it moves with it
   }
   const Dataset probe = batch(data, 0, std::min<std::int64_t>(2, data.size()));
   NoGradGuard no_grad;

@@ -173,7 +173,7 @@ Tensor TinyTransformer::forward(const Tensor& x) {
     throw std::invalid_argument("TinyTransformer: sequence length " + std::to_string(t) +
                                 " exceeds max_len " + std::to_string(max_len));
   // [B, T, D] + [T, D]: one position row per time step, broadcast over the batch.
-  Tensor h = (*tok_embed)(x) + (*pos_embed)(Tensor::arange(t, DType::i64));
+  Tensor h = (*tok_embed)(x) + (*pos_embed)(Tensor::arange(t, DType::i64).to(x.device()));
   h = (*encoder)(h);
   if (norm) h = (*norm)(h);
   return (*head)(mean(h, {1}));

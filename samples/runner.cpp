@@ -39,7 +39,7 @@ Tensor loss_of(const LossSpec& l, const Tensor& output, const Tensor& labels) {
     const std::int64_t classes = output.size(1);
     std::vector<float> onehot(y.size() * static_cast<std::size_t>(classes), 0.0f);
     for (std::size_t i = 0; i < y.size(); ++i) onehot[i * static_cast<std::size_t>(classes) + static_cast<std::size_t>(y[i])] = 1.0f;
-    loss = mse_loss(output, Tensor::from(onehot, output.shape()));
+    loss = mse_loss(output, Tensor::from(onehot, output.shape()).to(output.device()));
   } else {
     loss = cross_entropy(output, labels, l.label_smoothing);
   }
@@ -57,6 +57,11 @@ struct Trainer::State {
         scaler(o.amp.level != amp::Level::O0 ? o.scaling : amp::ScalingOptions{amp::StaticScaling{1.0}}) {
     Generator gen(o.seed);
     model = build(file, data, gen);
+    // Built on the CPU (the same initial values on every device), then moved whole: the
+    // optimizer and decorate() below see the parameters where they will train.
+    model->to(o.device);
+    data.x.move_to_(o.device);
+    data.y.move_to_(o.device);
     result.lr = o.lr > 0 ? o.lr : file.train.lr;
     optimizer = make_optimizer(file.train, *model, result.lr);
     amp::decorate(*model, optimizer.get(), o.amp);

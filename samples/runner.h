@@ -22,6 +22,7 @@ struct RunOptions {
   std::int64_t batch = 0;     // 0: the model file's
   double lr = 0;              // 0: the model file's
   std::uint64_t seed = 0;
+  Device device = Device::cpu;  // where the model, its data and every op live
   amp::AmpOptions amp;     // O0: no autocast, no decorate
   amp::ScalingOptions scaling = amp::TorchScaling{};  // O0 runs unscaled
 };

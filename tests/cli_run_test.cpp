@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/cuda.h"
 #include "reports/json.h"
 #include "reports/text.h"
 #include "tests/cli_harness.h"
@@ -29,6 +30,34 @@ TEST(CliRun, O2RunSaysAmpIsOnAndShowsTheOpTable) {
   const Result ref = run({"run", "--model", "mlp", "--level", "O0", "--steps", "5", "--inspect", "stats"});
   ASSERT_EQ(ref.code, 0) << ref.err;
   EXPECT_TRUE(has(ref.out, "verdict: healthy fp32 reference run")) << ref.out;
+}
+
+// --device auto (the default) on this machine: a CUDA build without a usable GPU trains on
+// the CPU and says so in exactly one line (none under --quiet, none for --device cpu); with
+// a GPU it trains there, and the report says which.
+TEST(CliRun, DeviceAutoFallsBackToTheCpuWithOneNotice) {
+  const auto& gpu = kernels::cuda::probe();
+  const Result r = run({"run", "--model", "mlp", "--steps", "2", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string notice = "ampcheck: CUDA build but no usable GPU (";
+  const auto count = [&](const std::string& text) {
+    std::size_t n = 0;
+    for (auto at = text.find(notice); at != std::string::npos; at = text.find(notice, at + 1)) ++n;
+    return n;
+  };
+  if (gpu.device_count > 0) {
+    EXPECT_EQ(count(r.err), 0u) << r.err;
+    EXPECT_TRUE(has(r.out, "\"device\": \"cuda\"")) << r.out;
+  } else {
+    EXPECT_EQ(count(r.err), gpu.built_with_cuda ? 1u : 0u) << r.err;
+    EXPECT_TRUE(has(r.out, "\"device\": \"cpu\"")) << r.out;
+  }
+  const Result quiet = run({"run", "--model", "mlp", "--steps", "2", "--quiet"});
+  ASSERT_EQ(quiet.code, 0) << quiet.err;
+  EXPECT_EQ(count(quiet.err), 0u) << quiet.err;
+  const Result cpu = run({"run", "--model", "mlp", "--steps", "2", "--device", "cpu"});
+  ASSERT_EQ(cpu.code, 0) << cpu.err;
+  EXPECT_EQ(count(cpu.err), 0u) << cpu.err;
 }
 
 TEST(CliRun, BadOptionsAreNamedWithExitCode2) {

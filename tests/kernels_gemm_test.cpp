@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/ops/cpu_util.h"
+#include "kernels/cpu/tensor_io.h"  // kernels::cpu::gemm with the threading the ops use
 #include "engine/parallel.h"
 #include "kernels/cpu/gemm.h"
 
@@ -190,7 +190,7 @@ TEST(Gemm, ThreadCountsSameBits) {
   for (int threads : {1, 2, 3}) {
     set_num_threads(threads);
     std::vector<float> got = p.c;
-    cpu::gemm(p.ta, p.tb, p.m, p.n, p.k, p.a.data(), p.lda, p.b.data(), p.ldb, got.data(), p.ldc, p.accumulate);
+    kc::gemm(p.ta, p.tb, p.m, p.n, p.k, p.a.data(), p.lda, p.b.data(), p.ldb, got.data(), p.ldc, p.accumulate);
     expect_bits(want, got, std::to_string(threads) + " threads");
   }
   set_num_threads(before);

@@ -3,20 +3,18 @@
 #include "engine/amp/grad_scaler.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 
+#include "engine/dispatch.h"
 #include "engine/hooks.h"
-#include "engine/ops/cpu_util.h"
 #include "engine/ops/ops.h"
 #include "engine/ops/registry.h"  // NoGradGuard
 #include "engine/optim/optimizer.h"
-#include "engine/parallel.h"
+#include "kernels/training_kernels.h"
 
 namespace ampcheck::amp {
 namespace {
@@ -147,33 +145,6 @@ bool skips_on_inf(const ScalingOptions& options) {
   return true;
 }
 
-// Unscales one gradient into a new f32 (f64 for f64) tensor; true when any value, before
-// or after the multiplication, is not finite.
-bool unscale_into(const Tensor& g, double inv_scale, Tensor& out) {
-  const DType dtype = g.dtype() == DType::f64 ? DType::f64 : DType::f32;
-  out = Tensor::empty(g.shape(), dtype);
-  std::atomic<bool> found{false};
-  cpu::with_compute_type(dtype, [&](auto zero) {
-    using T = decltype(zero);
-    // As PyTorch: the reciprocal in double, rounded once to the compute type.
-    const T inv = static_cast<T>(inv_scale);
-    parallel_for(g.numel(), cpu::kChunk, [&](std::int64_t lo, std::int64_t hi) {
-      T buf[cpu::kChunk];
-      const std::int64_t n = hi - lo;
-      cpu::load(g, lo, n, buf);
-      bool bad = false;
-      for (std::int64_t i = 0; i < n; ++i) {
-        bad |= !std::isfinite(buf[i]);
-        buf[i] *= inv;
-        bad |= !std::isfinite(buf[i]);
-      }
-      cpu::store(out, lo, n, buf);
-      if (bad) found.store(true, std::memory_order_relaxed);
-    });
-  });
-  return found.load();
-}
-
 }  // namespace
 
 std::string behaviour_name(const ScalingOptions& options) {
@@ -207,15 +178,26 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
   if (stepped_)
     throw std::logic_error("unscale_() called after step(): the gradients were already unscaled and used");
   NoGradGuard no_grad;
-  const double inv_scale = 1.0 / scale_;
-  bool found = false;
+  // Every gradient into a new f32 (f64 for f64) tensor on its device, checked for Inf/NaN
+  // before and after the multiplication, all in one call (on CUDA: one launch).
+  std::vector<std::size_t> index;
+  std::vector<Tensor> grads, unscaled;
   for (std::size_t i = 0; i < optimizer.size(); ++i) {
     const Tensor g = optimizer.gradient(i);
     if (!g.defined()) continue;
-    Tensor unscaled;
-    found |= unscale_into(g, inv_scale, unscaled);
-    optimizer.set_gradient(i, unscaled);
+    index.push_back(i);
+    grads.push_back(g);
+    unscaled.push_back(Tensor::empty(g.shape(), g.dtype() == DType::f64 ? DType::f64 : DType::f32, g.device()));
   }
+  std::vector<kernels::View> in, out;
+  for (std::size_t k = 0; k < grads.size(); ++k) {
+    in.push_back(view_of(grads[k]));
+    out.push_back(view_of(unscaled[k]));
+  }
+  // As PyTorch: the reciprocal in double, rounded once to the compute type.
+  const bool found =
+      !grads.empty() && dispatch<kernels::TrainingKernels>("unscale_", grads).unscale(in, out, 1.0 / scale_, nullptr);
+  for (std::size_t k = 0; k < grads.size(); ++k) optimizer.set_gradient(index[k], unscaled[k]);
   found_inf_ = found;
   unscaled_ = true;
 }

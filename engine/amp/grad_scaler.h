@@ -96,7 +96,8 @@ class GradScaler {
   // loss * scale (a registry op, so it is recorded like any other).
   Tensor scale(const Tensor& loss) const;
   // Divides the optimizer's gradients by the scale in f32 (or f64) and records whether
-  // any is non-finite. Once per step: a second call before update() throws, as PyTorch.
+  // any is non-finite, all gradients in one kernel call (on CUDA: one launch, and one
+  // flag copied back). Once per step: a second call before update() throws, as PyTorch.
   void unscale_(optim::Optimizer& optimizer);
   // unscale_ if not done yet; then the optimizer step unless a gradient was non-finite.
   // Returns whether the step ran.

@@ -24,12 +24,12 @@ std::vector<std::uint64_t> encode_all(const std::vector<double>& values, DType t
 
 // n elements from src (of dtype `from`) into dst (of dtype `to`). Every pair is
 // supported; f16 <-> bf16 goes through exact f32, so each element is rounded once.
-void convert(const void* src, DType from, void* dst, DType to, std::size_t n);
+using kernels::cpu::convert;
 
 // The CPU path buffer conversions use: the best this CPU runs, or the one named by the
 // environment variable AMPCHECK_CPU_ISA (scalar, f16c, avx512, avx512_bf16), which
 // throws std::invalid_argument when the name is unknown or this CPU lacks it.
-kernels::cpu::Isa conversion_isa();
+inline kernels::cpu::Isa conversion_isa() { return kernels::cpu::active_isa(); }
 std::string_view conversion_isa_name();
 
 }  // namespace ampcheck

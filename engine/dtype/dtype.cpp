@@ -16,6 +16,15 @@ constexpr std::array<DTypeInfo, kFloatDTypes.size()> kInfos{{
     AMPCHECK_FLOAT_DTYPES(AMPCHECK_INFO)
 #undef AMPCHECK_INFO
 }};
+// kInfos is indexed by the enum (kernels/dtype.h): each row must sit at its dtype's value,
+// and each row's size must be the kernels' element_size.
+constexpr bool rows_in_enum_order() {
+  for (std::size_t i = 0; i < kInfos.size(); ++i)
+    if (static_cast<std::size_t>(kInfos[i].dtype) != i || element_size(kInfos[i].dtype) * 8 != static_cast<std::size_t>(kInfos[i].bits))
+      return false;
+  return true;
+}
+static_assert(rows_in_enum_order(), "AMPCHECK_FLOAT_DTYPES must list the dtypes in the order of kernels/dtype.h");
 
 std::string lower(std::string_view s) {
   std::string out(s);
@@ -66,10 +75,6 @@ const DTypeInfo& info(DType dtype) {
 }
 std::string_view name(DType dtype) {
   return is_floating(dtype) ? kInfos[static_cast<std::size_t>(dtype)].name : kI64Names[0];
-}
-
-std::size_t element_size(DType d) {
-  return is_floating(d) ? static_cast<std::size_t>(info(d).bits / 8) : sizeof(std::int64_t);
 }
 
 DType promote(DType a, DType b) {

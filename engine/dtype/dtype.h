@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "kernels/dtype.h"
+
 namespace ampcheck {
 
 // One row per dtype: enumerator, canonical name, long name, total bits, exponent bits,
@@ -19,18 +21,12 @@ namespace ampcheck {
   X(f16, "f16", "float16", 16, 5, 10, "fp16", "float16", "half", "")      \
   X(bf16, "bf16", "bfloat16", 16, 8, 7, "bfloat16", "", "", "")
 
-// The float dtypes, then i64: the integer dtype of class labels and embedding indices.
-enum class DType : std::uint8_t {
-#define AMPCHECK_ENUM(e, ...) e,
-  AMPCHECK_FLOAT_DTYPES(AMPCHECK_ENUM)
-#undef AMPCHECK_ENUM
-  i64,
-};
+// The enum itself lives with the kernels (kernels/dtype.h); this table must list the
+// float dtypes in its order (the static_asserts below check).
 inline constexpr std::array kFloatDTypes{DType::f64, DType::f32, DType::f16, DType::bf16};
 
 constexpr bool is_floating(DType d) { return d != DType::i64; }
 constexpr bool is_low_precision(DType d) { return d == DType::f16 || d == DType::bf16; }
-std::size_t element_size(DType d);
 // The dtype of an elementwise result of a and b: the wider float (f16 with bf16 gives
 // f32, since neither holds the other).
 DType promote(DType a, DType b);

@@ -101,6 +101,21 @@ void Module::cast_parameters(DType dtype, const std::function<bool(const Module&
   for (auto& [name, child] : children_) child->cast_parameters(dtype, keep);
 }
 
+void Module::to(Device device) {
+  for (auto& [name, t] : params_)
+    if (t.defined()) t.move_to_(device);
+  for (auto& [name, t] : buffers_)
+    if (t.defined()) t.move_to_(device);
+  for (Tensor& t : constants_)
+    if (t.defined()) t.move_to_(device);
+  for (auto& [name, child] : children_) child->to(device);
+}
+
+Tensor Module::register_constant(Tensor t) {
+  constants_.push_back(t);
+  return t;
+}
+
 void Module::train(bool on) {
   training_ = on;
   for (auto& [name, child] : children_) child->train(on);

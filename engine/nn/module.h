@@ -40,6 +40,10 @@ class Module {
   // (AMP O2's decorate: keep(m) is true for normalisation layers). Buffers keep theirs.
   void cast_parameters(DType dtype, const std::function<bool(const Module&)>& keep = {});
 
+  // Moves every parameter, buffer and constant of this module and its children to
+  // `device` in place (the handles held elsewhere, an optimizer's or a closure's, follow).
+  void to(Device device);
+
   void train(bool on = true);
   void eval() { train(false); }
   bool training() const { return training_; }
@@ -48,6 +52,9 @@ class Module {
  protected:
   Tensor register_parameter(const std::string& name, Tensor t);  // requires grad
   Tensor register_buffer(const std::string& name, Tensor t);
+  // A tensor the module computes with but neither trains nor reports (a mask, positions):
+  // it only moves with the module (PyTorch's non-persistent buffer).
+  Tensor register_constant(Tensor t);
   template <typename M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
     adopt(name, m);
@@ -62,6 +69,7 @@ class Module {
   std::string path_;
   bool training_ = true;
   std::vector<std::pair<std::string, Tensor>> params_, buffers_;
+  std::vector<Tensor> constants_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
 };
 

@@ -1,27 +1,58 @@
-// matmul, linear, bmm through the project's GEMM (kernels/cpu/gemm.h). f16/bf16 operands
-// are widened to f32 exactly, multiplied with f32 accumulation, and the result rounded
-// once to the output dtype: what tensor-core GEMMs with fp32 accumulation compute, up to
-// summation order (here fixed: one fma chain per element in ascending k).
+// matmul, linear, bmm: shapes, dtypes and gradients here; the products themselves are
+// the GEMM family's (kernels/gemm_kernels.h). f16/bf16 operands are read exactly,
+// multiplied with f32 accumulation, and the result rounded once to the output dtype:
+// what tensor-core GEMMs with fp32 accumulation compute, up to summation order (on the
+// CPU fixed: one fma chain per element in ascending k).
 #include <stdexcept>
 #include <string>
 
-#include "engine/ops/cpu_util.h"
+#include "engine/dispatch.h"
+#include "engine/ops/op_util.h"  // broadcast_shapes, float_dtype
 #include "engine/ops/impl.h"
 #include "engine/ops/ops.h"
+#include "kernels/gemm_kernels.h"
 
 namespace ampcheck {
 namespace impl {
 namespace {
 
-// A matmul seen as a batch of [M,K] x [K,N] products. Operands are read as [Ba,M,K] and
-// [Bb,K,N]; a_batch[i] / b_batch[i] name the operand matrix of output batch i.
+using kernels::Broadcast;
+using kernels::GemmDesc;
+using kernels::GemmKernels;
+
+// A matmul seen as a batch of [M,K] x [K,N] products: the operands are read as [Ba,M,K]
+// and [Bb,K,N], and a_batch / b_batch say which of their matrices output batch i uses.
 struct MatmulPlan {
   std::int64_t m = 1, k = 1, n = 1, batch = 1;
-  std::vector<std::int64_t> a_batch, b_batch;
+  Broadcast a_batch, b_batch;
   Shape out_shape;
-  Shape batch_shape;  // the broadcast batch dims of the output
   bool a_vector = false, b_vector = false;
 };
+
+// The maps of both operands' batch dims `ab`, `bb` into the broadcast batch `out`, with
+// runs of dims that both operands either span or broadcast over merged into one (the
+// numbering of the batches is the same), so that any number of batch dims fits a kernel
+// argument and a plain stride is found as one.
+void batch_maps(const Shape& ab, const Shape& bb, const Shape& out, MatmulPlan& p) {
+  Shape a, b, o;  // merged sizes
+  const std::size_t rank = out.size();
+  for (std::size_t d = 0; d < rank; ++d) {
+    if (out[d] == 1) continue;  // no batch steps along it
+    const std::int64_t ad = d + ab.size() < rank ? 1 : ab[d + ab.size() - rank];
+    const std::int64_t bd = d + bb.size() < rank ? 1 : bb[d + bb.size() - rank];
+    if (!o.empty() && (a.back() == 1) == (ad == 1) && (b.back() == 1) == (bd == 1)) {
+      o.back() *= out[d];
+      a.back() *= ad;
+      b.back() *= bd;
+    } else {
+      o.push_back(out[d]);
+      a.push_back(ad);
+      b.push_back(bd);
+    }
+  }
+  p.a_batch = kernels::broadcast_of(a, o);
+  p.b_batch = kernels::broadcast_of(b, o);
+}
 
 MatmulPlan plan_matmul(const Shape& a, const Shape& b, const char* op) {
   if (a.empty() || b.empty())
@@ -40,68 +71,81 @@ MatmulPlan plan_matmul(const Shape& a, const Shape& b, const char* op) {
                                 " cannot be multiplied (inner dims " + std::to_string(p.k) + " and " +
                                 std::to_string(b2[b2.size() - 2]) + " differ)");
   const Shape ab(a2.begin(), a2.end() - 2), bb(b2.begin(), b2.end() - 2);
-  p.batch_shape = cpu::broadcast_shapes(ab, bb, op);
-  p.batch = numel(p.batch_shape);
-  p.a_batch.resize(static_cast<std::size_t>(p.batch));
-  p.b_batch.resize(static_cast<std::size_t>(p.batch));
-  cpu::broadcast_offsets(ab, p.batch_shape, 0, p.batch, p.a_batch.data());
-  cpu::broadcast_offsets(bb, p.batch_shape, 0, p.batch, p.b_batch.data());
-  p.out_shape = p.batch_shape;
+  const Shape batch_shape = ops::broadcast_shapes(ab, bb, op);
+  p.batch = numel(batch_shape);
+  batch_maps(ab, bb, batch_shape, p);
+  p.out_shape = batch_shape;
   if (!p.a_vector) p.out_shape.push_back(p.m);
   if (!p.b_vector) p.out_shape.push_back(p.n);
   return p;
 }
 
-// C_i = op(A_i) op(B_i) for every output batch i, in the compute type T.
-template <typename T>
-void batched_gemm(const MatmulPlan& p, const T* a, const T* b, T* c) {
-  parallel_for(p.batch, 1, [&](std::int64_t lo, std::int64_t hi) {
-    for (std::int64_t i = lo; i < hi; ++i)
-      cpu::gemm(false, false, p.m, p.n, p.k, a + p.a_batch[static_cast<std::size_t>(i)] * p.m * p.k, p.k,
-                b + p.b_batch[static_cast<std::size_t>(i)] * p.k * p.n, p.n, c + i * p.m * p.n, p.n);
-  });
-}
-
 Tensor matmul_impl(const Tensor& x, const Tensor& y, const char* op) {
-  const DType dtype = promote(cpu::float_dtype(x, op), cpu::float_dtype(y, op));
+  const GemmKernels& kernels = dispatch<GemmKernels>(op, {&x, &y});
+  const DType dtype = promote(ops::float_dtype(x, op), ops::float_dtype(y, op));
   const MatmulPlan p = plan_matmul(x.shape(), y.shape(), op);
-  return cpu::with_compute_type(dtype, [&](auto zero) {
-    using T = decltype(zero);
-    const std::vector<T> a = cpu::values<T>(x), b = cpu::values<T>(y);
-    std::vector<T> c(static_cast<std::size_t>(p.batch * p.m * p.n));
-    batched_gemm(p, a.data(), b.data(), c.data());
-    return cpu::from_values(c, p.out_shape, dtype);
-  });
+  Tensor out = Tensor::empty(p.out_shape, dtype, x.device());
+  GemmDesc d;
+  d.op = op;
+  d.m = p.m;
+  d.n = p.n;
+  d.k = p.k;
+  d.batch = p.batch;
+  d.a = view_of(x);
+  d.b = view_of(y);
+  d.c = view_of(out);
+  d.a_batch = p.a_batch;
+  d.b_batch = p.b_batch;
+  d.c_batch = kernels::strided_batch(p.batch, 1);
+  d.compute = dtype;
+  kernels.gemm(d);
+  return out;
 }
 
-// d A_i = G_i B_i^T, d B_i = A_i^T G_i, summed over batches that shared an operand; each
-// only for an operand that needs it (its GEMM, and the other operand's load, are skipped).
+// d A_i = G_i B_i^T, d B_i = A_i^T G_i, summed over the batches that shared an operand;
+// each only for an operand that needs it.
 std::vector<Tensor> matmul_grads(const BackwardArgs& args, const char* op) {
   const Tensor& x = args.in[0];
   const Tensor& y = args.in[1];
-  const bool need_a = args.needs(0), need_b = args.needs(1);
+  const Tensor& g = args.grad;
+  const GemmKernels& kernels = dispatch<GemmKernels>(op, {&x, &y, &g});
   const MatmulPlan p = plan_matmul(x.shape(), y.shape(), op);
-  return cpu::with_compute_type(args.grad.dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    const std::vector<T> g = cpu::values<T>(args.grad);
-    const std::vector<T> a = need_b ? cpu::values<T>(x) : std::vector<T>{};
-    const std::vector<T> b = need_a ? cpu::values<T>(y) : std::vector<T>{};
-    std::vector<T> ga(need_a ? static_cast<std::size_t>(x.numel()) : 0, T(0));
-    std::vector<T> gb(need_b ? static_cast<std::size_t>(y.numel()) : 0, T(0));
-    // Sequential over batches: operands shared by several batches accumulate in order.
-    for (std::int64_t i = 0; i < p.batch; ++i) {
-      const auto ai = p.a_batch[static_cast<std::size_t>(i)], bi = p.b_batch[static_cast<std::size_t>(i)];
-      const T* gi = g.data() + i * p.m * p.n;
-      if (need_a)
-        cpu::gemm(false, true, p.m, p.k, p.n, gi, p.n, b.data() + bi * p.k * p.n, p.n, ga.data() + ai * p.m * p.k,
-                  p.k, /*accumulate=*/true);
-      if (need_b)
-        cpu::gemm(true, false, p.k, p.n, p.m, a.data() + ai * p.m * p.k, p.k, gi, p.n, gb.data() + bi * p.k * p.n,
-                  p.n, /*accumulate=*/true);
-    }
-    return std::vector<Tensor>{need_a ? cpu::from_values(ga, x.shape(), x.dtype()) : Tensor(),
-                               need_b ? cpu::from_values(gb, y.shape(), y.dtype()) : Tensor()};
-  });
+  GemmDesc d;
+  d.op = op;
+  d.batch = p.batch;
+  d.compute = g.dtype();
+  std::vector<Tensor> grads(2);
+  if (args.needs(0)) {
+    grads[0] = Tensor::empty(x.shape(), x.dtype(), x.device());
+    d.trans_a = false;
+    d.trans_b = true;
+    d.m = p.m;
+    d.n = p.k;
+    d.k = p.n;
+    d.a = view_of(g);
+    d.b = view_of(y);
+    d.c = view_of(grads[0]);
+    d.a_batch = kernels::strided_batch(p.batch, 1);
+    d.b_batch = p.b_batch;
+    d.c_batch = p.a_batch;
+    kernels.gemm(d);
+  }
+  if (args.needs(1)) {
+    grads[1] = Tensor::empty(y.shape(), y.dtype(), y.device());
+    d.trans_a = true;
+    d.trans_b = false;
+    d.m = p.k;
+    d.n = p.n;
+    d.k = p.m;
+    d.a = view_of(x);
+    d.b = view_of(g);
+    d.c = view_of(grads[1]);
+    d.a_batch = p.a_batch;
+    d.b_batch = kernels::strided_batch(p.batch, 1);
+    d.c_batch = p.b_batch;
+    kernels.gemm(d);
+  }
+  return grads;
 }
 
 void check_linear(const std::vector<Tensor>& in) {
@@ -115,6 +159,13 @@ void check_linear(const std::vector<Tensor>& in) {
   if (in.size() == 3 && in[2].defined() && (in[2].dim() != 1 || in[2].size(0) != w.size(0)))
     throw std::invalid_argument("linear: bias " + to_string(in[2].shape()) + " must be [" +
                                 std::to_string(w.size(0)) + "]");
+}
+
+// The rows of x [..., in]: its leading dims (counted, not divided out: `in` may be 0).
+std::int64_t rows_of(const Tensor& x) {
+  std::int64_t rows = 1;
+  for (std::int64_t d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
+  return rows;
 }
 
 }  // namespace
@@ -133,61 +184,72 @@ std::vector<Tensor> bmm_backward(const BackwardArgs& a) { return matmul_grads(a,
 // linear(x, W, b) = x W^T + b, the bias added in the compute type before the one rounding.
 Tensor linear_forward(const ForwardArgs& a) {
   check_linear(a.in);
+  const GemmKernels& kernels = dispatch<GemmKernels>("linear", a.in);
   const Tensor& x = a.in[0];
   const Tensor& w = a.in[1];
   const bool has_bias = a.in.size() == 3 && a.in[2].defined();
-  DType dtype = promote(cpu::float_dtype(x, "linear"), cpu::float_dtype(w, "linear"));
-  if (has_bias) dtype = promote(dtype, cpu::float_dtype(a.in[2], "linear"));
-  const std::int64_t rows = x.numel() / x.size(-1), in = w.size(1), out = w.size(0);
+  DType dtype = promote(ops::float_dtype(x, "linear"), ops::float_dtype(w, "linear"));
+  if (has_bias) dtype = promote(dtype, ops::float_dtype(a.in[2], "linear"));
   Shape out_shape = x.shape();
-  out_shape.back() = out;
-  return cpu::with_compute_type(dtype, [&](auto zero) {
-    using T = decltype(zero);
-    const std::vector<T> xv = cpu::values<T>(x), wv = cpu::values<T>(w);
-    std::vector<T> y(static_cast<std::size_t>(rows * out));
-    cpu::gemm(false, true, rows, out, in, xv.data(), in, wv.data(), in, y.data(), out);
-    if (has_bias) {
-      const std::vector<T> bv = cpu::values<T>(a.in[2]);
-      for (std::int64_t r = 0; r < rows; ++r)
-        for (std::int64_t j = 0; j < out; ++j) y[static_cast<std::size_t>(r * out + j)] += bv[static_cast<std::size_t>(j)];
-    }
-    return cpu::from_values(y, out_shape, dtype);
-  });
+  out_shape.back() = w.size(0);
+  Tensor out = Tensor::empty(out_shape, dtype, x.device());
+  GemmDesc d;
+  d.op = "linear";
+  d.trans_b = true;
+  d.m = rows_of(x);
+  d.n = w.size(0);
+  d.k = w.size(1);
+  d.a = view_of(x);
+  d.b = view_of(w);
+  d.c = view_of(out);
+  if (has_bias) d.bias = view_of(a.in[2]);
+  d.compute = dtype;
+  kernels.gemm(d);
+  return out;
 }
 // d x = G W, d W = G^T X, d b = sum of G's rows; each only when its input needs it (the
 // first layer's d x, the gradient of the data, is never computed).
 std::vector<Tensor> linear_backward(const BackwardArgs& a) {
   const Tensor& x = a.in[0];
   const Tensor& w = a.in[1];
-  const std::int64_t rows = x.numel() / x.size(-1), in = w.size(1), out = w.size(0);
-  return cpu::with_compute_type(a.grad.dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    const std::vector<T> g = cpu::values<T>(a.grad);
-    std::vector<Tensor> grads(2);
-    if (a.needs(0)) {
-      const std::vector<T> wv = cpu::values<T>(w);
-      std::vector<T> gx(static_cast<std::size_t>(x.numel()));
-      cpu::gemm(false, false, rows, in, out, g.data(), out, wv.data(), in, gx.data(), in);
-      grads[0] = cpu::from_values(gx, x.shape(), x.dtype());
+  const Tensor& g = a.grad;
+  const GemmKernels& kernels = dispatch<GemmKernels>("linear", {&x, &w, &g});
+  const std::int64_t rows = rows_of(x), in = w.size(1), out = w.size(0);
+  GemmDesc d;
+  d.op = "linear";
+  d.compute = g.dtype();
+  std::vector<Tensor> grads(2);
+  if (a.needs(0)) {
+    grads[0] = Tensor::empty(x.shape(), x.dtype(), x.device());
+    d.m = rows;
+    d.n = in;
+    d.k = out;
+    d.a = view_of(g);
+    d.b = view_of(w);
+    d.c = view_of(grads[0]);
+    kernels.gemm(d);
+  }
+  if (a.needs(1)) {
+    grads[1] = Tensor::empty(w.shape(), w.dtype(), w.device());
+    d.trans_a = true;
+    d.m = out;
+    d.n = in;
+    d.k = rows;
+    d.a = view_of(g);
+    d.b = view_of(x);
+    d.c = view_of(grads[1]);
+    kernels.gemm(d);
+  }
+  if (a.in.size() == 3) {
+    if (!a.in[2].defined() || !a.needs(2)) {
+      grads.emplace_back();
+    } else {
+      Tensor gb = Tensor::empty(a.in[2].shape(), a.in[2].dtype(), g.device());
+      kernels.column_sum(view_of(g), view_of(gb), g.dtype(), "linear");
+      grads.push_back(gb);
     }
-    if (a.needs(1)) {
-      const std::vector<T> xv = cpu::values<T>(x);
-      std::vector<T> gw(static_cast<std::size_t>(w.numel()));
-      cpu::gemm(true, false, out, in, rows, g.data(), out, xv.data(), in, gw.data(), in);
-      grads[1] = cpu::from_values(gw, w.shape(), w.dtype());
-    }
-    if (a.in.size() == 3) {
-      if (!a.in[2].defined() || !a.needs(2)) {
-        grads.emplace_back();
-      } else {
-        std::vector<T> gb(static_cast<std::size_t>(out), T(0));
-        for (std::int64_t r = 0; r < rows; ++r)
-          for (std::int64_t j = 0; j < out; ++j) gb[static_cast<std::size_t>(j)] += g[static_cast<std::size_t>(r * out + j)];
-        grads.push_back(cpu::from_values(gb, a.in[2].shape(), a.in[2].dtype()));
-      }
-    }
-    return grads;
-  });
+  }
+  return grads;
 }
 
 }  // namespace impl

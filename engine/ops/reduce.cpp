@@ -1,13 +1,16 @@
-// Reductions over axes: sum, mean, max. Each output accumulates its inputs in element
-// order in the compute type, so results do not depend on the thread count.
-#include <algorithm>
-#include <cmath>
-#include <limits>
+// Reductions over axes: sum, mean, max. The op works out which dims reduce; the kernels
+// (kernels/reduce_kernels.h) fold each output's group in an order fixed by the shapes,
+// so results do not depend on the thread count.
 #include <stdexcept>
+#include <string>
+#include <vector>
 
-#include "engine/ops/cpu_util.h"
+#include "engine/dispatch.h"
+#include "engine/ops/op_util.h"  // normalize_dim, float_dtype
 #include "engine/ops/impl.h"
 #include "engine/ops/ops.h"
+#include "kernels/elementwise_kernels.h"
+#include "kernels/reduce_kernels.h"
 
 namespace ampcheck {
 namespace impl {
@@ -24,7 +27,7 @@ Plan plan(const Tensor& x, const ReduceParams& p, const char* op) {
   pl.keep_shape = x.shape();
   std::vector<bool> reduce(x.shape().size(), p.dims.empty());
   for (std::int64_t d : p.dims) {
-    const auto k = static_cast<std::size_t>(cpu::normalize_dim(d, x.dim(), op));
+    const auto k = static_cast<std::size_t>(ops::normalize_dim(d, x.dim(), op));
     if (x.dim() == 0) continue;
     if (reduce[k]) throw std::invalid_argument(std::string(op) + ": dim " + std::to_string(d) + " given twice");
     reduce[k] = true;
@@ -41,26 +44,28 @@ Plan plan(const Tensor& x, const ReduceParams& p, const char* op) {
   return pl;
 }
 
-// out[j] = fold over the inputs i that reduce into j, in increasing i; f(acc, value, i).
-template <typename T, typename Acc, typename Fold>
-std::vector<Acc> fold(const Tensor& x, const Plan& pl, Acc init, Fold f) {
-  std::vector<Acc> acc(static_cast<std::size_t>(numel(pl.keep_shape)), init);
-  T v[cpu::kChunk];
-  std::int64_t off[cpu::kChunk];
-  for (std::int64_t b = 0; b < x.numel(); b += cpu::kChunk) {
-    const std::int64_t n = std::min(cpu::kChunk, x.numel() - b);
-    cpu::load(x, b, n, v);
-    cpu::broadcast_offsets(pl.keep_shape, x.shape(), b, n, off);
-    for (std::int64_t i = 0; i < n; ++i) f(acc[static_cast<std::size_t>(off[i])], v[i], b + i);
-  }
-  return acc;
+// The output tensor of a reduction, and the View of it the kernels take: keep_shape, so
+// its shape says which dims of x were reduced.
+struct Reduced {
+  Tensor out;
+  kernels::View view;
+};
+Reduced reduced(const Tensor& x, const Plan& pl) {
+  Reduced r{Tensor::empty(pl.out_shape, x.dtype(), x.device()), {}};
+  r.view = view_of(r.out);
+  r.view.shape = pl.keep_shape;
+  return r;
 }
 
 // grad (of the reduced shape) spread back over the input's shape, times `scale`.
 Tensor spread(const BackwardArgs& a, const Plan& pl, double scale) {
   const Tensor g = a.grad.view(pl.keep_shape);
-  return cpu::map_binary(g, a.in[0], [scale](auto gv, auto) { return gv * decltype(gv)(scale); },
-                         a.in[0].dtype(), "reduce backward");
+  const Tensor& x = a.in[0];
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  const kernels::View in[1] = {view_of(g)};
+  dispatch<kernels::ElementwiseKernels>("reduce backward", {&g, &x})
+      .map(kernels::MapFn::mul_scalar, {scale}, in, 1, view_of(out));
+  return out;
 }
 
 }  // namespace
@@ -69,11 +74,10 @@ Tensor spread(const BackwardArgs& a, const Plan& pl, double scale) {
 Tensor sum_forward(const ForwardArgs& a) {
   const Tensor& x = a.in[0];
   const Plan pl = plan(x, std::get<ReduceParams>(a.params), "sum");
-  return cpu::with_compute_type(cpu::float_dtype(x, "sum"), [&](auto zero) {
-    using T = decltype(zero);
-    auto acc = fold<T>(x, pl, T(0), [](T& s, T v, std::int64_t) { s += v; });
-    return cpu::from_values(acc, pl.out_shape, x.dtype());
-  });
+  ops::float_dtype(x, "sum");
+  const Reduced r = reduced(x, pl);
+  dispatch<kernels::ReduceKernels>("sum", {&x}).sum(view_of(x), r.view);
+  return r.out;
 }
 std::vector<Tensor> sum_backward(const BackwardArgs& a) {
   return {spread(a, plan(a.in[0], std::get<ReduceParams>(a.params), "sum"), 1.0)};
@@ -83,50 +87,36 @@ std::vector<Tensor> sum_backward(const BackwardArgs& a) {
 Tensor mean_forward(const ForwardArgs& a) {
   const Tensor& x = a.in[0];
   const Plan pl = plan(x, std::get<ReduceParams>(a.params), "mean");
-  return cpu::with_compute_type(cpu::float_dtype(x, "mean"), [&](auto zero) {
-    using T = decltype(zero);
-    auto acc = fold<T>(x, pl, T(0), [](T& s, T v, std::int64_t) { s += v; });
-    for (T& s : acc) s /= static_cast<T>(pl.count);
-    return cpu::from_values(acc, pl.out_shape, x.dtype());
-  });
+  ops::float_dtype(x, "mean");
+  const Reduced r = reduced(x, pl);
+  dispatch<kernels::ReduceKernels>("mean", {&x}).mean(view_of(x), r.view);
+  return r.out;
 }
 std::vector<Tensor> mean_backward(const BackwardArgs& a) {
   const Plan pl = plan(a.in[0], std::get<ReduceParams>(a.params), "mean");
   return {spread(a, pl, 1.0 / static_cast<double>(pl.count))};
 }
 
-// max: the largest value (NaN wins, as in PyTorch); the first index on ties is saved and
-// takes the whole gradient.
+// max: the largest value (NaN wins, as in PyTorch); the first index on ties is saved (an
+// i64 tensor of flat indices into x, on x's device) and takes the whole gradient.
 Tensor max_forward(const ForwardArgs& a) {
   const Tensor& x = a.in[0];
   const Plan pl = plan(x, std::get<ReduceParams>(a.params), "max");
   if (pl.count == 0) throw std::invalid_argument("max: reducing an empty dim has no maximum");
-  return cpu::with_compute_type(cpu::float_dtype(x, "max"), [&](auto zero) {
-    using T = decltype(zero);
-    struct Best {
-      T value;
-      std::int64_t index;
-    };
-    const auto acc = fold<T>(x, pl, Best{-std::numeric_limits<T>::infinity(), -1}, [](Best& b, T v, std::int64_t i) {
-      if (b.index < 0 || (!std::isnan(b.value) && (v > b.value || std::isnan(v)))) b = {v, i};
-    });
-    std::vector<std::int64_t> arg(acc.size());
-    std::vector<T> best(acc.size());
-    for (std::size_t j = 0; j < acc.size(); ++j) arg[j] = acc[j].index, best[j] = acc[j].value;
-    a.saved.tensors.push_back(Tensor::from(arg, pl.keep_shape));
-    return cpu::from_values(best, pl.out_shape, x.dtype());
-  });
+  ops::float_dtype(x, "max");
+  const Reduced r = reduced(x, pl);
+  Tensor argmax = Tensor::empty(pl.keep_shape, DType::i64, x.device());
+  dispatch<kernels::ReduceKernels>("max", {&x}).max(view_of(x), r.view, view_of(argmax));
+  a.saved.tensors.push_back(argmax);
+  return r.out;
 }
 std::vector<Tensor> max_backward(const BackwardArgs& a) {
   const Tensor& x = a.in[0];
-  const std::vector<std::int64_t> arg = a.saved.tensors.at(0).to_i64();
-  return {cpu::with_compute_type(x.dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    const std::vector<T> g = cpu::values<T>(a.grad);
-    std::vector<T> gx(static_cast<std::size_t>(x.numel()), T(0));
-    for (std::size_t j = 0; j < arg.size(); ++j) gx[static_cast<std::size_t>(arg[j])] += g[j];
-    return cpu::from_values(gx, x.shape(), x.dtype());
-  })};
+  const Tensor& argmax = a.saved.tensors.at(0);
+  Tensor gx = Tensor::empty(x.shape(), x.dtype(), x.device());
+  dispatch<kernels::ReduceKernels>("max backward", {&a.grad, &argmax})
+      .max_backward(view_of(a.grad), view_of(argmax), view_of(gx));
+  return {gx};
 }
 
 }  // namespace impl

@@ -10,6 +10,7 @@
 #include "engine/hooks.h"
 #include "engine/ops/impl.h"
 #include "engine/util/strings.h"
+#include "kernels/kernel_note.h"
 
 namespace ampcheck {
 namespace {
@@ -64,8 +65,12 @@ NoGradGuard::~NoGradGuard() { t_grad_enabled = previous_; }
 
 namespace {
 
-std::string kernel_id(Op op, DType out) {
-  return "cpu:" + std::string(op_name(op)) + ":" + (out == DType::f64 ? "f64" : "f32");
+// What ran: the device, the op and its compute type, then what the kernels said of
+// themselves (a GEMM's library and algorithm, a convolution's cuDNN algorithm).
+std::string kernel_id(Op op, const Tensor& out, const std::string& notes) {
+  std::string id = std::string(device_name(out.device())) + ":" + std::string(op_name(op)) + ":" +
+                   (out.dtype() == DType::f64 ? "f64" : "f32");
+  return notes.empty() ? id : id + " (" + notes + ")";
 }
 
 // The begin event of an op call: dtypes as called, the policy's decision and casts.
@@ -126,6 +131,7 @@ Tensor call(Op op, std::vector<Tensor> inputs, Params params) {
   const auto start = observe ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   Saved saved;
   Tensor out;
+  kernels::take_kernel_notes();  // what an earlier op left unread is not this op's
   {
     NoGradGuard no_grad;  // an op built from other ops records as one node
     out = info.forward(ForwardArgs{inputs, params, saved});
@@ -135,7 +141,7 @@ Tensor call(Op op, std::vector<Tensor> inputs, Params params) {
     event.start = std::chrono::duration<double>(start.time_since_epoch()).count();
     event.output = &out;
     event.out_dtype = out.dtype();
-    event.kernel = kernel_id(op, out.dtype());
+    event.kernel = kernel_id(op, out, kernels::take_kernel_notes());
     hooks::op_end(event);
   }
   if (record) {

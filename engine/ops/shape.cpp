@@ -2,88 +2,31 @@
 // arithmetic, so every dtype passes through bit for bit.
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <numeric>
 #include <stdexcept>
 #include <string>
 
-#include "engine/ops/cpu_util.h"
+#include "engine/dispatch.h"
+#include "engine/ops/op_util.h"  // normalize_dim
 #include "engine/ops/impl.h"
 #include "engine/ops/ops.h"
+#include "kernels/shape_kernels.h"
 
 namespace ampcheck {
 namespace impl {
 namespace {
 
-std::vector<std::int64_t> strides_of(const Shape& s) {
-  std::vector<std::int64_t> st(s.size(), 1);
-  for (std::size_t i = s.size(); i-- > 1;) st[i - 1] = st[i] * s[i];
-  return st;
-}
+using kernels::CopyAlong;
+using kernels::ShapeKernels;
 
-// n elements of `es` bytes from src (every `stride` elements) to contiguous dst.
-void copy_strided(char* dst, const char* src, std::int64_t n, std::int64_t stride, std::size_t es) {
-  if (stride == 1) {
-    std::memcpy(dst, src, static_cast<std::size_t>(n) * es);
-    return;
-  }
-  auto typed = [&](auto word) {
-    using W = decltype(word);
-    for (std::int64_t i = 0; i < n; ++i)
-      std::memcpy(dst + static_cast<std::size_t>(i) * sizeof(W), src + static_cast<std::size_t>(i * stride) * sizeof(W),
-                  sizeof(W));
-  };
-  switch (es) {
-    case 1: typed(std::uint8_t{}); break;
-    case 2: typed(std::uint16_t{}); break;
-    case 4: typed(std::uint32_t{}); break;
-    default: typed(std::uint64_t{}); break;
-  }
-}
-
-// The output walked row by row (its last dim): one source offset computed per work item,
-// then stepped like an odometer, and each row copied as one run (a memcpy where the
-// source row is contiguous). Heads split and merged in attention are exactly that.
+// out dim i is x dim perm[i]: the copy is the shape family's.
 Tensor permute_impl(const Tensor& x, const std::vector<std::int64_t>& perm) {
   const Shape& s = x.shape();
-  const std::size_t rank = perm.size();
-  Shape out_shape(rank);
-  const auto in_strides = strides_of(s);
-  std::vector<std::int64_t> src_stride(rank);
-  for (std::size_t i = 0; i < rank; ++i) {
-    out_shape[i] = s[static_cast<std::size_t>(perm[i])];
-    src_stride[i] = in_strides[static_cast<std::size_t>(perm[i])];
-  }
-  Tensor out = Tensor::empty(out_shape, x.dtype());
+  Shape out_shape(perm.size());
+  for (std::size_t i = 0; i < perm.size(); ++i) out_shape[i] = s[static_cast<std::size_t>(perm[i])];
+  Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
   if (out.numel() == 0) return out;
-  const std::size_t es = element_size(x.dtype());
-  const auto* src = static_cast<const char*>(x.raw());
-  auto* dst = static_cast<char*>(out.raw());
-  if (rank == 0) {
-    std::memcpy(dst, src, es);
-    return out;
-  }
-  const std::int64_t inner = out_shape[rank - 1], inner_stride = src_stride[rank - 1];
-  const std::int64_t rows = out.numel() / inner;
-  parallel_for(rows, std::max<std::int64_t>(1, cpu::kChunk / inner), [&](std::int64_t rb, std::int64_t re) {
-    std::vector<std::int64_t> idx(rank - 1);
-    std::int64_t off = 0;
-    for (std::size_t d = rank - 1, r = static_cast<std::size_t>(rb); d-- > 0;) {
-      idx[d] = static_cast<std::int64_t>(r) % out_shape[d];
-      off += idx[d] * src_stride[d];
-      r /= static_cast<std::size_t>(out_shape[d]);
-    }
-    for (std::int64_t row = rb; row < re; ++row) {
-      copy_strided(dst + static_cast<std::size_t>(row * inner) * es, src + static_cast<std::size_t>(off) * es, inner,
-                   inner_stride, es);
-      for (std::size_t d = rank - 1; d-- > 0;) {
-        off += src_stride[d];
-        if (++idx[d] < out_shape[d]) break;
-        off -= src_stride[d] * out_shape[d];
-        idx[d] = 0;
-      }
-    }
-  });
+  dispatch<ShapeKernels>("permute", {&x}).permute(view_of(x), perm, view_of(out));
   return out;
 }
 
@@ -94,7 +37,7 @@ std::vector<std::int64_t> checked_perm(const std::vector<std::int64_t>& perm, st
   std::vector<std::int64_t> p(perm.size());
   std::vector<bool> used(perm.size(), false);
   for (std::size_t i = 0; i < perm.size(); ++i) {
-    p[i] = cpu::normalize_dim(perm[i], rank, "permute");
+    p[i] = ops::normalize_dim(perm[i], rank, "permute");
     if (used[static_cast<std::size_t>(p[i])])
       throw std::invalid_argument("permute: dim " + std::to_string(perm[i]) + " appears twice");
     used[static_cast<std::size_t>(p[i])] = true;
@@ -126,31 +69,12 @@ struct SliceRange {
 SliceRange slice_range(const Tensor& x, const SliceParams& p) {
   if (x.dim() == 0) throw std::invalid_argument("slice: a 0-dim tensor has nothing to slice");
   if (p.step <= 0) throw std::invalid_argument("slice: step must be positive, got " + std::to_string(p.step));
-  const std::int64_t dim = cpu::normalize_dim(p.dim, x.dim(), "slice");
+  const std::int64_t dim = ops::normalize_dim(p.dim, x.dim(), "slice");
   const std::int64_t size = x.shape()[static_cast<std::size_t>(dim)];
   auto clampi = [size](std::int64_t i) { return std::clamp(i < 0 ? i + size : i, std::int64_t{0}, size); };
   const std::int64_t start = clampi(p.start), end = clampi(p.end);
   const std::int64_t count = end > start ? (end - start + p.step - 1) / p.step : 0;
   return {dim, start, p.step, count};
-}
-
-// Copies x's [outer, size, inner] blocks: element j of dim `dim` in x goes to
-// index j' of dim in out, for the pairs the mapping lists.
-void copy_along(const Tensor& src, Tensor& dst, std::int64_t dim,
-                const std::vector<std::pair<std::int64_t, std::int64_t>>& map) {
-  const Shape& ss = src.shape();
-  const Shape& ds = dst.shape();
-  std::int64_t outer = 1, inner = 1;
-  for (std::int64_t d = 0; d < dim; ++d) outer *= ss[static_cast<std::size_t>(d)];
-  for (std::size_t d = static_cast<std::size_t>(dim) + 1; d < ss.size(); ++d) inner *= ss[d];
-  const std::size_t es = element_size(src.dtype());
-  const auto* s = static_cast<const char*>(src.raw());
-  auto* t = static_cast<char*>(dst.raw());
-  const std::int64_t sn = ss[static_cast<std::size_t>(dim)], dn = ds[static_cast<std::size_t>(dim)];
-  for (std::int64_t o = 0; o < outer; ++o)
-    for (const auto& [from, to] : map)
-      std::memcpy(t + static_cast<std::size_t>((o * dn + to) * inner) * es,
-                  s + static_cast<std::size_t>((o * sn + from) * inner) * es, static_cast<std::size_t>(inner) * es);
 }
 
 }  // namespace
@@ -172,7 +96,7 @@ std::vector<Tensor> permute_backward(const BackwardArgs& a) {
 
 // concat: inputs converted to the widest dtype; d x_i = g's block of x_i
 Tensor concat_forward(const ForwardArgs& a) {
-  const std::int64_t dim = cpu::normalize_dim(std::get<DimParams>(a.params).dim, a.in[0].dim(), "concat");
+  const std::int64_t dim = ops::normalize_dim(std::get<DimParams>(a.params).dim, a.in[0].dim(), "concat");
   DType dtype = a.in[0].dtype();
   for (const Tensor& t : a.in) {
     if (!t.defined()) throw std::invalid_argument("concat: an input is undefined");
@@ -180,19 +104,21 @@ Tensor concat_forward(const ForwardArgs& a) {
     if (is_floating(t.dtype()) != is_floating(dtype))
       throw std::invalid_argument("concat: cannot mix i64 and float tensors; cast first");
   }
-  Tensor out = Tensor::empty(concat_shape(a.in, dim), dtype);
+  const Device device = common_device("concat", a.in);
+  const ShapeKernels& kernels = kernels_on<ShapeKernels>(device);
+  Tensor out = Tensor::empty(concat_shape(a.in, dim), dtype, device);
   std::int64_t at = 0;
   for (const Tensor& t : a.in) {
     const Tensor src = t.dtype() == dtype ? t : t.to(dtype);
-    std::vector<std::pair<std::int64_t, std::int64_t>> map;
-    for (std::int64_t j = 0; j < t.shape()[static_cast<std::size_t>(dim)]; ++j) map.emplace_back(j, at + j);
-    copy_along(src, out, dim, map);
-    at += t.shape()[static_cast<std::size_t>(dim)];
+    const std::int64_t len = t.shape()[static_cast<std::size_t>(dim)];
+    kernels.copy_along(view_of(src), view_of(out), CopyAlong{dim, len, 0, 1, at, 1});
+    at += len;
   }
   return out;
 }
 std::vector<Tensor> concat_backward(const BackwardArgs& a) {
-  const std::int64_t dim = cpu::normalize_dim(std::get<DimParams>(a.params).dim, a.in[0].dim(), "concat");
+  const std::int64_t dim = ops::normalize_dim(std::get<DimParams>(a.params).dim, a.in[0].dim(), "concat");
+  const ShapeKernels& kernels = dispatch<ShapeKernels>("concat", {&a.grad});
   std::vector<Tensor> grads;
   std::int64_t at = 0;
   for (std::size_t i = 0; i < a.in.size(); ++i) {
@@ -203,10 +129,8 @@ std::vector<Tensor> concat_backward(const BackwardArgs& a) {
       at += len;
       continue;
     }
-    Tensor g = Tensor::empty(t.shape(), a.grad.dtype());
-    std::vector<std::pair<std::int64_t, std::int64_t>> map;
-    for (std::int64_t j = 0; j < len; ++j) map.emplace_back(at + j, j);
-    copy_along(a.grad, g, dim, map);
+    Tensor g = Tensor::empty(t.shape(), a.grad.dtype(), a.grad.device());
+    kernels.copy_along(view_of(a.grad), view_of(g), CopyAlong{dim, len, at, 1, 0, 1});
     at += len;
     grads.push_back(is_floating(t.dtype()) && g.dtype() != t.dtype() ? g.to(t.dtype()) : g);
   }
@@ -221,20 +145,19 @@ Tensor slice_forward(const ForwardArgs& a) {
   if (r.dim == 0 && r.step == 1) return x.rows(r.start, r.count);  // contiguous: a view
   Shape shape = x.shape();
   shape[static_cast<std::size_t>(r.dim)] = r.count;
-  Tensor out = Tensor::empty(shape, x.dtype());
-  std::vector<std::pair<std::int64_t, std::int64_t>> map;
-  for (std::int64_t j = 0; j < r.count; ++j) map.emplace_back(r.start + j * r.step, j);
-  copy_along(x, out, r.dim, map);
+  Tensor out = Tensor::empty(shape, x.dtype(), x.device());
+  dispatch<ShapeKernels>("slice", {&x}).copy_along(view_of(x), view_of(out),
+                                                    CopyAlong{r.dim, r.count, r.start, r.step, 0, 1});
   return out;
 }
 std::vector<Tensor> slice_backward(const BackwardArgs& a) {
   const Tensor& x = a.in[0];
   const SliceRange r = slice_range(x, std::get<SliceParams>(a.params));
-  Tensor g = Tensor::zeros(x.shape(), x.dtype());
-  std::vector<std::pair<std::int64_t, std::int64_t>> map;
-  for (std::int64_t j = 0; j < r.count; ++j) map.emplace_back(j, r.start + j * r.step);
-  copy_along(a.grad, g, r.dim, map);
-  return {g};
+  const ShapeKernels& kernels = dispatch<ShapeKernels>("slice", {&x, &a.grad});
+  // The zeros in the gradient's dtype, so the copy moves elements of one size.
+  Tensor g = Tensor::zeros(x.shape(), a.grad.dtype(), a.grad.device());
+  kernels.copy_along(view_of(a.grad), view_of(g), CopyAlong{r.dim, r.count, 0, 1, r.start, r.step});
+  return {g.dtype() == x.dtype() ? g : g.to(x.dtype())};
 }
 
 }  // namespace impl
@@ -243,8 +166,8 @@ Tensor reshape(const Tensor& x, const Shape& shape) { return call(Op::reshape, {
 
 Tensor flatten(const Tensor& x, std::int64_t start_dim, std::int64_t end_dim) {
   if (x.dim() == 0) return reshape(x, {1});
-  const std::int64_t s = cpu::normalize_dim(start_dim, x.dim(), "flatten");
-  const std::int64_t e = cpu::normalize_dim(end_dim, x.dim(), "flatten");
+  const std::int64_t s = ops::normalize_dim(start_dim, x.dim(), "flatten");
+  const std::int64_t e = ops::normalize_dim(end_dim, x.dim(), "flatten");
   if (s > e) throw std::invalid_argument("flatten: start_dim " + std::to_string(start_dim) + " is after end_dim " + std::to_string(end_dim));
   Shape shape(x.shape().begin(), x.shape().begin() + s);
   std::int64_t merged = 1;
@@ -261,8 +184,8 @@ Tensor permute(const Tensor& x, const std::vector<std::int64_t>& perm) {
 Tensor transpose(const Tensor& x, std::int64_t dim0, std::int64_t dim1) {
   std::vector<std::int64_t> perm(static_cast<std::size_t>(x.dim()));
   std::iota(perm.begin(), perm.end(), 0);
-  std::swap(perm[static_cast<std::size_t>(cpu::normalize_dim(dim0, x.dim(), "transpose"))],
-            perm[static_cast<std::size_t>(cpu::normalize_dim(dim1, x.dim(), "transpose"))]);
+  std::swap(perm[static_cast<std::size_t>(ops::normalize_dim(dim0, x.dim(), "transpose"))],
+            perm[static_cast<std::size_t>(ops::normalize_dim(dim1, x.dim(), "transpose"))]);
   return permute(x, perm);
 }
 

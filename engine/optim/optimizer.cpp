@@ -5,44 +5,34 @@
 #include <cstring>
 #include <fstream>
 #include <stdexcept>
-#include <type_traits>
 
+#include "engine/dispatch.h"
 #include "engine/hooks.h"
-#include "engine/ops/cpu_util.h"
 #include "engine/ops/registry.h"  // NoGradGuard
+#include "kernels/training_kernels.h"
 
 namespace ampcheck::optim {
 namespace {
 
-// The update formulas run elementwise over (param, grad, buffers) in the compute type
-// of the parameter's dtype; each buffer is kept in that compute type's dtype (f32 for
-// f32/f16/bf16 parameters), so moments are not lost to 16-bit rounding.
+using kernels::TrainingKernels;
+
+// The update formulas (kernels/training_kernels.h) run elementwise over (param, grad,
+// buffers) in the compute type of the parameter's dtype; each buffer is kept in that
+// compute type's dtype (f32 for f32/f16/bf16 parameters), so moments are not lost to
+// 16-bit rounding, and on the parameter's device.
 DType state_dtype(const Tensor& p) { return p.dtype() == DType::f64 ? DType::f64 : DType::f32; }
 
 Tensor& buffer(std::map<std::string, Tensor>& buffers, const std::string& name, const Tensor& p) {
   auto it = buffers.find(name);
-  if (it == buffers.end()) it = buffers.emplace(name, Tensor::zeros(p.shape(), state_dtype(p))).first;
+  if (it == buffers.end()) it = buffers.emplace(name, Tensor::zeros(p.shape(), state_dtype(p), p.device())).first;
   return it->second;
 }
 
-// Runs f(p, g, b0, b1) over every element in chunks; p and the buffers are written back.
-template <typename F>
-void for_each_element(Tensor& p, const Tensor& g, Tensor* b0, Tensor* b1, F f) {
-  cpu::with_compute_type(p.dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    parallel_for(p.numel(), cpu::kChunk, [&](std::int64_t lo, std::int64_t hi) {
-      const std::int64_t n = hi - lo;
-      T pv[cpu::kChunk], gv[cpu::kChunk], v0[cpu::kChunk], v1[cpu::kChunk];
-      cpu::load(p, lo, n, pv);
-      cpu::load(g, lo, n, gv);
-      if (b0) cpu::load(*b0, lo, n, v0);
-      if (b1) cpu::load(*b1, lo, n, v1);
-      for (std::int64_t i = 0; i < n; ++i) f(pv[i], gv[i], v0[i], v1[i]);
-      cpu::store(p, lo, n, pv);
-      if (b0) cpu::store(*b0, lo, n, v0);
-      if (b1) cpu::store(*b1, lo, n, v1);
-    });
-  });
+// A copy of t on `device` (a state loaded from a file is on the host).
+Tensor copy_on(const Tensor& t, Device device) {
+  Tensor c = Tensor::empty(t.shape(), t.dtype(), device);
+  c.copy_from(t);
+  return c;
 }
 
 // ---- the state file: magic, then per tensor: name, dtype, rank, dims, bytes ----
@@ -152,7 +142,7 @@ void Optimizer::load_state(const State& s) {
       if (t.shape() != it->second->shape())
         throw std::invalid_argument("optimizer state: " + name + "." + bname + " has shape " +
                                     to_string(t.shape()) + ", the parameter " + to_string(it->second->shape()));
-      copy.buffers[name][bname] = t.clone();
+      copy.buffers[name][bname] = copy_on(t, it->second->device());
     }
   }
   state_ = std::move(copy);
@@ -174,7 +164,8 @@ void Optimizer::save(const std::string& path) const {
         const auto rank = static_cast<std::uint64_t>(t.dim());
         out.write(reinterpret_cast<const char*>(&rank), sizeof rank);
         out.write(reinterpret_cast<const char*>(t.shape().data()), static_cast<std::streamsize>(rank * sizeof(std::int64_t)));
-        out.write(static_cast<const char*>(t.raw()), static_cast<std::streamsize>(t.nbytes()));
+        const Tensor host = t.to(Device::cpu);
+        out.write(static_cast<const char*>(host.raw()), static_cast<std::streamsize>(host.nbytes()));
       }
     if (!out) throw std::runtime_error("optimizer save: writing " + tmp + " failed");
   }
@@ -220,25 +211,19 @@ SGD::SGD(NamedParams params, double lr, Options o) : Optimizer(std::move(params)
 }
 
 void SGD::update(Tensor& p, const Tensor& g, std::map<std::string, Tensor>& buffers, std::int64_t) {
-  const double lr_d = lr(), wd = o_.weight_decay, mu = o_.momentum, damp = o_.dampening;
-  const bool nesterov = o_.nesterov;
-  if (mu == 0) {
-    for_each_element(p, g, nullptr, nullptr, [&](auto& pv, auto gv, auto&, auto&) {
-      using T = std::remove_reference_t<decltype(pv)>;
-      if (wd != 0) gv += T(wd) * pv;  // (not 0 * p: an Inf weight must not turn into NaN)
-      pv -= T(lr_d) * gv;
-    });
+  kernels::SgdStep step;
+  step.lr = lr();
+  step.weight_decay = o_.weight_decay;
+  step.momentum = o_.momentum;
+  step.one_minus_dampening = 1 - o_.dampening;
+  step.nesterov = o_.nesterov;
+  if (o_.momentum == 0) {
+    dispatch<TrainingKernels>("SGD step", {&p, &g}).sgd(view_of(p), view_of(g), kernels::View{}, step);
     return;
   }
-  const bool first = buffers.find("momentum_buffer") == buffers.end();
+  step.first = buffers.find("momentum_buffer") == buffers.end();
   Tensor& b = buffer(buffers, "momentum_buffer", p);
-  for_each_element(p, g, &b, nullptr, [&](auto& pv, auto gv, auto& bv, auto&) {
-    using T = std::remove_reference_t<decltype(pv)>;
-    if (wd != 0) gv += T(wd) * pv;
-    bv = first ? gv : T(mu) * bv + T(1 - damp) * gv;
-    const T d = nesterov ? gv + T(mu) * bv : bv;
-    pv -= T(lr_d) * d;
-  });
+  dispatch<TrainingKernels>("SGD step", {&p, &g, &b}).sgd(view_of(p), view_of(g), view_of(b), step);
 }
 
 // ---- Adam (PyTorch): g += wd p (Adam) or p *= 1 - lr wd (AdamW);
@@ -253,18 +238,19 @@ Adam::Adam(NamedParams params, double lr, Options o) : Optimizer(std::move(param
 void Adam::update(Tensor& p, const Tensor& g, std::map<std::string, Tensor>& buffers, std::int64_t step) {
   Tensor& m = buffer(buffers, "exp_avg", p);
   Tensor& v = buffer(buffers, "exp_avg_sq", p);
-  const double lr_d = lr(), b1 = o_.beta1, b2 = o_.beta2, eps = o_.eps, wd = o_.weight_decay;
-  const bool decoupled = o_.decoupled;
-  const double bc1 = 1 - std::pow(b1, static_cast<double>(step));
-  const double bc2_sqrt = std::sqrt(1 - std::pow(b2, static_cast<double>(step)));
-  for_each_element(p, g, &m, &v, [&](auto& pv, auto gv, auto& mv, auto& vv) {
-    using T = std::remove_reference_t<decltype(pv)>;
-    if (wd != 0 && decoupled) pv *= T(1 - lr_d * wd);
-    if (wd != 0 && !decoupled) gv += T(wd) * pv;
-    mv = T(b1) * mv + T(1 - b1) * gv;
-    vv = T(b2) * vv + T(1 - b2) * gv * gv;
-    pv -= T(lr_d / bc1) * mv / (std::sqrt(vv) / T(bc2_sqrt) + T(eps));
-  });
+  const double lr_d = lr(), b1 = o_.beta1, b2 = o_.beta2;
+  kernels::AdamStep s;
+  s.lr_over_bias1 = lr_d / (1 - std::pow(b1, static_cast<double>(step)));
+  s.bias2_sqrt = std::sqrt(1 - std::pow(b2, static_cast<double>(step)));
+  s.beta1 = b1;
+  s.one_minus_beta1 = 1 - b1;
+  s.beta2 = b2;
+  s.one_minus_beta2 = 1 - b2;
+  s.eps = o_.eps;
+  s.weight_decay = o_.weight_decay;
+  s.decay = 1 - lr_d * o_.weight_decay;
+  s.decoupled = o_.decoupled;
+  dispatch<TrainingKernels>("Adam step", {&p, &g, &m, &v}).adam(view_of(p), view_of(g), view_of(m), view_of(v), s);
 }
 
 double clip_grad_norm(Optimizer& optimizer, double max_norm) {
@@ -274,7 +260,7 @@ double clip_grad_norm(Optimizer& optimizer, double max_norm) {
   for (std::size_t i = 0; i < optimizer.size(); ++i) {
     const Tensor g = optimizer.gradient(i);
     if (!g.defined()) continue;
-    Tensor carrier = Tensor::empty(g.shape(), g.dtype());
+    Tensor carrier = Tensor::empty(g.shape(), g.dtype(), g.device());
     carrier.set_grad(g);
     grads.emplace_back(optimizer.params()[i].first, carrier);
   }
@@ -282,19 +268,19 @@ double clip_grad_norm(Optimizer& optimizer, double max_norm) {
 }
 
 double clip_grad_norm(const NamedParams& params, double max_norm) {
+  // One sum over every gradient in turn, as a single loop over all their elements.
   double total = 0;
   for (const auto& [name, p] : params) {
-    if (!p.grad().defined()) continue;
-    for (double x : p.grad().to_f64()) total += x * x;
+    const Tensor& g = p.grad();
+    if (g.defined()) total = kernels_on<TrainingKernels>(g.device()).sum_squares(view_of(g), total);
   }
   total = std::sqrt(total);
   const double coef = max_norm / (total + 1e-6);
   if (coef < 1) {
     NoGradGuard no_grad;
     for (const auto& [name, p] : params) {
-      if (!p.grad().defined()) continue;
-      Tensor g = p.grad();
-      g.copy_from(cpu::map_unary(g, [coef](auto x) { return x * decltype(x)(coef); }));
+      const Tensor& g = p.grad();
+      if (g.defined()) kernels_on<TrainingKernels>(g.device()).scale(view_of(g), coef);
     }
   }
   return total;

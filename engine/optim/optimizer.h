@@ -1,6 +1,8 @@
 // Optimizers: SGD (momentum, Nesterov, weight decay), Adam, AdamW, with PyTorch's update
 // rules; gradient clipping by global norm; state that can be saved and loaded.
-// Updates compute in f32 or f64 ("opmath") and round once into each parameter's dtype.
+// Updates compute in f32 or f64 ("opmath") and round once into each parameter's dtype,
+// on the parameter's device (kernels/training_kernels.h), where its master weight and
+// its buffers live too.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +17,8 @@ namespace ampcheck::optim {
 
 using NamedParams = std::vector<std::pair<std::string, Tensor>>;
 
-// Per-parameter buffers by name ("exp_avg", "momentum_buffer", ...), and the step count.
+// Per-parameter buffers by name ("exp_avg", "momentum_buffer", ...), each on its
+// parameter's device, and the step count.
 struct State {
   std::int64_t step = 0;
   std::map<std::string, std::map<std::string, Tensor>> buffers;  // param name -> buffers

@@ -3,7 +3,10 @@
 // portable), then the run-time dispatch.
 #include "kernels/cpu/convert.h"
 
+#include <algorithm>
 #include <array>
+#include <cstdlib>  // std::getenv
+#include <cstring>
 #include <stdexcept>  // std::invalid_argument
 #include <string>
 
@@ -298,6 +301,80 @@ void f32_to_bf16(const float* src, std::uint16_t* dst, std::size_t n, Isa isa) {
 }
 void bf16_to_f32(const std::uint16_t* src, float* dst, std::size_t n, Isa isa) {
   run(kBf16ToF32, src, dst, n, isa);
+}
+
+Isa active_isa() {
+  static const Isa isa = [] {
+    const char* env = std::getenv("AMPCHECK_CPU_ISA");
+    if (env == nullptr || *env == '\0') return best_isa();
+    const auto chosen = isa_from_name(env);
+    if (!chosen)
+      throw std::invalid_argument("AMPCHECK_CPU_ISA=\"" + std::string(env) +
+                                  "\" is not a conversion path; use scalar, f16c, avx512 or "
+                                  "avx512_bf16, or unset it for the best one");
+    if (!isa_supported(*chosen))
+      throw std::invalid_argument("AMPCHECK_CPU_ISA=" + std::string(env) +
+                                  " is not supported by this CPU; the best it runs is " +
+                                  std::string(isa_name(best_isa())));
+    return *chosen;
+  }();
+  return isa;
+}
+
+
+namespace {
+
+template <typename T>
+const T* as(const void* p, std::size_t i = 0) {
+  return static_cast<const T*>(p) + i;
+}
+template <typename T>
+T* as(void* p, std::size_t i = 0) {
+  return static_cast<T*>(p) + i;
+}
+
+void narrow_from_f32(const float* s, std::uint16_t* d, std::size_t n, DType to) {
+  (to == DType::f16 ? f32_to_f16 : f32_to_bf16)(s, d, n, active_isa());
+}
+void widen_to_f32(const std::uint16_t* s, float* d, std::size_t n, DType from) {
+  (from == DType::f16 ? f16_to_f32 : bf16_to_f32)(s, d, n, active_isa());
+}
+
+}  // namespace
+
+void convert(const void* src, DType from, void* dst, DType to, std::size_t n) {
+  if (!(from != DType::i64) || !(to != DType::i64))
+    throw std::invalid_argument("convert: only float dtypes convert here (an i64 tensor takes integral values)");
+  const bool narrow_from = from == DType::f16 || from == DType::bf16;
+  const bool narrow_to = to == DType::f16 || to == DType::bf16;
+  if (from == to) {
+    std::memcpy(dst, src, n * element_size(from));
+  } else if (from == DType::f32 && narrow_to) {
+    narrow_from_f32(as<float>(src), as<std::uint16_t>(dst), n, to);
+  } else if (narrow_from && to == DType::f32) {
+    widen_to_f32(as<std::uint16_t>(src), as<float>(dst), n, from);
+  } else if (from == DType::f64 && to == DType::f32) {
+    std::transform(as<double>(src), as<double>(src, n), as<float>(dst),
+                   [](double v) { return static_cast<float>(v); });
+  } else if (from == DType::f32 && to == DType::f64) {
+    std::transform(as<float>(src), as<float>(src, n), as<double>(dst),
+                   [](float v) { return static_cast<double>(v); });
+  } else if (from == DType::f64) {  // to f16/bf16: one rounding from binary64
+    const auto fn = to == DType::f16 ? f64_to_f16_bits : f64_to_bf16_bits;
+    std::transform(as<double>(src), as<double>(src, n), as<std::uint16_t>(dst),
+                   [fn](double v) { return fn(bits_of(v)); });
+  } else {  // f16/bf16 -> f64 or f16 <-> bf16: through f32, which holds both exactly
+    std::array<float, 1024> tmp;
+    for (std::size_t i = 0; i < n; i += tmp.size()) {
+      const std::size_t m = std::min(tmp.size(), n - i);
+      widen_to_f32(as<std::uint16_t>(src, i), tmp.data(), m, from);
+      if (to == DType::f64)
+        std::transform(tmp.data(), tmp.data() + m, as<double>(dst, i),
+                       [](float v) { return static_cast<double>(v); });
+      else
+        narrow_from_f32(tmp.data(), as<std::uint16_t>(dst, i), m, to);
+    }
+  }
 }
 
 }  // namespace ampcheck::kernels::cpu

@@ -8,6 +8,8 @@
 #include <optional>
 #include <string_view>
 
+#include "kernels/dtype.h"
+
 namespace ampcheck::kernels::cpu {
 
 // The instruction-set paths, slowest first. Each later path needs the CPU features of
@@ -24,5 +26,15 @@ void f32_to_f16(const float* src, std::uint16_t* dst, std::size_t n, Isa isa);
 void f16_to_f32(const std::uint16_t* src, float* dst, std::size_t n, Isa isa);
 void f32_to_bf16(const float* src, std::uint16_t* dst, std::size_t n, Isa isa);
 void bf16_to_f32(const std::uint16_t* src, float* dst, std::size_t n, Isa isa);
+
+// The path the CPU kernels use: the best this CPU runs, or the one named by the
+// environment variable AMPCHECK_CPU_ISA (scalar, f16c, avx512, avx512_bf16), which
+// throws std::invalid_argument when the name is unknown or this CPU lacks it. Read once.
+Isa active_isa();
+
+// n elements from src (of dtype `from`) into dst (of dtype `to`) on the active path.
+// Every pair of float dtypes converts; f16 <-> bf16 goes through exact f32, so each
+// element is rounded once. i64 on either side throws std::invalid_argument.
+void convert(const void* src, DType from, void* dst, DType to, std::size_t n);
 
 }  // namespace ampcheck::kernels::cpu

@@ -16,6 +16,8 @@
 // a tile into NR-wide panels, through 8 x 8 (f64: 4 x 4) register transposes.
 #include "kernels/cpu/gemm.h"
 
+#include "kernels/cpu/convert.h"  // active_isa: AMPCHECK_CPU_ISA caps the GEMM path too
+
 #include <algorithm>
 #include <array>
 #include <cmath>      // std::fma: the scalar path's one rounding
@@ -326,6 +328,17 @@ void gemm_tiles(const GemmPlan& plan, const GemmArgs<float>& args, i64 first, i6
 }
 void gemm_tiles(const GemmPlan& plan, const GemmArgs<double>& args, i64 first, i64 last) {
   tiles_with(plan, args, first, last);
+}
+
+GemmIsa active_gemm_isa() {
+  static const GemmIsa isa = [] {
+    const Isa limit = active_isa();
+    GemmIsa best = GemmIsa::scalar;
+    if (limit >= Isa::f16c && gemm_isa_supported(GemmIsa::avx2)) best = GemmIsa::avx2;
+    if (limit >= Isa::avx512 && gemm_isa_supported(GemmIsa::avx512)) best = GemmIsa::avx512;
+    return best;
+  }();
+  return isa;
 }
 
 }  // namespace ampcheck::kernels::cpu

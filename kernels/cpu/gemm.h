@@ -26,6 +26,10 @@ namespace ampcheck::kernels::cpu {
 enum class GemmIsa : int { scalar, avx2, avx512 };
 std::string_view gemm_isa_name(GemmIsa isa);
 bool gemm_isa_supported(GemmIsa isa);  // AVX2 also needs FMA; AVX-512 needs AVX-512F
+// The path the CPU GEMM takes: AVX-512 where the CPU has it, else AVX2+FMA, else scalar,
+// capped by AMPCHECK_CPU_ISA as the conversions are (scalar -> scalar, f16c -> avx2,
+// avx512 and avx512_bf16 -> avx512; see active_isa()). Every path gives the same bits.
+GemmIsa active_gemm_isa();
 
 template <typename T>
 struct GemmArgs {

@@ -14,4 +14,8 @@ namespace ampcheck::kernels::cuda {
 // build has no CUDA; each call it makes later throws naming the failed CUDA call.
 std::unique_ptr<DeviceMemory> cuda_device_memory(int device);
 
+// The statistics of GPU 0's caching allocator (kernels/cuda/runtime.h), when a tensor
+// has been allocated there; false otherwise (and always in a build without CUDA).
+bool allocator_stats(AllocatorStats& out);
+
 }  // namespace ampcheck::kernels::cuda

@@ -13,4 +13,6 @@ std::unique_ptr<DeviceMemory> cuda_device_memory(int device) {
                            "-DAMPCHECK_CUDA=ON on a machine with the CUDA toolkit");
 }
 
+bool allocator_stats(AllocatorStats&) { return false; }
+
 }  // namespace ampcheck::kernels::cuda

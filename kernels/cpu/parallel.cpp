@@ -1,4 +1,4 @@
-#include "engine/parallel.h"
+#include "kernels/cpu/parallel.h"
 
 #include <algorithm>
 #include <atomic>
@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-namespace ampcheck {
+namespace ampcheck::kernels::cpu {
 namespace {
 
 thread_local bool t_in_parallel = false;
@@ -163,4 +163,4 @@ void parallel_for(std::int64_t n, std::int64_t grain,
   pool().run(chunks, chunk);
 }
 
-}  // namespace ampcheck
+}  // namespace ampcheck::kernels::cpu

@@ -1,0 +1,418 @@
+// The convolution and pooling family on the CPU (kernels/conv_pool_kernels.h).
+//   conv2d: im2col + GEMM per sample and group (float GEMM for f32/f16/bf16, double for
+//           f64), parallel over the batch;
+//   max_pool2d, avg_pool2d, adaptive_avg_pool2d: direct loops, parallel over planes.
+// Every kernel loads its inputs into the compute type, works there, and stores each
+// result once, so f16/bf16 results are the f32 results rounded once. No reduction is
+// split across threads in a thread-count-dependent way: results are bit-identical for
+// every thread count.
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/conv_pool_kernels.h"
+#include "kernels/cpu/parallel.h"
+#include "kernels/cpu/tensor_io.h"
+
+namespace ampcheck::kernels::cpu {
+namespace {
+
+using i64 = std::int64_t;
+
+std::size_t usize(i64 n) { return static_cast<std::size_t>(n); }
+
+// ---------------------------------------------------------------------------------
+// conv2d
+
+// The output columns ox whose input column ox*sw - pw + j*dw lies inside [0, w): one
+// range per kernel column j, so the copy loops below carry no per-element bounds test.
+struct ColumnRange {
+  i64 lo = 0, hi = 0;  // ox in [lo, hi)
+};
+ColumnRange valid_columns(const ConvGeometry& g, i64 j) {
+  const i64 shift = j * g.dw - g.pw;  // ix = ox*sw + shift
+  auto ceil_div = [](i64 a, i64 b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); };
+  const i64 lo = std::clamp<i64>(ceil_div(-shift, g.sw), 0, g.ow);
+  const i64 hi = std::clamp<i64>(ceil_div(g.w - shift, g.sw), lo, g.ow);
+  return {lo, hi};
+}
+
+// col[(c, i, j), (oy, ox)] = x[c, oy*sh - ph + i*dh, ox*sw - pw + j*dw], 0 in the padding;
+// rows are channel-major, so group g's rows are the contiguous block [g*k, (g+1)*k).
+template <typename T>
+void im2col(const ConvGeometry& g, const T* x, T* col) {
+  for (i64 c = 0; c < g.c_in; ++c) {
+    const T* plane = x + c * g.hw();
+    for (i64 i = 0; i < g.kh; ++i) {
+      for (i64 j = 0; j < g.kw; ++j) {
+        T* row = col + ((c * g.kh + i) * g.kw + j) * g.ohw();
+        const ColumnRange r = valid_columns(g, j);
+        const i64 shift = j * g.dw - g.pw;
+        for (i64 oy = 0; oy < g.oh; ++oy) {
+          T* dst = row + oy * g.ow;
+          const i64 iy = oy * g.sh - g.ph + i * g.dh;
+          if (iy < 0 || iy >= g.h) {
+            std::fill(dst, dst + g.ow, T{0});
+            continue;
+          }
+          const T* src = plane + iy * g.w + shift;
+          std::fill(dst, dst + r.lo, T{0});
+          if (g.sw == 1)
+            std::copy(src + r.lo, src + r.hi, dst + r.lo);
+          else
+            for (i64 ox = r.lo; ox < r.hi; ++ox) dst[ox] = src[ox * g.sw];
+          std::fill(dst + r.hi, dst + g.ow, T{0});
+        }
+      }
+    }
+  }
+}
+
+// Sample s of x loaded into `x`, and the GEMM operand it gives: its im2col columns, or x
+// itself for a pointwise (1x1, stride 1, no padding) convolution.
+template <typename T>
+const T* sample_columns(const ConvGeometry& g, const View& input, i64 s, std::vector<T>& x, std::vector<T>& col) {
+  const i64 x_size = g.c_in * g.hw();
+  load(input, s * x_size, x_size, x.data());
+  if (g.pointwise()) return x.data();
+  im2col(g, x.data(), col.data());
+  return col.data();
+}
+
+// The adjoint of im2col: x[c, iy, ix] += col[(c, i, j), (oy, ox)] (x zeroed first).
+template <typename T>
+void col2im(const ConvGeometry& g, const T* col, T* x) {
+  std::fill(x, x + g.c_in * g.hw(), T{0});
+  for (i64 c = 0; c < g.c_in; ++c) {
+    T* plane = x + c * g.hw();
+    for (i64 i = 0; i < g.kh; ++i) {
+      for (i64 j = 0; j < g.kw; ++j) {
+        const T* row = col + ((c * g.kh + i) * g.kw + j) * g.ohw();
+        const ColumnRange r = valid_columns(g, j);
+        const i64 shift = j * g.dw - g.pw;
+        for (i64 oy = 0; oy < g.oh; ++oy) {
+          const i64 iy = oy * g.sh - g.ph + i * g.dh;
+          if (iy < 0 || iy >= g.h) continue;
+          const T* src = row + oy * g.ow;
+          T* dst = plane + iy * g.w + shift;
+          for (i64 ox = r.lo; ox < r.hi; ++ox) dst[ox * g.sw] += src[ox];
+        }
+      }
+    }
+  }
+}
+
+template <typename T>
+void conv_forward(const ConvGeometry& g, const View& input, const View& weight_v, const View& bias_v,
+                  const View& out) {
+  const std::vector<T> weight = values<T>(weight_v);
+  const bool has_bias = bias_v.data != nullptr;
+  const std::vector<T> bias = has_bias ? values<T>(bias_v) : std::vector<T>{};
+  const i64 x_size = g.c_in * g.hw(), y_size = g.c_out * g.ohw();
+  parallel_for(g.n, 1, [&](i64 begin, i64 end) {
+    std::vector<T> x(usize(x_size)), y(usize(y_size));
+    std::vector<T> col(g.pointwise() ? 0 : usize(g.c_in * g.kh * g.kw * g.ohw()));
+    for (i64 s = begin; s < end; ++s) {
+      const T* cols = sample_columns(g, input, s, x, col);
+      // y_g [C_out/g, OH*OW] = W_g [C_out/g, k] . col_g [k, OH*OW]
+      for (i64 grp = 0; grp < g.groups; ++grp)
+        gemm(false, false, g.cout_g(), g.ohw(), g.k(), weight.data() + grp * g.cout_g() * g.k(), g.k(),
+             cols + grp * g.k() * g.ohw(), g.ohw(), y.data() + grp * g.cout_g() * g.ohw(), g.ohw());
+      if (has_bias)
+        for (i64 c = 0; c < g.c_out; ++c) {
+          T* row = y.data() + c * g.ohw();
+          for (i64 i = 0; i < g.ohw(); ++i) row[i] += bias[usize(c)];
+        }
+      store(out, s * y_size, y_size, y.data());
+    }
+  });
+}
+
+// Cap on the per-slot partial weight gradients (elements over all slots).
+constexpr i64 kWeightSlotBudget = i64{1} << 22;
+constexpr i64 kMaxWeightSlots = 16;
+
+// grad_x_n = col2im(W^T . gy_n), per group: gcol_g [k, OH*OW] = W_g^T . gy_g
+template <typename T>
+void conv_grad_x(const ConvGeometry& g, const View& grad, const View& weight_v, const View& gx) {
+  const std::vector<T> weight = values<T>(weight_v);
+  const i64 x_size = g.c_in * g.hw(), y_size = g.c_out * g.ohw();
+  parallel_for(g.n, 1, [&](i64 begin, i64 end) {
+    std::vector<T> gy(usize(y_size)), gcol(usize(g.c_in * g.kh * g.kw * g.ohw()));
+    std::vector<T> gx_buf(g.pointwise() ? 0 : usize(x_size));
+    for (i64 s = begin; s < end; ++s) {
+      load(grad, s * y_size, y_size, gy.data());
+      for (i64 grp = 0; grp < g.groups; ++grp)
+        gemm(true, false, g.k(), g.ohw(), g.cout_g(), weight.data() + grp * g.cout_g() * g.k(), g.k(),
+             gy.data() + grp * g.cout_g() * g.ohw(), g.ohw(), gcol.data() + grp * g.k() * g.ohw(), g.ohw());
+      if (g.pointwise()) {
+        store(gx, s * x_size, x_size, gcol.data());
+      } else {
+        col2im(g, gcol.data(), gx_buf.data());
+        store(gx, s * x_size, x_size, gx_buf.data());
+      }
+    }
+  });
+}
+
+// grad_W_g = sum_n gy_n,g [C_out/g, OH*OW] . col_n,g^T. The batch is cut into a number
+// of slots that depends on the shapes only; each slot sums its samples in order and
+// the slots are added in order, so the result does not depend on the thread count.
+template <typename T>
+void conv_grad_w(const ConvGeometry& g, const View& input, const View& grad, const View& gw_out) {
+  const i64 x_size = g.c_in * g.hw(), y_size = g.c_out * g.ohw();
+  const i64 col_size = g.pointwise() ? 0 : g.c_in * g.kh * g.kw * g.ohw();
+  const i64 w_size = g.c_out * g.k();
+  std::vector<T> gw(usize(w_size), T{0});
+  if (g.n > 0) {
+    const i64 slots = std::max<i64>(1, std::min({g.n, kMaxWeightSlots, kWeightSlotBudget / w_size}));
+    std::vector<std::vector<T>> partial(usize(slots));
+    parallel_for(slots, 1, [&](i64 begin, i64 end) {
+      std::vector<T> x(usize(x_size)), gy(usize(y_size)), col(usize(col_size));
+      for (i64 slot = begin; slot < end; ++slot) {
+        std::vector<T>& acc = partial[usize(slot)];
+        acc.assign(usize(w_size), T{0});
+        for (i64 s = slot * g.n / slots; s < (slot + 1) * g.n / slots; ++s) {
+          const T* cols = sample_columns(g, input, s, x, col);
+          load(grad, s * y_size, y_size, gy.data());
+          for (i64 grp = 0; grp < g.groups; ++grp)
+            gemm(false, true, g.cout_g(), g.k(), g.ohw(), gy.data() + grp * g.cout_g() * g.ohw(), g.ohw(),
+                 cols + grp * g.k() * g.ohw(), g.ohw(), acc.data() + grp * g.cout_g() * g.k(), g.k(),
+                 /*accumulate=*/true);
+        }
+      }
+    });
+    for (const std::vector<T>& acc : partial)
+      for (std::size_t i = 0; i < gw.size(); ++i) gw[i] += acc[i];
+  }
+  store(gw_out, 0, w_size, gw.data());
+}
+
+// grad_b[c] = sum over n, oy, ox of gy[n, c, oy, ox]; one channel per work item.
+template <typename T>
+void conv_grad_b(const ConvGeometry& g, const View& grad, const View& gb_out) {
+  std::vector<T> gb(usize(g.c_out), T{0});
+  parallel_for(g.c_out, 1, [&](i64 begin, i64 end) {
+    std::vector<T> row(usize(g.ohw()));
+    for (i64 c = begin; c < end; ++c) {
+      T acc{0};
+      for (i64 s = 0; s < g.n; ++s) {
+        load(grad, (s * g.c_out + c) * g.ohw(), g.ohw(), row.data());
+        for (const T v : row) acc += v;
+      }
+      gb[usize(c)] = acc;
+    }
+  });
+  store(gb_out, 0, g.c_out, gb.data());
+}
+
+// ---------------------------------------------------------------------------------
+// pooling
+
+// Runs f(plane, src_plane, dst_plane) for each of the planes: src planes of src_size
+// elements loaded from `src` in the compute type, dst planes of dst_size stored once into
+// `out`. Each plane is one work item.
+template <typename T, typename F>
+void per_plane(const View& src, i64 planes, i64 src_size, i64 dst_size, const View& out, F f) {
+  const i64 grain = std::max<i64>(1, kChunk / std::max<i64>(1, src_size + dst_size));
+  parallel_for(planes, grain, [&](i64 begin, i64 end) {
+    std::vector<T> a(usize(src_size)), b(usize(dst_size));
+    for (i64 p = begin; p < end; ++p) {
+      load(src, p * src_size, src_size, a.data());
+      f(p, a.data(), b.data());
+      store(out, p * dst_size, dst_size, b.data());
+    }
+  });
+}
+
+// Index (within its H*W plane) of each window's maximum (max_pool_takes decides).
+// Padding never wins: it is not visited.
+template <typename T>
+void argmax_plane(const PoolGeometry& g, const T* x, std::int64_t* idx) {
+  for (i64 oy = 0; oy < g.oh; ++oy) {
+    const i64 y0 = std::max<i64>(oy * g.sh - g.ph, 0);
+    const i64 y1 = std::min(oy * g.sh - g.ph + g.kh, g.h);
+    for (i64 ox = 0; ox < g.ow; ++ox) {
+      const i64 x0 = std::max<i64>(ox * g.sw - g.pw, 0);
+      const i64 x1 = std::min(ox * g.sw - g.pw + g.kw, g.w);
+      i64 best = -1;
+      for (i64 iy = y0; iy < y1; ++iy)
+        for (i64 ix = x0; ix < x1; ++ix) {
+          const i64 i = iy * g.w + ix;
+          if (best < 0 || max_pool_takes(x[i], x[best])) best = i;
+        }
+      idx[oy * g.ow + ox] = best;
+    }
+  }
+}
+
+template <typename T>
+void max_pool_forward(const PoolGeometry& g, const View& x, const View& out, const View& indices) {
+  std::int64_t* idx = indices.as<std::int64_t>();
+  per_plane<T>(x, g.planes(), g.hw(), g.ohw(), out, [&](i64 p, const T* src, T* dst) {
+    std::int64_t* ip = idx + p * g.ohw();
+    argmax_plane(g, src, ip);
+    for (i64 o = 0; o < g.ohw(); ++o) dst[o] = src[ip[o]];
+  });
+}
+
+template <typename T>
+void max_pool_indices(const PoolGeometry& g, const View& x, const View& indices) {
+  std::int64_t* out_idx = indices.as<std::int64_t>();
+  parallel_for(g.planes(), 1, [&](i64 begin, i64 end) {
+    std::vector<T> plane(usize(g.hw()));
+    for (i64 p = begin; p < end; ++p) {
+      load(x, p * g.hw(), g.hw(), plane.data());
+      argmax_plane(g, plane.data(), out_idx + p * g.ohw());
+    }
+  });
+}
+
+// grad_x[argmax(o)] += gy[o]
+template <typename T>
+void max_pool_backward(const PoolGeometry& g, const View& grad, const View& indices, const View& gx_out) {
+  const std::int64_t* idx = indices.as<const std::int64_t>();
+  per_plane<T>(grad, g.planes(), g.ohw(), g.hw(), gx_out, [&](i64 p, const T* gy, T* gx) {
+    std::fill(gx, gx + g.hw(), T{0});
+    const std::int64_t* ip = idx + p * g.ohw();
+    for (i64 o = 0; o < g.ohw(); ++o) gx[ip[o]] += gy[o];
+  });
+}
+
+// y[o] = sum of the window (padding counts as zeros) / (kH*kW)
+template <typename T>
+void avg_pool_forward(const PoolGeometry& g, const View& x, const View& out) {
+  const T divisor = static_cast<T>(g.kh * g.kw);
+  per_plane<T>(x, g.planes(), g.hw(), g.ohw(), out, [&](i64, const T* src, T* dst) {
+    for (i64 oy = 0; oy < g.oh; ++oy) {
+      const i64 y0 = std::max<i64>(oy * g.sh - g.ph, 0);
+      const i64 y1 = std::min(oy * g.sh - g.ph + g.kh, g.h);
+      for (i64 ox = 0; ox < g.ow; ++ox) {
+        const i64 x0 = std::max<i64>(ox * g.sw - g.pw, 0);
+        const i64 x1 = std::min(ox * g.sw - g.pw + g.kw, g.w);
+        T acc{0};
+        for (i64 iy = y0; iy < y1; ++iy)
+          for (i64 ix = x0; ix < x1; ++ix) acc += src[iy * g.w + ix];
+        dst[oy * g.ow + ox] = acc / divisor;
+      }
+    }
+  });
+}
+
+// grad_x[i] = sum over the windows o holding i of gy[o] / (kH*kW)
+template <typename T>
+void avg_pool_backward(const PoolGeometry& g, const View& grad, const View& gx_out) {
+  const T divisor = static_cast<T>(g.kh * g.kw);
+  per_plane<T>(grad, g.planes(), g.ohw(), g.hw(), gx_out, [&](i64, const T* gy, T* gx) {
+    std::fill(gx, gx + g.hw(), T{0});
+    for (i64 oy = 0; oy < g.oh; ++oy) {
+      const i64 y0 = std::max<i64>(oy * g.sh - g.ph, 0);
+      const i64 y1 = std::min(oy * g.sh - g.ph + g.kh, g.h);
+      for (i64 ox = 0; ox < g.ow; ++ox) {
+        const i64 x0 = std::max<i64>(ox * g.sw - g.pw, 0);
+        const i64 x1 = std::min(ox * g.sw - g.pw + g.kw, g.w);
+        const T v = gy[oy * g.ow + ox] / divisor;
+        for (i64 iy = y0; iy < y1; ++iy)
+          for (i64 ix = x0; ix < x1; ++ix) gx[iy * g.w + ix] += v;
+      }
+    }
+  });
+}
+
+// y[oy, ox] = mean of x over rows [hs, he) and columns [ws, we) (adaptive windows)
+template <typename T>
+void adaptive_forward(const PoolGeometry& g, const View& x, const View& out) {
+  per_plane<T>(x, g.planes(), g.hw(), g.ohw(), out, [&](i64, const T* src, T* dst) {
+    for (i64 oy = 0; oy < g.oh; ++oy) {
+      const i64 y0 = adaptive_start(oy, g.h, g.oh);
+      const i64 y1 = adaptive_end(oy, g.h, g.oh);
+      for (i64 ox = 0; ox < g.ow; ++ox) {
+        const i64 x0 = adaptive_start(ox, g.w, g.ow);
+        const i64 x1 = adaptive_end(ox, g.w, g.ow);
+        T acc{0};
+        for (i64 iy = y0; iy < y1; ++iy)
+          for (i64 ix = x0; ix < x1; ++ix) acc += src[iy * g.w + ix];
+        dst[oy * g.ow + ox] = acc / static_cast<T>((y1 - y0) * (x1 - x0));
+      }
+    }
+  });
+}
+
+// grad_x[i] = sum over the windows o holding i of gy[o] / |window o|
+template <typename T>
+void adaptive_backward(const PoolGeometry& g, const View& grad, const View& gx_out) {
+  per_plane<T>(grad, g.planes(), g.ohw(), g.hw(), gx_out, [&](i64, const T* gy, T* gx) {
+    std::fill(gx, gx + g.hw(), T{0});
+    for (i64 oy = 0; oy < g.oh; ++oy) {
+      const i64 y0 = adaptive_start(oy, g.h, g.oh);
+      const i64 y1 = adaptive_end(oy, g.h, g.oh);
+      for (i64 ox = 0; ox < g.ow; ++ox) {
+        const i64 x0 = adaptive_start(ox, g.w, g.ow);
+        const i64 x1 = adaptive_end(ox, g.w, g.ow);
+        const T v = gy[oy * g.ow + ox] / static_cast<T>((y1 - y0) * (x1 - x0));
+        for (i64 iy = y0; iy < y1; ++iy)
+          for (i64 ix = x0; ix < x1; ++ix) gx[iy * g.w + ix] += v;
+      }
+    }
+  });
+}
+
+// The table's entries: each runs its kernel in the compute type of the result's dtype
+// (the engine has made every float input share it).
+
+void conv2d_forward(const ConvGeometry& g, const View& x, const View& weight, const View& bias, const View& y) {
+  with_compute_type(y.dtype, [&](auto zero) { conv_forward<decltype(zero)>(g, x, weight, bias, y); });
+}
+void conv2d_backward_data(const ConvGeometry& g, const View& grad_y, const View& weight, const View& grad_x) {
+  with_compute_type(grad_x.dtype, [&](auto zero) { conv_grad_x<decltype(zero)>(g, grad_y, weight, grad_x); });
+}
+void conv2d_backward_filter(const ConvGeometry& g, const View& x, const View& grad_y, const View& grad_weight) {
+  with_compute_type(grad_weight.dtype, [&](auto zero) { conv_grad_w<decltype(zero)>(g, x, grad_y, grad_weight); });
+}
+void conv2d_backward_bias(const ConvGeometry& g, const View& grad_y, const View& grad_bias) {
+  with_compute_type(grad_bias.dtype, [&](auto zero) { conv_grad_b<decltype(zero)>(g, grad_y, grad_bias); });
+}
+
+void max_pool2d_forward(const PoolGeometry& g, const View& x, const View& y, const View& indices) {
+  with_compute_type(y.dtype, [&](auto zero) { max_pool_forward<decltype(zero)>(g, x, y, indices); });
+}
+void max_pool2d_indices(const PoolGeometry& g, const View& x, const View& indices) {
+  with_compute_type(x.dtype, [&](auto zero) { max_pool_indices<decltype(zero)>(g, x, indices); });
+}
+void max_pool2d_backward(const PoolGeometry& g, const View& grad_y, const View& indices, const View& grad_x) {
+  with_compute_type(grad_x.dtype, [&](auto zero) { max_pool_backward<decltype(zero)>(g, grad_y, indices, grad_x); });
+}
+void avg_pool2d_forward(const PoolGeometry& g, const View& x, const View& y) {
+  with_compute_type(y.dtype, [&](auto zero) { avg_pool_forward<decltype(zero)>(g, x, y); });
+}
+void avg_pool2d_backward(const PoolGeometry& g, const View& grad_y, const View& grad_x) {
+  with_compute_type(grad_x.dtype, [&](auto zero) { avg_pool_backward<decltype(zero)>(g, grad_y, grad_x); });
+}
+void adaptive_avg_pool2d_forward(const PoolGeometry& g, const View& x, const View& y) {
+  with_compute_type(y.dtype, [&](auto zero) { adaptive_forward<decltype(zero)>(g, x, y); });
+}
+void adaptive_avg_pool2d_backward(const PoolGeometry& g, const View& grad_y, const View& grad_x) {
+  with_compute_type(grad_x.dtype, [&](auto zero) { adaptive_backward<decltype(zero)>(g, grad_y, grad_x); });
+}
+
+}  // namespace
+}  // namespace ampcheck::kernels::cpu
+
+namespace ampcheck::kernels {
+
+const ConvPoolKernels& ConvPoolKernels::cpu() {
+  static const ConvPoolKernels k{&cpu::conv2d_forward,
+                                 &cpu::conv2d_backward_data,
+                                 &cpu::conv2d_backward_filter,
+                                 &cpu::conv2d_backward_bias,
+                                 &cpu::max_pool2d_forward,
+                                 &cpu::max_pool2d_indices,
+                                 &cpu::max_pool2d_backward,
+                                 &cpu::avg_pool2d_forward,
+                                 &cpu::avg_pool2d_backward,
+                                 &cpu::adaptive_avg_pool2d_forward,
+                                 &cpu::adaptive_avg_pool2d_backward};
+  return k;
+}
+
+}  // namespace ampcheck::kernels

@@ -1,0 +1,256 @@
+// The numerics family on the CPU (kernels/numerics_kernels.h). Statistics and swamping
+// cut the tensor into fixed chunks of kGrain elements over the thread pool, whose
+// partial results merge in chunk order: the same bits for any thread count. Inside a
+// chunk, blocks of kBlock elements are converted to f64 at once (vectorised) on the stack.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/convert.h"    // convert: the vectorised exact/rounding conversions
+#include "kernels/cpu/parallel.h"   // parallel_for: chunks fixed by n and grain only
+#include "kernels/cpu/tensor_io.h"  // load
+#include "kernels/numerics_kernels.h"
+
+namespace ampcheck::kernels::cpu {
+namespace {
+
+// Elements per parallel chunk (one partial summary each, ~2.5 KB) and per block
+// converted at once on the stack inside a chunk.
+constexpr std::int64_t kGrain = std::int64_t{1} << 14;
+constexpr std::int64_t kBlock = 1024;
+
+// Elements [begin, end) of v, in one thread, in element order.
+NumericsSummary stats_of_range(const View& v, std::int64_t begin, std::int64_t end) {
+  const NarrowBounds f16 = f16_bounds();
+  const NarrowBounds bf16 = bf16_bounds();
+  const auto* base = static_cast<const unsigned char*>(v.data);
+  const std::size_t size = element_size(v.dtype);
+
+  NumericsSummary s;
+  s.count = end - begin;
+  double lo = INFINITY, hi = -INFINITY, absmax = 0.0, min_nonzero = INFINITY;
+  double sum = 0.0, sum_squares = 0.0;
+  NarrowCounts c16, cbf;
+  double values[kBlock];
+  for (std::int64_t b = begin; b < end; b += kBlock) {
+    const auto m = static_cast<std::size_t>(std::min(kBlock, end - b));
+    convert(base + static_cast<std::size_t>(b) * size, v.dtype, values, DType::f64, m);  // exact
+    for (std::size_t i = 0; i < m; ++i) {
+      const double x = values[i];
+      if (((bits_of(x) >> 52) & 0x7ff) == 0x7ff) {  // NaN and Inf take the rare path
+        if (std::isnan(x))
+          ++s.nan;
+        else
+          ++(x > 0 ? s.pos_inf : s.neg_inf);
+        continue;
+      }
+      sum += x;
+      sum_squares += x * x;
+      lo = x < lo ? x : lo;
+      hi = x > hi ? x : hi;
+      const double a = std::fabs(x);
+      absmax = a > absmax ? a : absmax;
+      const bool nonzero = a != 0.0;
+      min_nonzero = nonzero && a < min_nonzero ? a : min_nonzero;
+      ++s.bins[exponent_bin(x)];
+      count_narrow(a, nonzero, f16, c16);
+      count_narrow(a, nonzero, bf16, cbf);
+    }
+  }
+  s.f16 = c16;
+  s.bf16 = cbf;
+  s.sum = sum;
+  s.sum_squares = sum_squares;
+  s.min = lo;
+  s.max = hi;
+  s.absmax = absmax;
+  s.min_nonzero_abs = min_nonzero;
+  return s;
+}
+
+void add_counts(NarrowCounts& into, const NarrowCounts& more) {
+  into.overflow += more.overflow;
+  into.rounds_to_max += more.rounds_to_max;
+  into.underflow += more.underflow;
+  into.subnormal += more.subnormal;
+}
+
+// Counts add, sums add (into's first), extremes combine where `more` has any.
+void merge(NumericsSummary& into, const NumericsSummary& more) {
+  const bool had_finite = into.finite() > 0;
+  const bool had_nonzero = into.nonzero_finite() > 0;
+  into.count += more.count;
+  into.nan += more.nan;
+  into.pos_inf += more.pos_inf;
+  into.neg_inf += more.neg_inf;
+  for (int k = 0; k < NumericsSummary::kBins; ++k) into.bins[k] += more.bins[k];
+  add_counts(into.f16, more.f16);
+  add_counts(into.bf16, more.bf16);
+  into.sum += more.sum;
+  into.sum_squares += more.sum_squares;
+  if (more.finite() > 0) {
+    into.min = had_finite ? std::min(into.min, more.min) : more.min;
+    into.max = had_finite ? std::max(into.max, more.max) : more.max;
+    into.absmax = had_finite ? std::max(into.absmax, more.absmax) : more.absmax;
+  }
+  if (more.nonzero_finite() > 0)
+    into.min_nonzero_abs = had_nonzero ? std::min(into.min_nonzero_abs, more.min_nonzero_abs) : more.min_nonzero_abs;
+}
+
+NumericsSummary stats(const View& v) {
+  const std::int64_t n = v.numel();
+  std::vector<NumericsSummary> partials(static_cast<std::size_t>((n + kGrain - 1) / kGrain));
+  parallel_for(n, kGrain, [&](std::int64_t begin, std::int64_t end) {
+    partials[static_cast<std::size_t>(begin / kGrain)] = stats_of_range(v, begin, end);
+  });
+  NumericsSummary s;
+  for (const NumericsSummary& p : partials) merge(s, p);  // chunk order: thread-independent
+  return s;
+}
+
+// One thread, element order (the first of equal extremes is kept, as a single loop keeps it).
+ValueScan scan(const View& v) {
+  ValueScan r;
+  bool any_finite = false;
+  double largest_abs = 0;
+  double buf[kChunk];
+  const std::int64_t n = v.numel();
+  for (std::int64_t lo = 0; lo < n; lo += kChunk) {
+    const std::int64_t m = std::min(kChunk, n - lo);
+    load(v, lo, m, buf);
+    for (std::int64_t i = 0; i < m; ++i) {
+      const double x = buf[i];
+      if (std::isnan(x)) {
+        ++r.nan;
+        continue;
+      }
+      if (std::isinf(x)) {
+        ++(x > 0 ? r.pos_inf : r.neg_inf);
+        continue;
+      }
+      const double a = std::fabs(x);
+      if (!any_finite) {
+        any_finite = true;
+        r.min = r.max = x;
+        r.absmax = a;
+      } else {
+        r.min = std::min(r.min, x);
+        r.max = std::max(r.max, x);
+        r.absmax = std::max(r.absmax, a);
+      }
+      if (x == 0) {
+        ++r.zero;
+        continue;
+      }
+      ++r.finite_nonzero;
+      if (a > largest_abs) {
+        largest_abs = a;
+        r.largest = x;
+      }
+    }
+  }
+  return r;
+}
+
+// Any element whose exponent bits are all ones (Inf or NaN): one pass without
+// conversion, stopping at the first chunk that has one.
+template <typename Bits>
+bool exponents_finite(const View& v, Bits mask) {
+  const auto* p = v.as<const Bits>();
+  Bits all = 0;
+  const std::int64_t n = v.numel();
+  bool finite = true;
+  for (std::int64_t i = 0; i < n && finite; i += 4096) {
+    const std::int64_t e = std::min<std::int64_t>(n, i + 4096);
+    for (std::int64_t j = i; j < e; ++j) all |= static_cast<Bits>((p[j] & mask) == mask);
+    finite = all == 0;
+  }
+  return finite;
+}
+
+bool all_finite(const View& v) {
+  switch (v.dtype) {
+    case DType::f64: return exponents_finite<std::uint64_t>(v, 0x7ff0000000000000ull);
+    case DType::f32: return exponents_finite<std::uint32_t>(v, 0x7f800000u);
+    case DType::f16: return exponents_finite<std::uint16_t>(v, 0x7c00u);
+    case DType::bf16: return exponents_finite<std::uint16_t>(v, 0x7f80u);
+    case DType::i64: return true;
+  }
+  return true;
+}
+
+// A gradient that is not all zero usually answers at its first element.
+template <typename Bits>
+bool bits_nonzero(const View& v, Bits magnitude) {
+  const auto* p = v.as<const Bits>();
+  const std::int64_t n = v.numel();
+  for (std::int64_t i = 0; i < n; ++i)
+    if ((p[i] & magnitude) != 0) return true;
+  return false;
+}
+
+bool any_nonzero(const View& v) {
+  switch (v.dtype) {
+    case DType::f64: return bits_nonzero<std::uint64_t>(v, 0x7fffffffffffffffull);
+    case DType::f32: return bits_nonzero<std::uint32_t>(v, 0x7fffffffu);
+    case DType::f16:
+    case DType::bf16: return bits_nonzero<std::uint16_t>(v, 0x7fffu);
+    case DType::i64: return false;
+  }
+  return false;
+}
+
+SwampCounts swamped(const View& weight_before, const View& update, DType param_dtype) {
+  const std::int64_t n = weight_before.numel();
+  const auto* wbase = static_cast<const unsigned char*>(weight_before.data);
+  const auto* ubase = static_cast<const unsigned char*>(update.data);
+  const std::size_t wsize = element_size(weight_before.dtype);
+  const std::size_t usize = element_size(update.dtype);
+  std::vector<SwampCounts> partials(static_cast<std::size_t>((n + kGrain - 1) / kGrain));
+  parallel_for(n, kGrain, [&](std::int64_t begin, std::int64_t end) {
+    SwampCounts c;
+    double w[kBlock], dw[kBlock], after[kBlock];
+    float sum32[kBlock];
+    std::uint64_t stored[kBlock];  // param_dtype bits; 8 bytes hold any dtype
+    for (std::int64_t b = begin; b < end; b += kBlock) {
+      const auto m = static_cast<std::size_t>(std::min(kBlock, end - b));
+      convert(wbase + static_cast<std::size_t>(b) * wsize, weight_before.dtype, stored, param_dtype, m);
+      convert(stored, param_dtype, w, DType::f64, m);
+      convert(ubase + static_cast<std::size_t>(b) * usize, update.dtype, dw, DType::f64, m);
+      // As the optimizer does: the sum in opmath (f64 for f64 parameters, else f32),
+      // then one rounding into the parameter's dtype.
+      if (param_dtype == DType::f64) {
+        for (std::size_t i = 0; i < m; ++i) after[i] = w[i] + dw[i];
+      } else {
+        for (std::size_t i = 0; i < m; ++i) sum32[i] = static_cast<float>(w[i]) + static_cast<float>(dw[i]);
+        convert(sum32, DType::f32, stored, param_dtype, m);
+        convert(stored, param_dtype, after, DType::f64, m);
+      }
+      for (std::size_t i = 0; i < m; ++i) {
+        if (dw[i] == 0.0) continue;
+        ++c.nonzero;
+        if (after[i] == w[i]) ++c.swamped;
+      }
+    }
+    partials[static_cast<std::size_t>(begin / kGrain)] = c;
+  });
+  SwampCounts total;
+  for (const SwampCounts& c : partials) {
+    total.nonzero += c.nonzero;
+    total.swamped += c.swamped;
+  }
+  return total;
+}
+
+}  // namespace
+}  // namespace ampcheck::kernels::cpu
+
+namespace ampcheck::kernels {
+
+const NumericsKernels& NumericsKernels::cpu() {
+  static const NumericsKernels k{&cpu::stats, &cpu::scan, &cpu::all_finite, &cpu::any_nonzero, &cpu::swamped};
+  return k;
+}
+
+}  // namespace ampcheck::kernels

@@ -1,0 +1,114 @@
+// Building blocks of the CPU kernels (kernels/cpu/*.cpp): loading a buffer's values into
+// the compute type, storing with one rounding, numpy broadcasting, elementwise maps over
+// the thread pool, and the GEMM with its threading policy. Over Views only.
+//
+// Compute type ("opmath"): double for f64, float for f32, f16 and bf16 (i64 values load
+// as the compute type of the op's float dtype and store rounded to the nearest integer).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/parallel.h"
+#include "kernels/view.h"
+
+namespace ampcheck::kernels::cpu {
+
+inline constexpr std::int64_t kChunk = 4096;  // elements per work item of the maps
+
+// n values of v starting at element `start`, converted to T exactly.
+void load(const View& v, std::int64_t start, std::int64_t n, float* out);
+void load(const View& v, std::int64_t start, std::int64_t n, double* out);
+// n values into v at element `start`, each rounded once (nearest even) to v's dtype.
+void store(const View& v, std::int64_t start, std::int64_t n, const float* in);
+void store(const View& v, std::int64_t start, std::int64_t n, const double* in);
+// The values of v at element offsets[0..n), converted to T exactly.
+void load_gather(const View& v, const std::int64_t* offsets, std::int64_t n, float* out);
+void load_gather(const View& v, const std::int64_t* offsets, std::int64_t n, double* out);
+
+template <typename T>
+std::vector<T> values(const View& v) {
+  std::vector<T> out(static_cast<std::size_t>(v.numel()));
+  load(v, 0, v.numel(), out.data());
+  return out;
+}
+
+// Element offsets into a tensor of in_shape broadcast to out_shape, for output elements
+// [start, start + n). in_shape must broadcast to out_shape (the engine checked).
+void broadcast_offsets(const Dims& in_shape, const Dims& out_shape, std::int64_t start, std::int64_t n,
+                       std::int64_t* offsets);
+
+// Loads output elements [b, e) of `v` broadcast to out_shape into buf.
+template <typename T>
+void load_broadcast(const View& v, const Dims& out_shape, std::int64_t b, std::int64_t e, T* buf) {
+  if (v.shape == out_shape) {
+    load(v, b, e - b, buf);
+  } else if (v.numel() == 1) {
+    T x;
+    load(v, 0, 1, &x);
+    std::fill(buf, buf + (e - b), x);
+  } else {
+    std::int64_t offsets[kChunk];
+    broadcast_offsets(v.shape, out_shape, b, e - b, offsets);
+    load_gather(v, offsets, e - b, buf);
+  }
+}
+
+// out = f(x) elementwise, in the compute type of out's dtype.
+template <typename F>
+void map_unary(const View& x, const View& out, F f) {
+  with_compute_type(out.dtype, [&](auto zero) {
+    using T = decltype(zero);
+    parallel_for(out.numel(), kChunk, [&](std::int64_t b, std::int64_t e) {
+      T buf[kChunk];
+      load(x, b, e - b, buf);
+      for (std::int64_t i = 0; i < e - b; ++i) buf[i] = f(buf[i]);
+      store(out, b, e - b, buf);
+    });
+  });
+}
+
+// out = f(a, b) elementwise, a and b broadcast to out's shape.
+template <typename F>
+void map_binary(const View& a, const View& b, const View& out, F f) {
+  with_compute_type(out.dtype, [&](auto zero) {
+    using T = decltype(zero);
+    parallel_for(out.numel(), kChunk, [&](std::int64_t lo, std::int64_t hi) {
+      T x[kChunk], y[kChunk];
+      load_broadcast(a, out.shape, lo, hi, x);
+      load_broadcast(b, out.shape, lo, hi, y);
+      for (std::int64_t i = 0; i < hi - lo; ++i) x[i] = f(x[i], y[i]);
+      store(out, lo, hi - lo, x);
+    });
+  });
+}
+
+// out = f(a, b, c) elementwise with broadcasting.
+template <typename F>
+void map_ternary(const View& a, const View& b, const View& c, const View& out, F f) {
+  with_compute_type(out.dtype, [&](auto zero) {
+    using T = decltype(zero);
+    parallel_for(out.numel(), kChunk, [&](std::int64_t lo, std::int64_t hi) {
+      T x[kChunk], y[kChunk], z[kChunk];
+      load_broadcast(a, out.shape, lo, hi, x);
+      load_broadcast(b, out.shape, lo, hi, y);
+      load_broadcast(c, out.shape, lo, hi, z);
+      for (std::int64_t i = 0; i < hi - lo; ++i) x[i] = f(x[i], y[i], z[i]);
+      store(out, lo, hi - lo, x);
+    });
+  });
+}
+
+// C[m,n] = op(A)[m,k] op(B)[k,n] (accumulate: C += ...), row-major, through the project's
+// own GEMM (kernels/cpu/gemm.h): every element one fma chain over k in ascending order,
+// so the bits do not depend on the thread count, the ISA path or the machine. Runs its
+// tiles on the thread pool (serially when called from inside a parallel_for, or when the
+// GEMM is too small to be worth waking the pool).
+void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
+          std::int64_t lda, const float* b, std::int64_t ldb, float* c, std::int64_t ldc, bool accumulate = false);
+void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const double* a,
+          std::int64_t lda, const double* b, std::int64_t ldb, double* c, std::int64_t ldc,
+          bool accumulate = false);
+
+}  // namespace ampcheck::kernels::cpu

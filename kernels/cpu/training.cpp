@@ -1,0 +1,105 @@
+// The training family on the CPU (kernels/training_kernels.h): chunks of kChunk elements
+// over the thread pool, each loaded into the compute type, updated element by element
+// with the shared formulas, and stored with one rounding.
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/tensor_io.h"
+#include "kernels/training_kernels.h"
+
+namespace ampcheck::kernels::cpu {
+namespace {
+
+// Runs f(p, g, b0, b1) over every element; p and the buffers given are written back.
+template <typename F>
+void for_each_element(const View& p, const View& g, const View* b0, const View* b1, F f) {
+  with_compute_type(p.dtype, [&](auto zero) {
+    using T = decltype(zero);
+    parallel_for(p.numel(), kChunk, [&](std::int64_t lo, std::int64_t hi) {
+      const std::int64_t n = hi - lo;
+      T pv[kChunk], gv[kChunk], v0[kChunk], v1[kChunk];
+      load(p, lo, n, pv);
+      load(g, lo, n, gv);
+      if (b0) load(*b0, lo, n, v0);
+      if (b1) load(*b1, lo, n, v1);
+      for (std::int64_t i = 0; i < n; ++i) f(pv[i], gv[i], v0[i], v1[i]);
+      store(p, lo, n, pv);
+      if (b0) store(*b0, lo, n, v0);
+      if (b1) store(*b1, lo, n, v1);
+    });
+  });
+}
+
+void sgd(const View& param, const View& grad, const View& momentum, const SgdStep& s) {
+  if (momentum.data == nullptr) {
+    for_each_element(param, grad, nullptr, nullptr, [&](auto& p, auto g, auto&, auto&) { sgd_element(p, g, s); });
+    return;
+  }
+  for_each_element(param, grad, &momentum, nullptr,
+                   [&](auto& p, auto g, auto& b, auto&) { sgd_momentum_element(p, g, b, s); });
+}
+
+void adam(const View& param, const View& grad, const View& exp_avg, const View& exp_avg_sq, const AdamStep& s) {
+  for_each_element(param, grad, &exp_avg, &exp_avg_sq,
+                   [&](auto& p, auto g, auto& m, auto& v) { adam_element(p, g, m, v, s); });
+}
+
+// One gradient after another, each over the thread pool: on the CPU "one launch" buys
+// nothing, and the flags are the same either way.
+bool unscale(const std::vector<View>& grads, const std::vector<View>& out, double inv_scale,
+             std::uint8_t* per_tensor) {
+  bool any = false;
+  for (std::size_t t = 0; t < grads.size(); ++t) {
+    const View& g = grads[t];
+    const View& o = out[t];
+    std::atomic<bool> found{false};
+    with_compute_type(o.dtype, [&](auto zero) {
+      using T = decltype(zero);
+      // As PyTorch: the reciprocal in double, rounded once to the compute type.
+      const T inv = static_cast<T>(inv_scale);
+      parallel_for(g.numel(), kChunk, [&](std::int64_t lo, std::int64_t hi) {
+        T buf[kChunk];
+        const std::int64_t n = hi - lo;
+        load(g, lo, n, buf);
+        bool bad = false;
+        for (std::int64_t i = 0; i < n; ++i) buf[i] = unscale_element(buf[i], inv, bad);
+        store(o, lo, n, buf);
+        if (bad) found.store(true, std::memory_order_relaxed);
+      });
+    });
+    const bool bad = found.load();
+    if (per_tensor != nullptr) per_tensor[t] = bad ? 1 : 0;
+    any = any || bad;
+  }
+  return any;
+}
+
+// In element order, one value at a time, continuing `total`: the sum a single loop over
+// every gradient forms.
+double sum_squares(const View& v, double total) {
+  double buf[kChunk];
+  const std::int64_t n = v.numel();
+  for (std::int64_t lo = 0; lo < n; lo += kChunk) {
+    const std::int64_t m = std::min(kChunk, n - lo);
+    load(v, lo, m, buf);
+    for (std::int64_t i = 0; i < m; ++i) total += buf[i] * buf[i];
+  }
+  return total;
+}
+
+void scale(const View& v, double factor) {
+  map_unary(v, v, [factor](auto x) { return x * decltype(x)(factor); });
+}
+
+}  // namespace
+}  // namespace ampcheck::kernels::cpu
+
+namespace ampcheck::kernels {
+
+const TrainingKernels& TrainingKernels::cpu() {
+  static const TrainingKernels k{&cpu::sgd, &cpu::adam, &cpu::unscale, &cpu::sum_squares, &cpu::scale};
+  return k;
+}
+
+}  // namespace ampcheck::kernels

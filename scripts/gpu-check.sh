@@ -1,0 +1,292 @@
+#!/usr/bin/env bash
+# Everything the CUDA backend is checked by, in one command, on a machine with an NVIDIA
+# GPU (there is none in the project's CI: run it by hand on a GPU machine):
+#   1. a CUDA build (scripts/build.sh with AMPCHECK_CUDA=ON: the build fails without the
+#      toolkit instead of quietly dropping the GPU);
+#   2. the whole test suite (ctest), where the GPU tests run instead of skipping;
+#   3. `ampcheck selftest --device cuda`: every op, dtype and case, forward and backward,
+#      against the CPU reference (engine/parity.h);
+#   4. `ampcheck run --device cuda` on every sample (samples/models/ORDER) at O0, O1 and
+#      O2, each beside the same run on the CPU: the verdict (and exit code) must agree;
+#   5. step times on the GPU: each sample at O0/O1/O2, and PyTorch on the same model
+#      (fp32, and autocast float16 + GradScaler) where `import torch` works with CUDA.
+# Writes bench/results/DATE-gpu-<gpu name>.{md,json} (naming the GPU, driver and
+# versions, from `ampcheck doctor --json`) even when a check fails, then exits 1 if any
+# did. Without a GPU it exits 1 at once, saying so.
+#
+#   scripts/gpu-check.sh
+# Environment: AMPCHECK_BUILD_DIR (default build-gpu), AMPCHECK_JOBS (build and ctest
+# parallelism), WORK (scratch folder), OUT_DIR (default bench/results), BENCH_STEPS
+# (steps per timing, default 30), SAMPLES (default: every sample), SKIP_CTEST=1 (to iterate
+# on the later parts).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+die() {
+  echo "gpu-check: $*" >&2
+  exit 1
+}
+
+# ---- 0. a GPU at all? Asked before a build of several minutes.
+if command -v nvidia-smi >/dev/null 2>&1; then
+  if ! gpus=$(nvidia-smi -L 2>&1) || [[ $gpus != *GPU* ]]; then
+    die "NO GPU: nvidia-smi lists none (${gpus:-no output}); this script checks the CUDA backend and needs an NVIDIA GPU with its driver (the CPU checks are scripts/test.sh)"
+  fi
+elif [[ ! -e /dev/nvidia0 ]]; then
+  die "NO GPU: no nvidia-smi and no /dev/nvidia0 on this machine; this script checks the CUDA backend and needs an NVIDIA GPU with its driver (the CPU checks are scripts/test.sh)"
+fi
+
+dir=${AMPCHECK_BUILD_DIR:-$root/build-gpu}
+work=${WORK:-$(mktemp -d)}
+out_dir=${OUT_DIR:-$root/bench/results}
+mkdir -p "$work" "$out_dir"
+jobs=${AMPCHECK_JOBS:-$(nproc)}
+
+# ---- 1. the CUDA build
+bash "$root/scripts/bootstrap.sh"
+AMPCHECK_CUDA=ON AMPCHECK_BUILD_DIR=$dir AMPCHECK_JOBS=$jobs bash "$root/scripts/build.sh" \
+  || die "the CUDA build failed (AMPCHECK_CUDA=ON, $dir); see above"
+ampcheck=$dir/cli/ampcheck
+
+# The runtime's view decides: a driver without a usable device, a device the build's
+# architectures do not cover, a container without the device nodes.
+"$ampcheck" doctor --json >"$work/doctor.json" || die "ampcheck doctor --json failed (exit $?)"
+gpu_count=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["cuda"]["gpus"]))' "$work/doctor.json")
+if [[ $gpu_count == 0 ]]; then
+  why=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["cuda"]["no_device"])' "$work/doctor.json")
+  die "NO GPU usable by ampcheck: $why"
+fi
+"$ampcheck" doctor
+
+# ---- 2. the test suite
+ctest_rc=0
+if [[ ${SKIP_CTEST:-0} != 1 ]]; then
+  ctest --test-dir "$dir" --output-on-failure -j "$jobs" 2>&1 | tee "$work/ctest.log" || ctest_rc=$?
+else
+  echo "SKIP_CTEST=1: ctest not run" | tee "$work/ctest.log"
+  ctest_rc=skipped
+fi
+
+# ---- 3. backend parity
+selftest_rc=0
+"$ampcheck" selftest --device cuda --json "$work/selftest.json" >"$work/selftest.txt" 2>&1 || selftest_rc=$?
+tail -n 1 "$work/selftest.txt"
+grep -E ' (FAIL|SKIP) ' "$work/selftest.txt" || true
+
+# ---- 4, 5 and the results files: runs beside the CPU, step times, the report
+export AMPCHECK=$ampcheck WORK=$work OUT_DIR=$out_dir ROOT=$root CTEST_RC=$ctest_rc SELFTEST_RC=$selftest_rc
+exec python3 - <<'EOF'
+import datetime, json, os, re, statistics, subprocess, sys, time
+
+ampcheck, work, out_dir, root = (os.environ[k] for k in ("AMPCHECK", "WORK", "OUT_DIR", "ROOT"))
+steps = int(os.environ.get("BENCH_STEPS", "30"))
+levels = ["O0", "O1", "O2"]
+samples = os.environ.get("SAMPLES", "").split() or open(f"{root}/samples/models/ORDER").read().split()
+problems = []
+
+
+def run(args, **kw):
+    return subprocess.run([ampcheck, *args], capture_output=True, text=True, **kw)
+
+
+# ---- 4. every sample at O0/O1/O2 on the GPU, beside the CPU
+def summary(device, sample, level):
+    r = run(["run", "--model", sample, "--level", level, "--dtype", "float16", "--device", device, "--json", "--quiet"])
+    row = {"rc": r.returncode}
+    if r.returncode in (0, 1):
+        try:
+            s = json.loads(r.stdout)["summary"]
+            row.update(verdict=s["verdict"], final_loss=s["final_loss"], accuracy=s["accuracy"])
+        except (ValueError, KeyError) as e:
+            row["error"] = f"unreadable report: {e}"
+    else:
+        row["error"] = (r.stderr.strip().splitlines() or ["(no message)"])[-1]
+    return row
+
+
+runs = []
+for sample in samples:
+    for level in levels:
+        gpu, cpu = summary("cuda", sample, level), summary("cpu", sample, level)
+        agree = "error" not in gpu and gpu["rc"] == cpu["rc"] and gpu.get("verdict") == cpu.get("verdict")
+        runs.append({"sample": sample, "level": level, "dtype": "float16", "cuda": gpu, "cpu": cpu, "agree": agree})
+        print(f"run {sample} {level}: cuda {gpu.get('verdict', gpu.get('error'))}, cpu {cpu.get('verdict', cpu.get('error'))}"
+              + ("" if agree else "  <-- DIFFERS"), flush=True)
+        if not agree:
+            problems.append(f"ampcheck run --model {sample} --level {level} --device cuda: "
+                            f"{gpu.get('verdict', gpu.get('error'))} (exit {gpu['rc']}) where the CPU gives "
+                            f"{cpu.get('verdict', cpu.get('error'))} (exit {cpu['rc']})")
+
+
+# ---- 5. step times. ampcheck: `run --inspect off` with 2N and N steps; the difference
+# over N is the step (the model's construction, data and final evaluation cancel out).
+def timed(args):
+    start = time.perf_counter()
+    r = run(args)
+    return time.perf_counter() - start, r
+
+
+def ampcheck_step_ms(sample, level):
+    base = ["run", "--model", sample, "--level", level, "--dtype", "float16", "--device", "cuda", "--inspect", "off", "--quiet"]
+    timed(base + ["--steps", "3"])  # warm-up: the CUDA context, cuBLAS and cuDNN handles
+    per_step = []
+    for _ in range(3):
+        t1, r1 = timed(base + ["--steps", str(steps)])
+        t2, r2 = timed(base + ["--steps", str(2 * steps)])
+        if r1.returncode not in (0, 1) or r2.returncode not in (0, 1):
+            raise RuntimeError((r1.stderr or r2.stderr).strip().splitlines()[-1])
+        per_step.append((t2 - t1) / steps * 1e3)
+    return statistics.median(per_step)
+
+
+# PyTorch: bench/peers/frameworks.py builds the model file's architecture and the step a
+# user writes (zero_grad, autocast forward and loss, GradScaler, Adam, loss.item()) for
+# the CPU; here in a subprocess whose default device is CUDA and whose autocast and
+# GradScaler are CUDA's, so the model and step are the same ones.
+TORCH_STEP = r'''
+import json, statistics, sys, time
+sys.path.insert(0, sys.argv[1])
+import torch, frameworks
+torch.set_default_device("cuda")
+_autocast, _scaler = torch.autocast, torch.amp.GradScaler
+torch.autocast = lambda device_type, **kw: _autocast("cuda", **kw)
+torch.amp.GradScaler = lambda device="cuda", **kw: _scaler("cuda", **kw)
+model = frameworks.load_model_file(sys.argv[2])
+step = frameworks.torch_worker(model, sys.argv[3], model["train"]["batch"], model["train"]["lr"], 1)
+for _ in range(10):
+    step()
+ms = []
+for _ in range(int(sys.argv[4])):
+    t = time.perf_counter(); step(); ms.append((time.perf_counter() - t) * 1e3)
+print(json.dumps({"ms": statistics.median(ms)}))
+'''
+probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__, torch.cuda.is_available())"],
+                       capture_output=True, text=True)
+torch_version = probe.stdout.split()[0] if probe.returncode == 0 and probe.stdout else None
+torch_cuda = probe.returncode == 0 and probe.stdout.split()[-1] == "True"
+torch_note = None if torch_cuda else ("PyTorch with CUDA not importable: " + (
+    "torch.cuda.is_available() is False" if probe.returncode == 0 else (probe.stderr.strip().splitlines() or ["?"])[-1]))
+
+
+def torch_step_ms(sample, mode):
+    r = subprocess.run([sys.executable, "-c", TORCH_STEP, f"{root}/bench/peers", f"{root}/samples/models/{sample}.json",
+                        mode, str(4 * steps)], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError((r.stderr.strip().splitlines() or ["?"])[-1])
+    return json.loads(r.stdout.strip().splitlines()[-1])["ms"]
+
+
+bench = []
+for sample in samples:
+    row = {"sample": sample}
+    for level in levels:
+        try:
+            row[f"ampcheck_{level}_ms"] = ampcheck_step_ms(sample, level)
+        except RuntimeError as e:
+            row[f"ampcheck_{level}_error"] = str(e)
+    if torch_cuda:
+        for mode in ("fp32", "fp16"):
+            try:
+                row[f"torch_{mode}_ms"] = torch_step_ms(sample, mode)
+            except (RuntimeError, ValueError) as e:
+                row[f"torch_{mode}_error"] = str(e)
+    bench.append(row)
+    print(f"bench {sample}: " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k}: {v}"
+                                          for k, v in row.items() if k != "sample"), flush=True)
+
+# ---- the results files
+doctor = json.load(open(f"{work}/doctor.json"))
+gpu = doctor["cuda"]["gpus"][0]
+slug = re.sub(r"[^a-z0-9]+", "-", gpu["name"].lower()).strip("-")
+date = datetime.date.today().isoformat()
+ctest_rc = os.environ["CTEST_RC"]
+ctest_log = open(f"{work}/ctest.log").read()
+ctest_line = next((l.strip() for l in ctest_log.splitlines() if "tests passed" in l), "ctest: no summary line")
+if ctest_rc not in ("0", "skipped"):
+    problems.append(f"ctest: {ctest_line}")
+selftest_rc = int(os.environ["SELFTEST_RC"])
+selftest = {"rc": selftest_rc}
+try:
+    st = json.load(open(f"{work}/selftest.json"))
+    selftest["summary"] = st["summary"]
+    selftest["not_passed"] = [r for r in st["results"] if r["status"] != "pass"]
+except (OSError, ValueError) as e:
+    lines = open(f"{work}/selftest.txt").read().strip().splitlines()
+    selftest["error"] = lines[-1] if lines else str(e)
+if selftest_rc != 0:
+    problems.append("ampcheck selftest --device cuda: " + (
+        "{failed} of {cases} cases failed".format(**selftest["summary"]) if "summary" in selftest else str(selftest.get("error"))))
+try:
+    compiler = subprocess.run(["c++", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+except (OSError, IndexError):
+    compiler = "?"
+versions = {"ampcheck": doctor["version"], "build": doctor["cuda"]["build"], "driver": doctor["cuda"]["driver_version"],
+            "cuda_runtime": doctor["cuda"]["runtime_version"], "cublas": doctor["cuda"]["cublas_version"],
+            "cudnn": doctor["cuda"]["cudnn_version"], "compiler": compiler, "python": sys.version.split()[0],
+            "torch": torch_version or "not installed"}
+doc = {"ampcheck_gpu_check": 1, "date": date, "gpu": gpu, "cpu": doctor["cpu"]["model"], "versions": versions,
+       "ctest": {"rc": ctest_rc, "summary": ctest_line}, "selftest": selftest, "runs": runs,
+       "bench": {"steps": steps, "method": "ampcheck: (time of `run --steps 2N` - time of `run --steps N`) / N, "
+                 "median of 3, --inspect off; PyTorch: median step after 10 warm-up steps", "torch_note": torch_note,
+                 "rows": bench},
+       "problems": problems}
+
+
+def num(v):
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def ms(row, key):
+    v = row.get(f"{key}_ms")
+    return f"{v:.3f}" if v is not None else ("error" if f"{key}_error" in row else "-")
+
+
+md = [f"# GPU check — {gpu['name']}, {date}", "",
+      f"GPU: {gpu['name']} (compute capability {gpu['compute_capability']}, "
+      f"{gpu['memory_bytes'] / 2**30:.1f} GiB, {gpu['multiprocessors']} SMs); CPU: {doctor['cpu']['model']}.", "",
+      "Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + ".", "",
+      "Command: `scripts/gpu-check.sh`", "",
+      "## Verdict", "", "All checks passed." if not problems else "Failed:", ""]
+md += [f"- {p}" for p in problems] + [""]
+md += ["## Tests", "", f"ctest: {ctest_line} (exit {ctest_rc})", ""]
+md += ["## Backend parity (`ampcheck selftest --device cuda`)", ""]
+if "summary" in selftest:
+    s = selftest["summary"]
+    md += [f"{s['cases']} cases: {s['passed']} passed, {s['failed']} failed, {s['skipped']} skipped.", ""]
+    if selftest["not_passed"]:
+        md += ["| op | dtype | direction | shapes | NMSE | threshold | status | why |", "|---|---|---|---|---:|---:|---|---|"]
+        md += [f"| {r['op']} | {r['dtype']} | {r['direction']} | {r['shapes']} | {r['nmse']} | {r['threshold']} | "
+               f"{r['status']} | {r['reason']} |" for r in selftest["not_passed"]]
+        md.append("")
+else:
+    md += [f"no results: {selftest.get('error')}", ""]
+md += ["## Every sample on the GPU beside the CPU (float16)", "",
+       "| sample | level | cuda verdict | cpu verdict | cuda final loss | cpu final loss | cuda accuracy | cpu accuracy | agree |",
+       "|---|---|---|---|---:|---:|---:|---:|---|"]
+for r in runs:
+    g, c = r["cuda"], r["cpu"]
+    md.append(f"| {r['sample']} | {r['level']} | {g.get('verdict', g.get('error'))} | {c.get('verdict', c.get('error'))} | "
+              f"{num(g.get('final_loss', '-'))} | {num(c.get('final_loss', '-'))} | {num(g.get('accuracy', '-'))} | "
+              f"{num(c.get('accuracy', '-'))} | {'yes' if r['agree'] else '**no**'} |")
+md += ["", f"## Step times on the GPU (ms per step; {doc['bench']['method']})", ""]
+if torch_note:
+    md += [torch_note, ""]
+md += ["| sample | ampcheck O0 | ampcheck O1 | ampcheck O2 | PyTorch fp32 | PyTorch autocast fp16 + GradScaler |",
+       "|---|---:|---:|---:|---:|---:|"]
+md += [f"| {r['sample']} | {ms(r, 'ampcheck_O0')} | {ms(r, 'ampcheck_O1')} | {ms(r, 'ampcheck_O2')} | "
+       f"{ms(r, 'torch_fp32')} | {ms(r, 'torch_fp16')} |" for r in bench]
+errors = [f"- {r['sample']} {k[:-6]}: {v}" for r in bench for k, v in r.items() if k.endswith("_error")]
+if errors:
+    md += ["", "Errors:", ""] + errors
+
+base = f"{out_dir}/{date}-gpu-{slug}"
+for path, text in ((base + ".json", json.dumps(doc, indent=2) + "\n"), (base + ".md", "\n".join(md) + "\n")):
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+print(f"gpu-check: wrote {base}.md and {base}.json")
+if problems:
+    print("gpu-check: FAILED:\n  " + "\n  ".join(problems), file=sys.stderr)
+    sys.exit(1)
+print("gpu-check: every check passed")
+EOF
