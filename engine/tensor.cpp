@@ -273,7 +273,7 @@ Tensor Tensor::from(const std::vector<std::int64_t>& values, const Shape& shape)
   if (static_cast<std::int64_t>(values.size()) != t.numel())
     throw std::invalid_argument("Tensor::from: " + std::to_string(values.size()) +
                                 " values for shape " + to_string(shape));
-  std::memcpy(t.raw(), values.data(), t.nbytes());
+  if (t.nbytes() > 0) std::memcpy(t.raw(), values.data(), t.nbytes());  // an empty vector's data() may be null
   return t;
 }
 

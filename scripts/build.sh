@@ -2,7 +2,7 @@
 # Configures and builds ampcheck. Used by demo.sh and test.sh; callable on its own:
 #   scripts/build.sh [--sanitize] [TARGET...]
 # Environment: AMPCHECK_BUILD_DIR (default build, or build-sanitize), AMPCHECK_CUDA
-# (AUTO|ON|OFF, default AUTO), AMPCHECK_JOBS (default: number of cores).
+# (AUTO|ON|OFF, default AUTO, OFF for --sanitize), AMPCHECK_JOBS (default: number of cores).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
@@ -16,19 +16,24 @@ for arg in "$@"; do
   esac
 done
 
+# The sanitizer build is the build without CUDA (unless AMPCHECK_CUDA says otherwise): so
+# CI compiles both flavours, the CUDA backend in the Release build and kernels/no_gpu/
+# here, and host sanitizers have nothing to add to device code.
 if [[ -n $sanitize ]]; then
   dir=${AMPCHECK_BUILD_DIR:-$root/build-sanitize}
   type=RelWithDebInfo
+  cuda=${AMPCHECK_CUDA:-OFF}
 else
   dir=${AMPCHECK_BUILD_DIR:-$root/build}
   type=Release
+  cuda=${AMPCHECK_CUDA:-AUTO}
 fi
 generator=()
 command -v ninja >/dev/null && [[ ! -f $dir/CMakeCache.txt ]] && generator=(-G Ninja)
 
 mkdir -p "$dir"
 cmake -S "$root" -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=$type \
-  -DAMPCHECK_CUDA="${AMPCHECK_CUDA:-AUTO}" -DAMPCHECK_SANITIZE="$sanitize" >"$dir/configure.log" 2>&1 \
+  -DAMPCHECK_CUDA="$cuda" -DAMPCHECK_SANITIZE="$sanitize" >"$dir/configure.log" 2>&1 \
   || { cat "$dir/configure.log" >&2; exit 1; }
 grep -E '^-- (ampcheck|CUDA)' "$dir/configure.log" || true
 target_args=()

@@ -29,6 +29,7 @@ void fill(const View& dst, double value) {
 
 void convert_view(const View& src, const View& dst) {
   const auto n = static_cast<std::size_t>(dst.numel());
+  if (n == 0) return;  // an empty tensor's data may be null
   if (src.dtype == dst.dtype) {
     std::memmove(dst.data, src.data, dst.nbytes());
   } else if (src.dtype == DType::i64) {
@@ -45,7 +46,9 @@ void convert_view(const View& src, const View& dst) {
   }
 }
 
-void copy_bytes(void* dst, const void* src, std::size_t bytes) { std::memcpy(dst, src, bytes); }
+void copy_bytes(void* dst, const void* src, std::size_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, bytes);  // memcpy of a null pointer is undefined even for 0 bytes
+}
 
 void* allocate(std::size_t bytes, std::string& why_not) {
   const std::size_t rounded = (bytes + 63) / 64 * 64 + 64;  // room for vector tails
