@@ -1,0 +1,87 @@
+// What a GPU kernel's name says about the arithmetic it ran: the precision of the values
+// its multiplies took (input), the precision it accumulated in, whether it ran on tensor
+// cores, and what kind of kernel it is. Read from the name's grammar, never from a list
+// of full names: PyTorch's profiler plugin keeps such a list and reported no tensor-core
+// use at all for Hopper's cuDNN sm90_xmma kernels because the list never learned them
+// (pytorch/kineto issue 1041).
+//
+// The grammars read (inspector/kernel_class.cpp cites where each convention comes from):
+//   xmma       sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_..._tensor16x8x16_...
+//              (cuBLAS, cuDNN, TensorRT): arch, operation, a type tuple whose second pair
+//              is the MMA operand type and the accumulator type, the MMA instruction.
+//   cuBLAS     volta_fp16_s884gemm_fp16_..., turing_fp16_s1688cudnn_fp16_..., volta_sgemm_...
+//              arch, output type, accumulator letter + MMA shape (no shape: CUDA cores),
+//              gemm or cudnn, operand type (absent: the accumulator's).
+//   CUTLASS    cutlass_80_tensorop_f16_s16816gemm_f16_..., cutlass_simt_sgemm_...,
+//              cutlass3x_sm90_tensorop_s64x128x16gemm_f16_f16_f32_f16_f16_...
+//   C++        demangled (or mangled, demangled here) templates: the kernel's identifier
+//              and the element types among its template arguments; a wrapper whose
+//              template argument is one of the names above is read as that name.
+//   the project's own kernels (namespace ampcheck::), which use no MMA instruction.
+// A name, or a part of one, that fits none of these gives "unknown", never a guess.
+//
+// The project's own kernels also describe themselves in kernel notes (kernels/kernel_note.h:
+// "cublasLt: A f16 B f16 C f16, compute 32F, algo id 21, tile id 5, tensor cores yes");
+// classify_kernel_note reads those.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ampcheck::inspector {
+
+// tf32 is its own value: f32 storage whose multiplies kept 10 mantissa bits. int32 is
+// the accumulator of int8 multiplies.
+enum class KernelPrecision { unknown, f16, bf16, tf32, f32, f64, int8, int32, fp8 };
+
+enum class TensorCores { unknown, yes, no };
+
+// conv: a convolution whose name does not say which pass. other: a named kernel that is
+// none of the rest (normalization, loss, pooling, offsets and transforms around a conv).
+enum class KernelKind {
+  unknown,
+  gemm,
+  conv_fprop,
+  conv_dgrad,
+  conv_wgrad,
+  conv,
+  elementwise,
+  reduction,
+  layout,
+  other
+};
+
+struct KernelClass {
+  KernelPrecision input = KernelPrecision::unknown;       // what the multiplies took
+  KernelPrecision accumulate = KernelPrecision::unknown;  // the accumulator; a note's compute type
+  TensorCores tensor_cores = TensorCores::unknown;
+  KernelKind kind = KernelKind::unknown;
+  std::string why;  // the tokens that decided it, e.g. "'s16816gemm': f32 accumulator, MMA m16n8k16"
+};
+
+// A kernel name as a profiler shows it (CUPTI, nsys, Kineto): a library's procedural
+// name, a demangled C++ signature ("void ns::kernel<__half, 3>(...)"), or a mangled
+// one ("_ZN..."). Profiler truncation ("...", "…") is tolerated: what is left is read.
+KernelClass classify_kernel_name(std::string_view name);
+
+// One kernel note (kernels/kernel_note.h), e.g. "cuDNN fwd: IMPLICIT_PRECOMP_GEMM,
+// tensor-op math, f16 data, f32 compute". A note says what the library was asked and
+// what it chose; where it leaves the kernel open (tensor-op math only permits tensor
+// cores) the answer is unknown and the kernel's name decides.
+KernelClass classify_kernel_note(std::string_view note);
+// The notes of one op as take_kernel_notes() joins them ("; "), one class per note.
+std::vector<KernelClass> classify_kernel_notes(std::string_view joined);
+
+// "f16", "bf16", "tf32", "f32", "f64", "int8", "int32", "fp8", "unknown".
+const char* precision_name(KernelPrecision p);
+// "yes", "no", "unknown".
+const char* tensor_cores_name(TensorCores t);
+// "gemm", "conv fprop", "conv dgrad", "conv wgrad", "conv", "elementwise", "reduction",
+// "layout", "other", "unknown".
+const char* kind_name(KernelKind k);
+// Whether a kernel of this kind multiplies matrices: where tensor cores are expected of
+// f16/bf16 work.
+bool multiplies_matrices(KernelKind k);
+
+}  // namespace ampcheck::inspector

@@ -1,0 +1,509 @@
+// The kernel classifier (inspector/kernel_class.h) against data it was not written from:
+//   - every row of ../shared/data/cuda-kernel-names.tsv, real kernel names from public
+//     profiler output, each with the precision and tensor-core use listed there;
+//   - names in NVIDIA's documented naming: NVIDIA's MODS GEMM tables (which give each
+//     cuBLAS/xmma kernel's operand, output and accumulator types and its instruction),
+//     CUTLASS's kernel generator and its example 27, TensorRT and profiler logs; the few
+//     built from a grammar rather than copied are marked so;
+//   - names that fit no grammar, or fit it only in part, which must say unknown;
+//   - the project's own kernels, found in kernels/cuda/*.cu, and the notes they write.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "inspector/kernel_class.h"
+
+namespace ampcheck::inspector {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kSource = AMPCHECK_SOURCE_DIR;
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// "-" in the shared list means the name does not say.
+std::string listed(std::string_view s) { return s == "-" ? "unknown" : std::string(s); }
+
+struct Expected {
+  const char* name;
+  const char* input;
+  const char* accumulate;
+  const char* tensor_cores;
+  const char* kind;
+};
+
+void expect_class(const KernelClass& c, const Expected& e) {
+  SCOPED_TRACE(std::string(e.name) + "\n  why: " + c.why);
+  EXPECT_EQ(precision_name(c.input), std::string(e.input));
+  EXPECT_EQ(precision_name(c.accumulate), std::string(e.accumulate));
+  EXPECT_EQ(tensor_cores_name(c.tensor_cores), std::string(e.tensor_cores));
+  EXPECT_EQ(kind_name(c.kind), std::string(e.kind));
+  EXPECT_FALSE(c.why.empty());
+}
+
+// ---------------------------------------------------------------------------------
+// The shared list of real names
+
+// Every row of one copy of the list; returns the rows read.
+int check_list(const fs::path& list) {
+  std::ifstream in(list);
+  EXPECT_TRUE(in) << "cannot read " << list << ": the classifier's reference list (issue 17)";
+  std::string line;
+  bool header = false;
+  int rows = 0;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::vector<std::string> cols;
+    std::stringstream s(line);
+    for (std::string col; std::getline(s, col, '\t');) cols.push_back(col);
+    if (!header) {  // name input accumulate tensor_cores seen_in
+      EXPECT_GE(cols.size(), 4u);
+      if (cols.size() < 4) return rows;
+      EXPECT_EQ(cols[0], "name");
+      EXPECT_EQ(cols[1], "input");
+      EXPECT_EQ(cols[2], "accumulate");
+      EXPECT_EQ(cols[3], "tensor_cores");
+      header = true;
+      continue;
+    }
+    EXPECT_GE(cols.size(), 4u) << line;
+    if (cols.size() < 4) continue;
+    const KernelClass c = classify_kernel_name(cols[0]);
+    SCOPED_TRACE(cols[0] + "\n  why: " + c.why);
+    EXPECT_EQ(precision_name(c.input), listed(cols[1]));
+    EXPECT_EQ(precision_name(c.accumulate), listed(cols[2]));
+    EXPECT_EQ(tensor_cores_name(c.tensor_cores), listed(cols[3]));
+    ++rows;
+  }
+  return rows;
+}
+
+// The project's copy (tests/data, so a clone alone has it) and, where the checkout sits
+// beside it, the shared list itself, which grows with the names captured on GPU runs.
+TEST(KernelClass, EveryNameOfTheSharedListAsListed) {
+  EXPECT_GE(check_list(kSource / "tests" / "data" / "cuda-kernel-names.tsv"), 14) << "the list lost rows";
+  const fs::path shared = kSource / ".." / "shared" / "data" / "cuda-kernel-names.tsv";
+  if (fs::exists(shared)) {
+    EXPECT_GE(check_list(shared), 14) << "the shared list lost rows";
+  }
+}
+
+// ---------------------------------------------------------------------------------
+// NVIDIA's naming
+
+TEST(KernelClass, CublasNames) {
+  const Expected names[] = {
+      // NVIDIA MODS tables: gemmType H884GEMM, typeA/typeC f16.
+      {"volta_h884gemm_64x64_ldg8_nn", "f16", "f16", "yes", "gemm"},
+      // S884GEMM, typeA f16, typeC f16: the prefix is the output, the suffix the operands.
+      {"volta_fp16_s884gemm_fp16_128x128_ldg8_f2f_nn", "f16", "f32", "yes", "gemm"},
+      // H884GEMM with typeC int8 and typeA f16: an int8 prefix is the output type only.
+      {"volta_int8_h884gemm_128x128_ldg8_mods_nt", "f16", "f16", "yes", "gemm"},
+      // I8816GEMM "Int8-precision using IMMA instruction", typeA int8, accumulator int32.
+      {"volta_int8_i8816gemm_int8_128x128_ldg16_relu_mods_nt", "int8", "int32", "yes", "gemm"},
+      {"volta_int32_i8816gemm_int8_256x128_ldg16_mods_nt", "int8", "int32", "yes", "gemm"},
+      {"volta_sgemm_128x128_mods_nt", "f32", "f32", "no", "gemm"},
+      {"volta_sgemm_128x64_nn", "f32", "f32", "no", "gemm"},
+      {"ampere_sgemm_128x64_tn", "f32", "f32", "no", "gemm"},
+      {"turing_h1688gemm_128x128_ldg8_tn", "f16", "f16", "yes", "gemm"},
+      {"ampere_h16816gemm_256x128_ldg8_stages_32x3_nn", "f16", "f16", "yes", "gemm"},
+      {"ampere_bf16_s16816gemm_bf16_128x256_ldg8_f2f_stages_64x3_tn", "bf16", "f32", "yes", "gemm"},
+      // Built from the grammar: a TF32 operand type after the core.
+      {"ampere_tf32_s1688gemm_tf32_256x128_16x3_nn", "tf32", "f32", "yes", "gemm"},
+      // Seen in a profiler list (kineto test data): f16 operands written after the core.
+      {"volta_h884gemm_fp16_128x128_ldg8_nn", "f16", "f16", "yes", "gemm"},
+      // cuDNN's kernels of the same scheme: SCUDNN (no shape: CUDA cores), winograd ones.
+      {"maxwell_scudnn_winograd_128x128_ldg1_ldg4_tile150x150", "f32", "f32", "no", "conv"},
+      {"volta_scudnn_winograd_128x128_ldg1_ldg4_relu_tile148t_nt_v1", "f32", "f32", "no", "conv"},
+      {"ampere_scudnn_128x64_relu_xregs_large_nn_v1", "f32", "f32", "no", "conv"},
+      {"volta_fp16_s884cudnn_fp16_256x128_ldg8_dgrad_f2f_exp_small_nhwc2nchw_tt_v1", "f16", "f32", "yes",
+       "conv dgrad"},
+      {"turing_fp16_s1688cudnn_fp16_128x128_ldg8_wgrad_idx_exp_interior_nhwc_nt_v1", "f16", "f32", "yes",
+       "conv wgrad"},
+      // HGEMM on a pre-Volta target; ZGEMM complex double; I8816CUDNN (built from the MODS enum).
+      {"maxwell_hgemm_256x128_nt", "f16", "f16", "no", "gemm"},
+      {"volta_zgemm_32x32_nt", "f64", "f64", "no", "gemm"},
+      {"turing_int8_i8816cudnn_int8_128x128_ldg16_relu_interior_nhwc_tn_v1", "int8", "int32", "yes", "conv"},
+      // GCGEMM "Gaussian complex single-precision", from a PyTorch profiler list.
+      {"volta_gcgemm_32x32_nt", "f32", "f32", "no", "gemm"},
+  };
+  for (const auto& e : names) expect_class(classify_kernel_name(e.name), e);
+}
+
+TEST(KernelClass, XmmaNames) {
+  const Expected names[] = {
+      // NVIDIA MODS tables, name -> instruction.
+      {"sm80_xmma_gemm_f16f16_f16f32_f32_nt_n_tilesize128x128x32_stage4_warpsize2x2x1_tensor16x8x16", "f16", "f32",
+       "yes", "gemm"},
+      {"sm80_xmma_gemm_f16f16_f16f16_f16_nt_n_tilesize256x128x32_stage3_warpsize4x2x1_tensor16x8x16", "f16", "f16",
+       "yes", "gemm"},
+      // FFMA: an xmma kernel on CUDA cores, so "xmma" alone says nothing about tensor cores.
+      {"sm80_xmma_gemm_f32f32_f32f32_f32_nt_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4_alignc4", "f32",
+       "f32", "no", "gemm"},
+      {"sm80_xmma_gemm_tf32tf32_tf32f32_f32_nt_n_tilesize128x128x16_stage4_warpsize2x2x1_tensor16x8x8", "tf32", "f32",
+       "yes", "gemm"},
+      {"sm80_xmma_gemm_i8i8_i8i32_f32_tn_n_tilesize256x128x64_stage4_warpsize4x2x1_tensor16x8x32", "int8", "int32",
+       "yes", "gemm"},
+      {"sm80_xmma_sparse_gemm_f16f16_f16f32_f32_nt_n_tilesize128x128x64_stage3_warpsize2x2x1_sptensor16x8x32", "f16",
+       "f32", "yes", "gemm"},
+      {"sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize256x128x32_cgasize1x2x1_stage4_gmmastage2_warpgroupsize2x1x1_"
+       "hgmma64x128x8",
+       "tf32", "f32", "yes", "gemm"},
+      {"sm90_xmma_gemm_i8i32_i8i32_f32_tn_n_tilesize128x128x128_cgasize1x2x1_stage4_gmmastage2_warpgroupsize1x1x1_"
+       "igmma64x128x32",
+       "int8", "int32", "yes", "gemm"},
+      {"sm90_xmma_gemm_f64f64_f64f64_f64_nt_n_tilesize128x128x16_stage3_warpsize4x2x1_tensor16x8x16", "f64", "f64",
+       "yes", "gemm"},
+      // FP8 operands with a bf16 output (a cuBLASLt test's comment).
+      {"sm90_xmma_gemm_e4m3bf16_e4m3f32_f32_tn_n_tilesize128x128x128_cgasize1x2x1_stage4_gmmastage2_"
+       "warpgroupsize1x1x1_tensor64x128x32",
+       "fp8", "f32", "yes", "gemm"},
+      // TensorRT tactics.
+      {"sm80_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x64x16_stage6_warpsize2x2x1_tensor16x8x8", "tf32", "f32",
+       "yes", "gemm"},
+      {"sm80_xmma_fprop_implicit_gemm_indexed_f32f32_f32f32_f32_nchwkcrs_nchw_tilesize128x64x8_stage2_warpsize1x4x1_"
+       "g1_ffma_aligna4_alignc4_beta0_packed_stride",
+       "f32", "f32", "no", "conv fprop"},
+      {"sm75_xmma_fprop_implicit_gemm_indexed_wo_smem_f16f16_f16f16_f16_nhwckrsc_nhwc_tilesize128x16x32_stage1_"
+       "warpsize4x1x1_g1_tensor16x8x8_aligna2_alignc4",
+       "f16", "f16", "yes", "conv fprop"},
+      // cuDNN through PyTorch's profiler and nsys.
+      {"sm80_xmma_wgrad_implicit_gemm_indexed_f16f16_f16f32_f32_nhwckrsc_nhwc_tilesize64x64x64_stage4_warpsize1x1x4_"
+       "g8_tensor16x8x16_execute_kernel__5x_cudnn",
+       "f16", "f32", "yes", "conv wgrad"},
+      {"sm80_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16_stage4_warpsize2x2x1_g1_"
+       "tensor16x8x8_alignc4_execute_kernel__5x_cudnn",
+       "tf32", "f32", "yes", "conv fprop"},
+      {"sm90_xmma_dgrad_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize128x64x32_warpgroupsize1x1x1_g1_"
+       "execute_segment_k_on_kernel__5x_cudnn",
+       "tf32", "f32", "yes", "conv dgrad"},
+      // Built from the grammar: the Hopper wgrad of the shared list's fprop.
+      {"sm90_xmma_wgrad_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize128x128x64_warpgroupsize1x1x1_g1_"
+       "execute_segment_k_off_kernel__5x_cudnn",
+       "bf16", "f32", "yes", "conv wgrad"},
+      {"sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x32_stage4_warpsize2x2x1_tensor16x8x16", "bf16", "f32",
+       "yes", "gemm"},
+      // A profiler table cut the name before the instruction: tensor cores not read.
+      {"sm80_xmma_wgrad_implicit_gemm_indexed_f16f16_f16f32_...", "f16", "f32", "unknown", "conv wgrad"},
+      // ... but TF32 operands exist only on tensor cores.
+      {"sm80_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nh...", "tf32", "f32", "yes", "conv fprop"},
+      // A GEMV whose tuple is not the pair/pair/scale form, on a pre-Volta target.
+      {"sm50_xmma_cublas_gemvx_f16f16_f32_f32_tn_n_int32_unit_n_launch_param4x32x32_strided_unit_stride", "unknown",
+       "unknown", "no", "gemm"},
+  };
+  for (const auto& e : names) expect_class(classify_kernel_name(e.name), e);
+}
+
+TEST(KernelClass, CutlassNames) {
+  const Expected names[] = {
+      // Benchmarks' kernel filters on the CUTLASS profiler's names.
+      {"cutlass_simt_sgemm_128x128_8x2_nn_align1", "f32", "f32", "no", "gemm"},
+      {"cutlass_simt_hgemm_256x128_8x2_nn_align1", "f16", "f16", "no", "gemm"},
+      {"cutlass_tensorop_h16816gemm_256x128_32x3_nn_align8", "f16", "f16", "yes", "gemm"},
+      {"cutlass_tensorop_d884gemm_128x128_16x3_nn_align1", "f64", "f64", "yes", "gemm"},
+      {"cutlass_tensorop_bf16_s16816gemm_bf16_256x128_32x3_nn_align8", "bf16", "f32", "yes", "gemm"},
+      {"cutlass_tensorop_tf32_s1688gemm_tf32_256x128_16x3_tt_align4", "tf32", "f32", "yes", "gemm"},
+      {"cutlass_tensorop_s8_i16832gemm_s8_256x128_64x3_tn_align16", "int8", "int32", "yes", "gemm"},
+      {"cutlass_tensorop_i8816gemm_s8_64x128_64x2_tn_align4", "int8", "int32", "yes", "gemm"},
+      {"cutlass_75_tensorop_i8816gemm_s8_128x128_tn_align16", "int8", "int32", "yes", "gemm"},
+      // CUTLASS example 27's three f32 flavours on tensor cores.
+      {"cutlass_tensorop_s1688gemm_128x128_16x3_nn_align4", "f32", "f32", "yes", "gemm"},  // 3xTF32
+      {"cutlass_tensorop_s1688tf32gemm_128x128_16x3_nn_align4", "tf32", "f32", "yes", "gemm"},
+      {"cutlass_tensorop_s1688gemm_tf32_128x128_16x3_nn_align4", "tf32", "f32", "yes", "gemm"},
+      // Built from conv2d_operation.py's grammar.
+      {"cutlass_tensorop_s16816fprop_optimized_f16_128x128_32x3_nhwc_align8", "f16", "f32", "yes", "conv fprop"},
+      {"cutlass_tensorop_h16816dgrad_optimized_f16_128x128_32x3_nhwc_align8", "f16", "f16", "yes", "conv dgrad"},
+      // Built from the CUTLASS 3 procedural name.
+      {"cutlass3x_sm90_tensorop_s64x128x16gemm_f16_f16_f32_f16_f16_128x128x64_1x1x1_0_tnn_align8_warpspecialized_"
+       "cooperative_epi_tma",
+       "f16", "f32", "yes", "gemm"},
+      // A wrapper kernel whose template argument is the CUTLASS name.
+      {"void cutlass::Kernel<cutlass_80_tensorop_s16816gemm_f16_128x128_32x4_tn_align8>(cutlass_80_tensorop_"
+       "s16816gemm_f16_128x128_32x4_tn_align8::Params)",
+       "f16", "f32", "yes", "gemm"},
+      {"void cutlass__5x_cudnn::Kernel<cutlass_tensorop_s1688fprop_optimized_tf32_64x64_16x10_nhwc_align4>(cutlass_"
+       "tensorop_s1688fprop_optimized_tf32_64x64_16x10_nhwc_align4::Params)",
+       "tf32", "f32", "yes", "conv fprop"},
+      // The WMMA class, built from the generator's grammar.
+      {"void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_16x16_128x2_tn_align8>(cutlass_80_wmma_"
+       "tensorop_bf16_s161616gemm_bf16_16x16_128x2_tn_align8::Params)",
+       "bf16", "f32", "yes", "gemm"},
+      // CUTLASS's split-K reduction: no multiply of matrices.
+      {"cutlass_80_splitKreduce_kernel", "unknown", "unknown", "no", "reduction"},
+  };
+  for (const auto& e : names) expect_class(classify_kernel_name(e.name), e);
+}
+
+TEST(KernelClass, DemangledTemplates) {
+  const Expected names[] = {
+      {"void cudnn::winograd_nonfused::winogradForwardData4x4<float, float>(cudnn::winograd_nonfused::"
+       "WinogradDataParams<float, float>)",
+       "f32", "unknown", "no", "other"},
+      {"void cudnn::winograd::generateWinogradTilesKernel<0, float, float>(cudnn::winograd::"
+       "GenerateWinogradTilesParams<float, float>)",
+       "f32", "unknown", "no", "other"},
+      {"void cudnn::detail::wgrad_alg0_engine<float, 128, 6, 8, 3, 3, 5, false, 512>(int, int, int, float const*, "
+       "int, float*, float const*, kernel_grad_params, unsigned long long, int, float, int, int, int, int)",
+       "f32", "unknown", "unknown", "conv wgrad"},
+      {"void cudnn::detail::implicit_convolve_sgemm<float, float, 128, 5, 5, 3, 3, 3, 1, false, false, true>(int, "
+       "int, int, float const*, int, float*, float const*, kernel_conv_params, unsigned long long, int, float, float, "
+       "int, float const*, float const*, bool, int, int)",
+       "f32", "f32", "no", "conv"},
+      // A profiler's cut: the template's closing bracket is gone.
+      {"void convolveNd_dgrad_float_engine<float, 3…", "f32", "unknown", "unknown", "conv dgrad"},
+      {"void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<c10::Half>, "
+       "at::detail::Array<char*, 1> >(int, at::native::FillFunctor<c10::Half>, at::detail::Array<char*, 1>)",
+       "f16", "unknown", "no", "elementwise"},
+      {"void at::native::(anonymous namespace)::cunn_SoftMaxForward<8, float, float, float, "
+       "at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(float*, float const*, int)",
+       "f32", "unknown", "no", "other"},
+      {"void cudnn::detail::bn_fw_tr_1C11_kernel_NCHW<__half, float, 512, true, 1>(cudnnTensorStruct, __half const*, "
+       "cudnnTensorStruct, __half*, float const*, float const*, float, float, float*, float*, float*, float*, float, "
+       "float)",
+       "unknown", "unknown", "no", "other"},
+      // A layout kernel naming two element types: which is "the" input is not said.
+      {"void cudnn::ops::nchwToNhwcKernel<__half, __half, float, false, true, (cudnnKernelDataType_t)0>(cudnn::ops::"
+       "nchw2nhwc_params_t<float>, __half const*, __half*)",
+       "unknown", "unknown", "no", "layout"},
+      // A kernel built on HMMA traits says so in its template arguments.
+      {"void xmma_cudnn::gemm::kernel<xmma_cudnn::implicit_gemm::fprop_indexed::Kernel_traits<xmma_cudnn::Ampere_"
+       "hmma_fp32_traits, xmma_cudnn::Cta_tile<xmma_cudnn::Ampere, 128, 128, 64, 2, 2, 1, 1>, 4> >(xmma_cudnn::"
+       "implicit_gemm::fprop_indexed::Params)",
+       "unknown", "unknown", "yes", "unknown"},
+      // PyTorch's and CUB's kernels.
+      {"void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t<float, "
+       "at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, "
+       "unsigned int, float, 4> >(at::native::ReduceOp<float, at::native::func_wrapper_t<float, "
+       "at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, "
+       "unsigned int, float, 4>)",
+       "f32", "unknown", "no", "reduction"},
+      {"void (anonymous namespace)::softmax_warp_forward<c10::Half, c10::Half, float, 10, false, false>(c10::Half*, "
+       "c10::Half const*, int, int, int, bool const*, int, bool)",
+       "unknown", "unknown", "no", "other"},
+      {"void cub::CUB_200200_800_NS::DeviceRadixSortOnesweepKernel<cub::CUB_200200_800_NS::DeviceRadixSortPolicy<"
+       "long, long, unsigned int>::Policy800, false, long, long, unsigned int, int, int>(int*, int*, long const*, "
+       "long*, long const*, long*, int, int, int)",
+       "unknown", "unknown", "no", "other"},
+      {"void splitKreduce_kernel<32, 16, int, float, float, float, float, true, false, false>(cublasSplitKParams<"
+       "float>, float const*, float const*, float*, float const*, float const*, float const*, float const*, float*, "
+       "void*, long, float*, int*)",
+       "f32", "unknown", "no", "reduction"},
+      // Mangled, as CUPTI hands names over.
+      {"_Z10map_kernelPfi", "unknown", "unknown", "no", "elementwise"},
+      {"_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_13BUnaryFunctorIN3c104HalfES4_S4_ZZZNS0_15add_kernel_"
+       "cudaERNS_18TensorIteratorBaseERKNS3_6ScalarEENKUlvE_clEvENKUlvE3_clEvEUlS4_S4_E_EENS_6detail5ArrayIPcLi2EEEEEv"
+       "iT0_T1_",
+       "f16", "unknown", "no", "elementwise"},
+  };
+  for (const auto& e : names) expect_class(classify_kernel_name(e.name), e);
+}
+
+// ---------------------------------------------------------------------------------
+// What must stay unknown
+
+TEST(KernelClass, NamesThatSayNothingAreUnknown) {
+  const Expected names[] = {
+      {"", "unknown", "unknown", "unknown", "unknown"},
+      {"   ", "unknown", "unknown", "unknown", "unknown"},
+      {"garbage", "unknown", "unknown", "unknown", "unknown"},
+      {"!!@@##", "unknown", "unknown", "unknown", "unknown"},
+      // Digits that look like MMA shapes are no core without the grammar around them.
+      {"my_kernel_16816", "unknown", "unknown", "unknown", "unknown"},
+      {"foo16_bar16816_baz", "unknown", "unknown", "unknown", "unknown"},
+      {"layer16816gemmish", "unknown", "unknown", "unknown", "unknown"},
+      {"kernel_fp16_1688", "unknown", "unknown", "unknown", "unknown"},
+      // cuBLAS 12.8's nvjet kernels: their naming is not documented, so it is not guessed.
+      {"nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NTN", "unknown", "unknown", "unknown", "unknown"},
+      // Not a kernel at all.
+      {"Memcpy HtoD (Pageable -> Device)", "unknown", "unknown", "unknown", "unknown"},
+      // An arch word with no core after it.
+      {"ampere_16x16_kernel", "unknown", "unknown", "unknown", "unknown"},
+      // A half-written core (cut by a profiler) is no core; the class before it still
+      // says tensor cores.
+      {"cutlass_tensorop_s168…", "unknown", "unknown", "yes", "unknown"},
+      // A GEMM that names nothing else.
+      {"gemm_kernel", "unknown", "unknown", "unknown", "gemm"},
+      // Two element types: the input is ambiguous.
+      {"void my_gemm_kernel<__half, float>(int)", "unknown", "unknown", "unknown", "gemm"},
+      // An xmma GEMM without its type tuple.
+      {"sm80_xmma_gemm_nt_n_tilesize128x128x32", "unknown", "unknown", "unknown", "gemm"},
+      // The operand type was cut off after the core: not the accumulator's by default.
+      {"turing_fp16_s1688gemm…", "unknown", "f32", "yes", "gemm"},
+      {"volta_fp16_s884gemm", "unknown", "f32", "yes", "gemm"},
+  };
+  for (const auto& e : names) expect_class(classify_kernel_name(e.name), e);
+}
+
+// ---------------------------------------------------------------------------------
+// The project's own kernels
+
+struct OwnKernel {
+  std::string file, ns, name;
+};
+
+// Every __global__ function of kernels/cuda/*.cu with the namespace it is declared in.
+std::vector<OwnKernel> own_kernels() {
+  std::vector<OwnKernel> out;
+  const std::regex ns_re(R"(namespace\s+(ampcheck::kernels::cuda(::\w+)?)\s*\{)");
+  const std::regex global_re(R"(__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\()");
+  for (const auto& entry : fs::directory_iterator(kSource / "kernels" / "cuda")) {
+    if (entry.path().extension() != ".cu") continue;
+    const std::string text = read_text(entry.path());
+    std::smatch ns;
+    const std::string ns_name = std::regex_search(text, ns, ns_re) ? ns[1].str() : "ampcheck::kernels::cuda";
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), global_re); it != std::sregex_iterator(); ++it)
+      out.push_back({entry.path().filename().string(), ns_name, (*it)[1].str()});
+  }
+  return out;
+}
+
+TEST(KernelClass, TheProjectsKernelsUseNoMmaInstruction) {
+  // The premise of "tensor cores: no" for the project's kernels.
+  const std::regex mma(R"(\bwmma\b|\bwgmma\b|mma\.sync|mma_sync|__hmma|__imma|nvcuda::)");
+  for (const auto& entry : fs::directory_iterator(kSource / "kernels" / "cuda")) {
+    const std::string text = read_text(entry.path());
+    EXPECT_FALSE(std::regex_search(text, mma))
+        << entry.path() << " uses an MMA instruction: inspector/kernel_class.cpp answers 'no tensor cores' for "
+        << "every kernel in namespace ampcheck and must learn this one";
+  }
+}
+
+TEST(KernelClass, EveryOwnKernelHasAKindAndNoTensorCores) {
+  const auto kernels = own_kernels();
+  ASSERT_GE(kernels.size(), 40u) << "kernels/cuda/*.cu: fewer __global__ functions than expected";
+  for (const auto& k : kernels) {
+    // As a demangler writes them: namespace, anonymous namespace, a template argument.
+    const std::string name = "void " + k.ns + "::(anonymous namespace)::" + k.name + "<float>(long, float*)";
+    const KernelClass c = classify_kernel_name(name);
+    SCOPED_TRACE(k.file + ": " + name + "\n  why: " + c.why);
+    EXPECT_EQ(c.tensor_cores, TensorCores::no);
+    EXPECT_NE(c.kind, KernelKind::unknown) << "teach the vocabulary in inspector/kernel_class.cpp this kernel's kind";
+    // Its template argument is a compute type; the storage dtype is a runtime argument.
+    EXPECT_EQ(c.input, KernelPrecision::unknown);
+  }
+}
+
+TEST(KernelClass, OwnKernelsByName) {
+  const Expected names[] = {
+      {"void ampcheck::kernels::cuda::elementwise::(anonymous namespace)::map_kernel<(ampcheck::kernels::MapFn)3, "
+       "float>(ampcheck::kernels::cuda::elementwise::(anonymous namespace)::MapInputs, void*, ampcheck::DType, long, "
+       "float, float)",
+       "unknown", "unknown", "no", "elementwise"},
+      {"void ampcheck::kernels::cuda::reduce::(anonymous namespace)::sum_block_kernel<float>(int)", "unknown",
+       "unknown", "no", "reduction"},
+      {"void ampcheck::kernels::cuda::(anonymous namespace)::permute_kernel<unsigned short>(unsigned short const*, "
+       "unsigned short*, ampcheck::kernels::Broadcast, long)",
+       "unknown", "unknown", "no", "layout"},
+      // Nothing in the identifier; the namespace says pooling.
+      {"void ampcheck::kernels::cuda::pool::(anonymous namespace)::adaptive_forward_kernel<float>(int)", "unknown",
+       "unknown", "no", "other"},
+      {"void ampcheck::kernels::cuda::(anonymous namespace)::max_scatter_kernel<float>(int)", "unknown", "unknown",
+       "no", "layout"},
+      // Mangled: ampcheck::kernels::cuda::map_kernel(float*, long).
+      {"_ZN8ampcheck7kernels4cuda10map_kernelEPfl", "unknown", "unknown", "no", "elementwise"},
+  };
+  for (const auto& e : names) expect_class(classify_kernel_name(e.name), e);
+}
+
+// ---------------------------------------------------------------------------------
+// Kernel notes
+
+TEST(KernelClass, TheNotesTheKernelsWriteUseTheWordsTheClassifierReads) {
+  // Drift guard: the fragments classify_kernel_note keys on, where the notes are written.
+  const std::pair<const char*, std::vector<std::string>> sources[] = {
+      {"kernels/cuda/gemm.cu", {"\"cublasLt: A \"", "\" B \"", "\" C \"", "\", compute \"", "\"64F\" : \"32F\"",
+                                "\", tensor cores \"", "\"yes\" : \"no\""}},
+      {"kernels/cuda/conv.cu", {"\"cuDNN \"", "\" data, \"", "\" compute\"", "\"tensor-op math\"",
+                                "\"FMA math (no TF32)\"", "\"default math\"", "\"fwd\"", "\"bwd data\"",
+                                "\"bwd filter\"", "CUB block reduce"}},
+      {"kernels/cuda/elementwise.cu", {"\": CUDA map kernel, \""}},
+      {"kernels/cuda/reduce.cu", {"\"CUDA kernel, one thread per output\"", "\"CUB block reduce\""}},
+      {"kernels/cuda/norm_loss.cu", {"CUB block reduce per row", "CUDA kernel", "\" compute\""}},
+      {"kernels/cuda/pool.cu", {"\": CUDA kernel, \"", "\" compute\""}},
+  };
+  for (const auto& [file, fragments] : sources) {
+    const std::string text = read_text(kSource / file);
+    ASSERT_FALSE(text.empty()) << file;
+    for (const auto& f : fragments) EXPECT_NE(text.find(f), std::string::npos) << file << " no longer writes " << f;
+  }
+}
+
+TEST(KernelClass, ProjectNotes) {
+  const Expected notes[] = {
+      {"cublasLt: A f16 B f16 C f16, compute 32F, algo id 21, tile id 5, tensor cores yes", "f16", "f32", "yes",
+       "gemm"},
+      {"cublasLt: A bf16 B bf16 C f32, compute 32F, algo id 6, tile id 18, tensor cores yes", "bf16", "f32", "yes",
+       "gemm"},
+      // An f16 GEMM with a dimension not a multiple of 8: the library fell back.
+      {"cublasLt: A f16 B f16 C f16, compute 32F, algo id 0, tile id 0, tensor cores no", "f16", "f32", "no", "gemm"},
+      // compute 32F is not FAST_TF32: f32 operands stay f32.
+      {"cublasLt: A f32 B f32 C f32, compute 32F, algo id 0, tile id 0, tensor cores no", "f32", "f32", "no", "gemm"},
+      {"cublasLt: A f64 B f64 C f64, compute 64F, algo id 1, tile id 1, tensor cores yes", "f64", "f64", "yes",
+       "gemm"},
+      // cublasComputeType_t's fast types round f32 operands.
+      {"cublasLt: A f32 B f32 C f32, compute 32F_FAST_TF32, algo id 3, tile id 2, tensor cores yes", "tf32", "f32",
+       "yes", "gemm"},
+      // Tensor-op math permits tensor cores; the kernel's name says whether they ran.
+      {"cuDNN fwd: IMPLICIT_PRECOMP_GEMM, tensor-op math, f16 data, f32 compute, bias added in the epilogue (beta = 1)",
+       "f16", "f32", "unknown", "conv fprop"},
+      {"cuDNN bwd data: ALGO_1, FMA math (no TF32), f32 data, f32 compute", "f32", "f32", "no", "conv dgrad"},
+      {"cuDNN bwd filter: ALGO_0, tensor-op math, bf16 data, f32 compute, nondeterministic", "bf16", "f32", "unknown",
+       "conv wgrad"},
+      {"cuDNN fwd: FFT, default math, f64 data, f64 compute", "f64", "f64", "unknown", "conv fprop"},
+      // Default math on f32 data allows TF32 on sm80 and later: input f32 or tf32.
+      {"cuDNN fwd: GEMM, default math, f32 data, f32 compute", "unknown", "f32", "unknown", "conv fprop"},
+      {"relu: CUDA map kernel, f32 compute", "unknown", "f32", "no", "elementwise"},
+      {"sum: CUB block reduce, f32 compute", "unknown", "f32", "no", "reduction"},
+      {"max: CUDA kernel, one thread per output, f64 compute", "unknown", "f64", "no", "reduction"},
+      {"softmax: CUB block reduce per line, f32 compute", "unknown", "f32", "no", "reduction"},
+      {"conv2d bias gradient: CUB block reduce, f32 compute, 4 chunks per channel", "unknown", "f32", "no",
+       "reduction"},
+      {"max_pool2d forward (window maximum and its index): CUDA kernel, f32 compute", "unknown", "f32", "no", "other"},
+      {"avg_pool2d backward (gather, no atomics): CUDA kernel, f64 compute", "unknown", "f64", "no", "other"},
+      {"layer_norm backward: CUB block reduce per row, column sums in fixed row chunks, f32 compute", "unknown", "f32",
+       "no", "reduction"},
+      {"embedding: CUDA kernel, rows copied", "unknown", "unknown", "no", "layout"},
+      {"dropout: CUDA kernel, Philox4x32-10 mask (the CPU's bits), f32 compute", "unknown", "f32", "no",
+       "elementwise"},
+      {"cross_entropy backward: CUDA kernel, f32 compute", "unknown", "f32", "no", "other"},
+      // Not notes of a grammar the classifier knows.
+      {"", "unknown", "unknown", "unknown", "unknown"},
+      {"hello", "unknown", "unknown", "unknown", "unknown"},
+      {"somelib: magic, fast", "unknown", "unknown", "unknown", "unknown"},
+  };
+  for (const auto& e : notes) expect_class(classify_kernel_note(e.name), e);
+}
+
+TEST(KernelClass, JoinedNotesOneClassEach) {
+  const auto classes = classify_kernel_notes(
+      "cuDNN fwd: IMPLICIT_GEMM, tensor-op math, f16 data, f32 compute; "
+      "conv2d bias gradient: CUB block reduce, f32 compute, 2 chunks per channel");
+  ASSERT_EQ(classes.size(), 2u);
+  EXPECT_EQ(classes[0].kind, KernelKind::conv_fprop);
+  EXPECT_EQ(classes[0].input, KernelPrecision::f16);
+  EXPECT_EQ(classes[1].kind, KernelKind::reduction);
+  EXPECT_EQ(classes[1].tensor_cores, TensorCores::no);
+  EXPECT_TRUE(classify_kernel_notes("").empty());
+}
+
+TEST(KernelClass, NamesOfTheValues) {
+  EXPECT_STREQ(precision_name(KernelPrecision::tf32), "tf32");
+  EXPECT_STREQ(tensor_cores_name(TensorCores::unknown), "unknown");
+  EXPECT_STREQ(kind_name(KernelKind::conv_wgrad), "conv wgrad");
+  EXPECT_TRUE(multiplies_matrices(KernelKind::conv));
+  EXPECT_FALSE(multiplies_matrices(KernelKind::layout));
+}
+
+}  // namespace
+}  // namespace ampcheck::inspector
