@@ -194,26 +194,6 @@ cudnnHandle_t handle() {
   return h;
 }
 
-// Device scratch from the caching allocator for the duration of one call; freed blocks
-// are reused in stream order, so freeing right after queuing the work is safe.
-class Scratch {
- public:
-  explicit Scratch(std::size_t bytes)
-      : bytes_(bytes),
-        p_(bytes == 0 ? nullptr : allocator().allocate(bytes, Stream{reinterpret_cast<std::uintptr_t>(stream())})) {}
-  ~Scratch() {
-    if (p_ != nullptr) allocator().free(p_);
-  }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  void* get() const { return p_; }
-  std::size_t bytes() const { return bytes_; }
-
- private:
-  std::size_t bytes_;
-  void* p_;
-};
-
 // cuDNN's alpha and beta: double for double compute, float otherwise.
 class Scale {
  public:

@@ -53,26 +53,6 @@ cublasLtHandle_t handle(std::string_view op) {
   return h;
 }
 
-// Memory from GPU 0's caching allocator for the length of one call; handing it back
-// right after queueing the work that uses it is safe, as all of that work runs on the one
-// stream, in order.
-class Scratch {
- public:
-  Scratch() = default;
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  ~Scratch() {
-    if (ptr_ != nullptr) allocator().free(ptr_);
-  }
-  void* get(std::size_t bytes) {
-    if (ptr_ == nullptr && bytes > 0) ptr_ = allocator().allocate(bytes, Stream{reinterpret_cast<std::uintptr_t>(stream())});
-    return ptr_;
-  }
-
- private:
-  void* ptr_ = nullptr;
-};
-
 const char* dtype_text(DType d) {
   switch (d) {
     case DType::f64: return "f64";
@@ -264,7 +244,7 @@ void run(const Call& call, std::string_view op, std::string& last_note) {
     piece.c = static_cast<char*>(call.c) + first * call.stride_c * static_cast<std::int64_t>(element_size(call.c_dtype));
     const Plan& plan = plan_for(piece, op);
     Scratch workspace;
-    void* ws = workspace.get(plan.workspace);
+    void* ws = workspace.reserve(plan.workspace);
     const double one64 = 1.0, beta64 = piece.beta_one ? 1.0 : 0.0;
     const float one32 = 1.0f, beta32 = piece.beta_one ? 1.0f : 0.0f;
     const bool f64 = piece.ab == DType::f64;
@@ -305,7 +285,7 @@ Run run_of(const Broadcast& map, std::int64_t batch) {
 // A device operand in the dtype cuBLASLt is given: itself, or converted into `scratch`.
 const void* operand(const View& v, DType as, Scratch& scratch) {
   if (v.dtype == as) return v.data;
-  void* p = scratch.get(static_cast<std::size_t>(v.numel()) * element_size(as));
+  void* p = scratch.reserve(static_cast<std::size_t>(v.numel()) * element_size(as));
   MemoryKernels::cuda().convert(v, View{p, as, v.shape});
   return p;
 }
@@ -328,7 +308,7 @@ void gemm(const GemmDesc& d) {
   void* target = d.c.data;
   const DType target_dtype = direct ? d.c.dtype : acc;
   if (!direct) {
-    target = acc_copy.get(static_cast<std::size_t>(count) * element_size(acc));
+    target = acc_copy.reserve(static_cast<std::size_t>(count) * element_size(acc));
     if (d.accumulate) MemoryKernels::cuda().convert(d.c, View{target, acc, d.c.shape});
   }
   const bool empty = d.batch == 0 || d.k == 0;
@@ -371,7 +351,7 @@ void gemm(const GemmDesc& d) {
           run(c, d.op, last_note);
         } else {
           // Each product into its own part, then the parts summed into C in batch order.
-          c.c = parts.get(static_cast<std::size_t>(inner * c_size) * element_size(acc));
+          c.c = parts.reserve(static_cast<std::size_t>(inner * c_size) * element_size(acc));
           c.c_dtype = acc;
           c.stride_c = c_size;
           c.beta_one = false;
@@ -419,7 +399,7 @@ void column_sum(const View& g, const View& out, DType compute, const char* op) {
       : g.dtype == DType::f32 || g.dtype == DType::f16 || g.dtype == DType::bf16 ? g.dtype
                                                                                  : DType::f32;
   Scratch ones;
-  const View ones_view{ones.get(static_cast<std::size_t>(rows) * element_size(ones_dtype)), ones_dtype, {1, rows}};
+  const View ones_view{ones.reserve(static_cast<std::size_t>(rows) * element_size(ones_dtype)), ones_dtype, {1, rows}};
   MemoryKernels::cuda().fill(ones_view, 1.0);
   GemmDesc d;
   d.op = op;

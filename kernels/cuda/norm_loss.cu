@@ -63,27 +63,6 @@ struct Buf {
 };
 Buf buf(const View& v) { return Buf{v.data, v.dtype}; }
 
-// Device scratch from the caching allocator for the duration of one call. Freed without
-// waiting: the allocator reuses a block in stream order, and every kernel runs on the
-// one stream, so a later user of the memory runs after the kernels that used it here.
-class Scratch {
- public:
-  explicit Scratch(std::size_t bytes)
-      : ptr_(bytes == 0 ? nullptr : allocator().allocate(bytes, Stream{reinterpret_cast<std::uintptr_t>(stream())})) {}
-  ~Scratch() {
-    if (ptr_ != nullptr) allocator().free(ptr_);
-  }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(ptr_);
-  }
-
- private:
-  void* ptr_;
-};
-
 i64 ceil_div(i64 a, i64 b) { return (a + b - 1) / b; }
 unsigned int block_grid(i64 items) { return static_cast<unsigned int>(items < 65535 ? items : 65535); }
 

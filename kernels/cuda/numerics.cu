@@ -19,24 +19,6 @@ namespace {
 
 constexpr unsigned int kThreads = 256;
 
-// Device scratch from the caching allocator for the duration of one call; each call
-// waits for its kernels before returning, so the memory is not in use when freed.
-class Scratch {
- public:
-  explicit Scratch(std::size_t bytes)
-      : ptr_(allocator().allocate(bytes, Stream{reinterpret_cast<std::uintptr_t>(stream())})) {}
-  ~Scratch() { allocator().free(ptr_); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  unsigned char* bytes() const { return static_cast<unsigned char*>(ptr_); }
-
- private:
-  void* ptr_;
-};
-
-__device__ std::int64_t first_index() { return blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; }
-__device__ std::int64_t grid_stride() { return static_cast<std::int64_t>(gridDim.x) * blockDim.x; }
-
 // Copies `bytes` of device memory to the host and waits for it (and the work before it).
 void fetch(void* host, const void* device, std::size_t bytes, const char* op) {
   check(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream()), "cudaMemcpyAsync(summary)", op);
@@ -144,8 +126,8 @@ NumericsSummary stats(const View& v) {
   if (n == 0) return s;
   const unsigned int blocks = blocks_for(n, kThreads);
   Scratch scratch(sizeof(StatsResult) + blocks * sizeof(Extremes));
-  auto* result = reinterpret_cast<StatsResult*>(scratch.bytes());
-  auto* partials = reinterpret_cast<Extremes*>(scratch.bytes() + sizeof(StatsResult));
+  auto* result = scratch.as<StatsResult>();
+  auto* partials = scratch.as<Extremes>(sizeof(StatsResult));
   check(cudaMemsetAsync(result->counters, 0, sizeof result->counters, stream()), "cudaMemsetAsync", "numerics stats");
   stats_blocks<<<blocks, kThreads, 0, stream()>>>(v.data, v.dtype, n, f16_bounds(), bf16_bounds(), partials,
                                                   result->counters);
@@ -251,7 +233,7 @@ ValueScan scan(const View& v) {
   if (n == 0) return r;
   const unsigned int blocks = blocks_for(n, kThreads);
   Scratch scratch((blocks + 1) * sizeof(ScanPart));
-  auto* partials = reinterpret_cast<ScanPart*>(scratch.bytes());
+  auto* partials = scratch.as<ScanPart>();
   scan_blocks<<<blocks, kThreads, 0, stream()>>>(v.data, v.dtype, n, partials);
   check_launch("scan_blocks", "non-finite scan");
   scan_finish<<<1, kThreads, 0, stream()>>>(partials, blocks, partials + blocks);
@@ -290,7 +272,7 @@ bool launch_bits_any(const View& v, Bits mask, const char* op) {
   const std::int64_t n = v.numel();
   if (n == 0) return false;
   Scratch scratch(sizeof(unsigned int));
-  auto* flag = reinterpret_cast<unsigned int*>(scratch.bytes());
+  auto* flag = scratch.as<unsigned int>();
   check(cudaMemsetAsync(flag, 0, sizeof(unsigned int), stream()), "cudaMemsetAsync", op);
   bits_any<Bits, kAllOnes><<<blocks_for(n, kThreads), kThreads, 0, stream()>>>(v.as<const Bits>(), n, mask, flag);
   check_launch("bits_any", op);
@@ -351,7 +333,7 @@ SwampCounts swamped(const View& weight_before, const View& update, DType param_d
   const std::int64_t n = weight_before.numel();
   if (n == 0) return c;
   Scratch scratch(2 * sizeof(unsigned long long));
-  auto* counts = reinterpret_cast<unsigned long long*>(scratch.bytes());
+  auto* counts = scratch.as<unsigned long long>();
   check(cudaMemsetAsync(counts, 0, 2 * sizeof(unsigned long long), stream()), "cudaMemsetAsync", "swamped_fraction");
   swamped_blocks<<<blocks_for(n, kThreads), kThreads, 0, stream()>>>(
       weight_before.data, weight_before.dtype, update.data, update.dtype, param_dtype, n, counts);

@@ -21,15 +21,11 @@ using i64 = std::int64_t;
 
 constexpr int kThreads = 256;
 
-// The grid-stride loop's first item and step (int64: a tensor may hold 2^31 elements).
-__device__ i64 first_index() { return blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; }
-__device__ i64 index_stride() { return static_cast<i64>(gridDim.x) * blockDim.x; }
-
 // Each output's maximum and its index; `y` may be null (the indices alone).
 template <typename T>
 __global__ void max_pool_forward_kernel(PoolGeometry g, const void* x, DType x_dtype, void* y, DType y_dtype,
                                         std::int64_t* indices, i64 total) {
-  for (i64 o = first_index(); o < total; o += index_stride()) {
+  for (i64 o = first_index(); o < total; o += grid_stride()) {
     const WindowMax<T> best = max_pool_at<T>(g, x, x_dtype, o);
     indices[o] = best.index;
     if (y != nullptr) store_element(y, y_dtype, o, best.value);  // an input value: exact in y's dtype
@@ -39,35 +35,35 @@ __global__ void max_pool_forward_kernel(PoolGeometry g, const void* x, DType x_d
 template <typename T>
 __global__ void max_pool_backward_kernel(PoolGeometry g, const void* gy, DType gy_dtype, const std::int64_t* indices,
                                          void* gx, DType gx_dtype, i64 total) {
-  for (i64 i = first_index(); i < total; i += index_stride())
+  for (i64 i = first_index(); i < total; i += grid_stride())
     store_element(gx, gx_dtype, i, max_pool_grad_at<T>(g, gy, gy_dtype, indices, i));
 }
 
 template <typename T>
 __global__ void avg_pool_forward_kernel(PoolGeometry g, const void* x, DType x_dtype, void* y, DType y_dtype,
                                         i64 total) {
-  for (i64 o = first_index(); o < total; o += index_stride())
+  for (i64 o = first_index(); o < total; o += grid_stride())
     store_element(y, y_dtype, o, avg_pool_at<T>(g, x, x_dtype, o));
 }
 
 template <typename T>
 __global__ void avg_pool_backward_kernel(PoolGeometry g, const void* gy, DType gy_dtype, void* gx, DType gx_dtype,
                                          i64 total) {
-  for (i64 i = first_index(); i < total; i += index_stride())
+  for (i64 i = first_index(); i < total; i += grid_stride())
     store_element(gx, gx_dtype, i, avg_pool_grad_at<T>(g, gy, gy_dtype, i));
 }
 
 template <typename T>
 __global__ void adaptive_forward_kernel(PoolGeometry g, const void* x, DType x_dtype, void* y, DType y_dtype,
                                         i64 total) {
-  for (i64 o = first_index(); o < total; o += index_stride())
+  for (i64 o = first_index(); o < total; o += grid_stride())
     store_element(y, y_dtype, o, adaptive_avg_at<T>(g, x, x_dtype, o));
 }
 
 template <typename T>
 __global__ void adaptive_backward_kernel(PoolGeometry g, const void* gy, DType gy_dtype, void* gx, DType gx_dtype,
                                          i64 total) {
-  for (i64 i = first_index(); i < total; i += index_stride())
+  for (i64 i = first_index(); i < total; i += grid_stride())
     store_element(gx, gx_dtype, i, adaptive_avg_grad_at<T>(g, gy, gy_dtype, i));
 }
 

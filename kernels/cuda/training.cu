@@ -20,24 +20,6 @@ namespace {
 
 constexpr unsigned int kThreads = 256;
 
-// Device scratch from the caching allocator for the duration of one call; the call
-// waits for its kernels before returning, so the memory is not in use when freed.
-class Scratch {
- public:
-  explicit Scratch(std::size_t bytes)
-      : ptr_(allocator().allocate(bytes, Stream{reinterpret_cast<std::uintptr_t>(stream())})) {}
-  ~Scratch() { allocator().free(ptr_); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  unsigned char* bytes() const { return static_cast<unsigned char*>(ptr_); }
-
- private:
-  void* ptr_;
-};
-
-__device__ std::int64_t first_index() { return blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; }
-__device__ std::int64_t grid_stride() { return static_cast<std::int64_t>(gridDim.x) * blockDim.x; }
-
 // ---- optimizer updates ---------------------------------------------------------------
 
 template <typename T>
@@ -156,12 +138,12 @@ bool unscale(const std::vector<View>& grads, const std::vector<View>& out, doubl
   std::memcpy(host.data() + flags_bytes, tensors.data(), count * sizeof(UnscaleTensor));
   std::memcpy(host.data() + flags_bytes + tensors_bytes, chunks.data(), chunks_bytes);
   Scratch scratch(host.size());
-  check(cudaMemcpyAsync(scratch.bytes(), host.data(), host.size(), cudaMemcpyHostToDevice, stream()),
+  check(cudaMemcpyAsync(scratch.get(), host.data(), host.size(), cudaMemcpyHostToDevice, stream()),
         "cudaMemcpyAsync(gradient table)", "unscale_");
-  auto* flags = reinterpret_cast<unsigned int*>(scratch.bytes());
+  auto* flags = scratch.as<unsigned int>();
   unscale_kernel<<<static_cast<unsigned int>(chunks.size()), kThreads, 0, stream()>>>(
-      reinterpret_cast<const UnscaleTensor*>(scratch.bytes() + flags_bytes),
-      reinterpret_cast<const UnscaleChunk*>(scratch.bytes() + flags_bytes + tensors_bytes),
+      scratch.as<const UnscaleTensor>(flags_bytes),
+      scratch.as<const UnscaleChunk>(flags_bytes + tensors_bytes),
       static_cast<float>(inv_scale), inv_scale, flags);
   check_launch("unscale_kernel", "unscale_");
 
@@ -203,7 +185,7 @@ double sum_squares(const View& v, double total) {
   if (n == 0) return total;
   const unsigned int blocks = blocks_for(n, kThreads);
   Scratch scratch((blocks + 1) * sizeof(double));
-  auto* partials = reinterpret_cast<double*>(scratch.bytes());
+  auto* partials = scratch.as<double>();
   sum_squares_blocks<<<blocks, kThreads, 0, stream()>>>(v.data, v.dtype, n, partials);
   check_launch("sum_squares_blocks", "clip_grad_norm");
   sum_partials<<<1, kThreads, 0, stream()>>>(partials, blocks, partials + blocks);
