@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "cli/dtype_option.h"
 #include "cli/usage_error.h"
 #include "engine/device.h"
 #include "engine/dtype/convert.h"
@@ -42,21 +43,6 @@ double parse_value(const std::string& text) {
         "into; write 0 if you mean zero",
         text));
   return v;
-}
-
-std::vector<DType> parse_dtypes(const std::vector<std::string>& names) {
-  std::vector<DType> out;
-  for (const std::string& n : names) {
-    try {
-      const DType d = parse_dtype(n);
-      if (!is_floating(d))
-        throw UsageError("--dtype " + n + ": fp looks at floating-point dtypes; use f16, bf16, f32 or f64");
-      if (std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
-    } catch (const DTypeError& e) {
-      throw UsageError(std::string("--dtype: ") + e.what());
-    }
-  }
-  return out;
 }
 
 std::string fmt_g(double v, int precision = 6) {
@@ -202,7 +188,7 @@ int run_fp(const FpOptions& o, std::ostream& out, std::ostream& err) {
     const auto request = parse_device_request(o.device);
     if (!request)
       throw UsageError("--device \"" + o.device + "\" is not a device; use auto, cpu or cuda");
-    const std::vector<DType> dtypes = parse_dtypes(o.dtypes);
+    const std::vector<DType> dtypes = parse_float_dtypes(o.dtypes);
     std::vector<double> values;
     for (const std::string& s : o.values) values.push_back(parse_value(s));
     Device device;

@@ -12,6 +12,7 @@
 
 #include "ampcheck_build_info.h"  // AMPCHECK_VERSION
 #include "cli/exit_codes.h"
+#include "cli/dtype_option.h"
 #include "cli/usage_error.h"
 #include "engine/device.h"
 #include "engine/dtype/dtype.h"
@@ -50,21 +51,6 @@ std::vector<Op> parse_ops(const std::vector<std::string>& names) {
     if (std::find(ops.begin(), ops.end(), *op) == ops.end()) ops.push_back(*op);
   }
   return ops;
-}
-
-std::vector<DType> parse_dtypes(const std::vector<std::string>& names) {
-  std::vector<DType> out;
-  for (const std::string& n : names) {
-    try {
-      const DType d = parse_dtype(n);
-      if (!is_floating(d))
-        throw UsageError("--dtype " + n + ": the ops are checked in float dtypes; use f64, f32, f16 or bf16");
-      if (std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
-    } catch (const DTypeError& e) {
-      throw UsageError(std::string("--dtype: ") + e.what());
-    }
-  }
-  return out;
 }
 
 // What the results are of: "cuda (NVIDIA H100, compute capability 9.0)".
@@ -145,7 +131,7 @@ int run_selftest(const SelftestOptions& o, std::ostream& out, std::ostream& err)
   if (!request) throw UsageError("--device \"" + o.device + "\" is not a device; use auto, cpu or cuda");
   parity::Options options;
   options.ops = parse_ops(o.ops);
-  options.dtypes = parse_dtypes(o.dtypes);
+  options.dtypes = parse_float_dtypes(o.dtypes);
   if (!o.json.empty()) {
     try {
       reports::check_writable_target(o.json);  // before the run, not after it
