@@ -9,6 +9,7 @@
 
 #include "engine/hooks.h"
 #include "engine/ops/op_util.h"
+#include "kernels/kernel_note.h"
 
 namespace ampcheck {
 namespace {
@@ -56,7 +57,7 @@ OpEvent backward_event(const Node& node, const Tensor& g) {
   e.params = &node.params;
   e.grad_output = &g;
   e.out_dtype = g.dtype();
-  e.kernel = "cpu:" + std::string(op_name(node.op)) + "_backward:" + (g.dtype() == DType::f64 ? "f64" : "f32");
+  e.kernel = kernel_id(std::string(op_name(node.op)) + "_backward", g);
   hooks::op_begin(e);
   return e;
 }
@@ -124,6 +125,8 @@ void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) 
     OpEvent event;
     if (observe) event = backward_event(*node, g);
     const auto start = observe ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+    kernels::set_noting(observe);
+    kernels::take_kernel_notes();
     const std::vector<Tensor> in_grads =
         info.backward(BackwardArgs{g, node->inputs, node->output, node->params, node->saved, needs});
     if (in_grads.size() != node->inputs.size())
@@ -139,6 +142,7 @@ void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) 
       event.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       event.start = std::chrono::duration<double>(start.time_since_epoch()).count();
       event.grad_inputs = &in_grads;
+      event.kernel = kernel_id(std::string(op_name(node->op)) + "_backward", g, kernels::take_kernel_notes());
       hooks::op_end(event);
     }
     for (std::size_t i = 0; i < in_grads.size(); ++i) {

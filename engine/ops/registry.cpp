@@ -65,14 +65,6 @@ NoGradGuard::~NoGradGuard() { t_grad_enabled = previous_; }
 
 namespace {
 
-// What ran: the device, the op and its compute type, then what the kernels said of
-// themselves (a GEMM's library and algorithm, a convolution's cuDNN algorithm).
-std::string kernel_id(Op op, const Tensor& out, const std::string& notes) {
-  std::string id = std::string(device_name(out.device())) + ":" + std::string(op_name(op)) + ":" +
-                   (out.dtype() == DType::f64 ? "f64" : "f32");
-  return notes.empty() ? id : id + " (" + notes + ")";
-}
-
 // The begin event of an op call: dtypes as called, the policy's decision and casts.
 OpEvent begin_event(Op op, const std::vector<DType>& before, const std::vector<Tensor>& inputs,
                     const amp::Policy* policy) {
@@ -105,6 +97,12 @@ std::vector<DType> dtypes_of(const std::vector<Tensor>& inputs) {
 
 }  // namespace
 
+std::string kernel_id(std::string_view name, const Tensor& result, const std::string& notes) {
+  std::string id = std::string(device_name(result.device())) + ":" + std::string(name) + ":" +
+                   (result.dtype() == DType::f64 ? "f64" : "f32");
+  return notes.empty() ? id : id + " (" + notes + ")";
+}
+
 Tensor call(Op op, std::vector<Tensor> inputs, Params params) {
   const OpInfo& info = op_info(op);
   if (info.arity >= 0 && static_cast<int>(inputs.size()) != info.arity)
@@ -131,6 +129,7 @@ Tensor call(Op op, std::vector<Tensor> inputs, Params params) {
   const auto start = observe ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   Saved saved;
   Tensor out;
+  kernels::set_noting(observe);
   kernels::take_kernel_notes();  // what an earlier op left unread is not this op's
   {
     NoGradGuard no_grad;  // an op built from other ops records as one node
@@ -141,7 +140,7 @@ Tensor call(Op op, std::vector<Tensor> inputs, Params params) {
     event.start = std::chrono::duration<double>(start.time_since_epoch()).count();
     event.output = &out;
     event.out_dtype = out.dtype();
-    event.kernel = kernel_id(op, out, kernels::take_kernel_notes());
+    event.kernel = kernel_id(op_name(op), out, kernels::take_kernel_notes());
     hooks::op_end(event);
   }
   if (record) {

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <variant>
 #include <vector>
@@ -106,6 +107,11 @@ std::string_view closest_op_name(std::string_view name);
 // Runs an op: checks arity and devices, runs the forward, and records the autograd node
 // when gradients are on and an input requires them.
 Tensor call(Op op, std::vector<Tensor> inputs, Params params = NoParams{});
+
+// What ran for an op call, as its event's `kernel`: "device:name:compute" ("cpu:matmul:f32",
+// "cuda:relu_backward:f32": the compute type of `result`'s dtype), then, when the kernels
+// named themselves (kernels/kernel_note.h), their notes in parentheses.
+std::string kernel_id(std::string_view name, const Tensor& result, const std::string& notes = {});
 
 // Gradient recording: on by default; NoGradGuard turns it off for a scope (nestable).
 bool grad_enabled();

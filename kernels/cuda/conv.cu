@@ -525,7 +525,7 @@ void conv2d_backward_bias(const ConvGeometry& g, const View& grad_y, const View&
                                                                                           grad_bias.dtype);
     check_launch("bias_grad_final_kernel", kOp);
   });
-  note_kernel(std::string("conv2d bias gradient: CUB block reduce, ") +
+  if (noting()) note_kernel(std::string("conv2d bias gradient: CUB block reduce, ") +
               (grad_bias.dtype == DType::f64 ? "f64" : "f32") + " compute, " + std::to_string(chunks) +
               " chunks per channel");
 }

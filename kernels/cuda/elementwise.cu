@@ -75,7 +75,7 @@ void launch(const MapScalars& s, const View* in, const View& out) {
     map_kernel<F, float><<<blocks_for(n, kThreads), kThreads, 0, stream()>>>(
         ins, out.data, out.dtype, n, static_cast<float>(s.a), static_cast<float>(s.b));
   check_launch("map_kernel", map_fn_name(F));
-  note_kernel(std::string(map_fn_name(F)) + ": CUDA map kernel, " + (f64 ? "f64" : "f32") + " compute");
+  if (noting()) note_kernel(std::string(map_fn_name(F)) + ": CUDA map kernel, " + (f64 ? "f64" : "f32") + " compute");
 }
 
 void map(MapFn fn, const MapScalars& s, const View* in, int n_inputs, const View& out) {

@@ -67,7 +67,7 @@ i64 ceil_div(i64 a, i64 b) { return (a + b - 1) / b; }
 unsigned int block_grid(i64 items) { return static_cast<unsigned int>(items < 65535 ? items : 65535); }
 
 void note(const std::string& what, DType compute) {
-  note_kernel(what + ", " + (compute == DType::f64 ? "f64" : "f32") + " compute");
+  if (noting()) note_kernel(what + ", " + (compute == DType::f64 ? "f64" : "f32") + " compute");
 }
 
 template <typename T>

@@ -163,7 +163,7 @@ void sum_or_mean(const View& x, const View& out, bool mean) {
           <<<block_grid(p.groups), kThreads, 0, stream()>>>(p, x.data, x.dtype, out.data, out.dtype, mean);
     check_launch("sum_block_kernel", op);
   }
-  note_kernel(std::string(op) + ": " + (one_thread ? "CUDA kernel, one thread per output" : "CUB block reduce") +
+  if (noting()) note_kernel(std::string(op) + ": " + (one_thread ? "CUDA kernel, one thread per output" : "CUB block reduce") +
               ", " + (f64 ? "f64" : "f32") + " compute");
 }
 
@@ -243,7 +243,7 @@ void max(const View& x, const View& out, const View& argmax) {
           <<<block_grid(p.groups), kThreads, 0, stream()>>>(p, x.data, x.dtype, out.data, out.dtype, arg);
     check_launch("max_block_kernel", "max");
   }
-  note_kernel(std::string("max: ") + (one_thread ? "CUDA kernel, one thread per output" : "CUB block reduce") +
+  if (noting()) note_kernel(std::string("max: ") + (one_thread ? "CUDA kernel, one thread per output" : "CUB block reduce") +
               ", " + (f64 ? "f64" : "f32") + " compute");
 }
 
