@@ -18,10 +18,14 @@
 #include "kernels/conv_pool_kernels.h"
 #include "kernels/cuda/cuda.h"  // probe
 #include "kernels/element.h"    // store_element: the rounding the CUDA kernels apply
+#include "tests/gpu_test_util.h"
 #include "kernels/kernel_note.h"
 
 namespace ampcheck {
 namespace {
+
+using testing::bytes_of;
+using testing::has_gpu;
 
 using kernels::ConvGeometry;
 using kernels::ConvPoolKernels;
@@ -30,18 +34,6 @@ using kernels::View;
 using i64 = std::int64_t;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-bool has_gpu() { return kernels::cuda::probe().device_count > 0; }
-
-#define SKIP_WITHOUT_GPU() \
-  if (!has_gpu()) GTEST_SKIP() << "no GPU: " << kernels::cuda::probe().why_none
-
-std::vector<std::uint8_t> bytes_of(const Tensor& t) {
-  const Tensor h = t.to(Device::cpu);
-  std::vector<std::uint8_t> b(h.nbytes());
-  if (!b.empty()) std::memcpy(b.data(), h.raw(), b.size());
-  return b;
-}
 
 Tensor random(const Shape& shape, Generator& gen, DType dtype) { return Tensor::uniform(shape, gen, -2, 2, dtype); }
 

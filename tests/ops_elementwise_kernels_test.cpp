@@ -24,10 +24,14 @@
 #include "kernels/cuda/cuda.h"  // probe
 #include "kernels/elementwise_kernels.h"
 #include "kernels/kernel_note.h"
+#include "tests/gpu_test_util.h"
 #include "kernels/reduce_kernels.h"
 
 namespace ampcheck {
 namespace {
+
+using testing::bytes_of;
+using testing::has_gpu;
 
 using kernels::ElementwiseKernels;
 using kernels::MapFn;
@@ -37,18 +41,6 @@ using kernels::View;
 using i64 = std::int64_t;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-bool has_gpu() { return kernels::cuda::probe().device_count > 0; }
-
-#define SKIP_WITHOUT_GPU() \
-  if (!has_gpu()) GTEST_SKIP() << "no GPU: " << kernels::cuda::probe().why_none
-
-std::vector<std::uint8_t> bytes_of(const Tensor& t) {
-  const Tensor h = t.to(Device::cpu);
-  std::vector<std::uint8_t> b(h.nbytes());
-  if (!b.empty()) std::memcpy(b.data(), h.raw(), b.size());
-  return b;
-}
 
 bool same_value(double got, double want, double rel) {
   if (std::isnan(want)) return std::isnan(got);

@@ -22,10 +22,14 @@
 #include "engine/tensor.h"
 #include "kernels/cuda/cuda.h"  // probe
 #include "kernels/norm_loss_kernels.h"
+#include "tests/gpu_test_util.h"
 #include "kernels/random.h"
 
 namespace ampcheck {
 namespace {
+
+using testing::bytes_of;
+using testing::has_gpu;
 
 using kernels::NormLossKernels;
 using kernels::View;
@@ -33,18 +37,6 @@ using i64 = std::int64_t;
 namespace nl = kernels::norm_loss;
 
 constexpr DType kFloatDtypes[] = {DType::f64, DType::f32, DType::f16, DType::bf16};
-
-bool has_gpu() { return kernels::cuda::probe().device_count > 0; }
-
-#define SKIP_WITHOUT_GPU() \
-  if (!has_gpu()) GTEST_SKIP() << "no GPU: " << kernels::cuda::probe().why_none
-
-std::vector<std::uint8_t> bytes_of(const Tensor& t) {
-  const Tensor h = t.to(Device::cpu);
-  std::vector<std::uint8_t> b(h.nbytes());
-  if (!b.empty()) std::memcpy(b.data(), h.raw(), b.size());
-  return b;
-}
 
 Tensor rnd(const Shape& shape, Generator& gen, DType dtype, double scale = 1.0) {
   return Tensor::randn(shape, gen, DType::f64, 0.0, scale).to(dtype);

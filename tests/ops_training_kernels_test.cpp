@@ -23,10 +23,14 @@
 #include "engine/tensor.h"
 #include "kernels/cuda/cuda.h"  // probe
 #include "kernels/numerics_kernels.h"
+#include "tests/gpu_test_util.h"
 #include "kernels/training_kernels.h"
 
 namespace ampcheck {
 namespace {
+
+using testing::bytes_of;
+using testing::has_gpu;
 
 using kernels::NumericsKernels;
 using kernels::NumericsSummary;
@@ -35,11 +39,6 @@ using kernels::View;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-bool has_gpu() { return kernels::cuda::probe().device_count > 0; }
-
-#define SKIP_WITHOUT_GPU() \
-  if (!has_gpu()) GTEST_SKIP() << "no GPU: " << kernels::cuda::probe().why_none
 
 // Values that exercise every class: normal values of several magnitudes, zeros of both
 // signs, f16/bf16 overflow, rounds-to-max, underflow and subnormal values, NaN and Infs.
@@ -61,13 +60,6 @@ std::vector<double> random_values(std::size_t n, unsigned seed, double scale = 1
   std::vector<double> v(n);
   for (double& x : v) x = normal(gen);
   return v;
-}
-
-std::vector<std::uint8_t> bytes_of(const Tensor& t) {
-  const Tensor h = t.to(Device::cpu);
-  std::vector<std::uint8_t> b(h.nbytes());
-  std::memcpy(b.data(), h.raw(), b.size());
-  return b;
 }
 
 // ---- the tables ---------------------------------------------------------------------------

@@ -17,24 +17,16 @@
 #include "engine/random.h"
 #include "engine/tensor.h"
 #include "kernels/cuda/cuda.h"
+#include "tests/gpu_test_util.h"
 #include "samples/runner.h"
 
 namespace ampcheck {
 namespace {
 
+using testing::bytes_of;
+using testing::has_gpu;
+
 bool has(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
-
-#define SKIP_WITHOUT_GPU()                                                                     \
-  do {                                                                                         \
-    if (kernels::cuda::probe().device_count == 0)                                              \
-      GTEST_SKIP() << "no GPU: " << kernels::cuda::probe().why_none;                            \
-  } while (0)
-
-std::vector<std::uint8_t> bytes_of(const Tensor& t) {
-  const Tensor host = t.to(Device::cpu);
-  const auto* p = static_cast<const std::uint8_t*>(host.raw());
-  return {p, p + host.nbytes()};
-}
 
 TEST(Device, CpuTensorsStayPutAndKeepTheirHandleWhenMovedToTheCpu) {
   Generator gen(3);

@@ -1,0 +1,33 @@
+// What the device tests share: a GPU test skips naming why there is none, and compares
+// tensors on any device by their bytes.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "engine/tensor.h"
+#include "kernels/cuda/cuda.h"
+
+namespace ampcheck::testing {
+
+inline bool has_gpu() { return kernels::cuda::probe().device_count > 0; }
+
+// The storage bytes of t, copied to the host from whatever device it is on.
+inline std::vector<std::uint8_t> bytes_of(const Tensor& t) {
+  const Tensor h = t.to(Device::cpu);
+  std::vector<std::uint8_t> b(h.nbytes());
+  if (!b.empty()) std::memcpy(b.data(), h.raw(), b.size());
+  return b;
+}
+
+}  // namespace ampcheck::testing
+
+// In a test body: skip, saying why, where no GPU is usable.
+#define SKIP_WITHOUT_GPU()                                                                  \
+  do {                                                                                      \
+    if (!::ampcheck::testing::has_gpu())                                                    \
+      GTEST_SKIP() << "no GPU: " << ::ampcheck::kernels::cuda::probe().why_none;            \
+  } while (0)
