@@ -84,7 +84,7 @@ TEST(CliFp, BadInputIsNamedWithExitCode2) {
       {{"fp", "12abc"}, "cannot read \"12abc\" as a number"},
       {{"fp", "1e999"}, "beyond the range of f64"},
       {{"fp", "1", "--dtype", "flaot16"}, "did you mean \"float16\"?"},
-      {{"fp", "1", "--dtype", "int64"}, "floating-point dtypes"},
+      {{"fp", "1", "--dtype", "int64"}, "is not a floating-point dtype; use f16, bf16, f32 or f64"},
       {{"fp"}, "give one or more values"},
       {{"fp", "1", "--limits"}, "--limits takes no values"},
       {{"fp", "1", "--device", "tpu"}, "\"tpu\" is not a device"},

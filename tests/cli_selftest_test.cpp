@@ -85,7 +85,7 @@ TEST(CliSelftest, BadDtypeOrDeviceExits2) {
   EXPECT_TRUE(has(typo.err, "--dtype")) << typo.err;
   const testing::CliResult integer = testing::run_cli({"selftest", "--device", "cpu", "--dtype", "i64"});
   EXPECT_EQ(integer.code, 2);
-  EXPECT_TRUE(has(integer.err, "float dtypes")) << integer.err;
+  EXPECT_TRUE(has(integer.err, "is not a floating-point dtype; use f16, bf16, f32 or f64")) << integer.err;
   const testing::CliResult device = testing::run_cli({"selftest", "--device", "tpu"});
   EXPECT_EQ(device.code, 2);
   EXPECT_TRUE(has(device.err, "\"tpu\" is not a device")) << device.err;
