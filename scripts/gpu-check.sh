@@ -3,7 +3,8 @@
 # GPU (there is none in the project's CI: run it by hand on a GPU machine):
 #   1. a CUDA build (scripts/build.sh with AMPCHECK_CUDA=ON: the build fails without the
 #      toolkit instead of quietly dropping the GPU);
-#   2. the whole test suite (ctest), where the GPU tests run instead of skipping;
+#   2. the GPU tests (every test binary's CUDA, GPU and CUPTI cases, which skip without a
+#      GPU; FULL_CTEST=1 runs the whole ctest suite instead);
 #   3. `ampcheck selftest --device cuda`: every op, dtype and case, forward and backward,
 #      against the CPU reference (engine/parity.h);
 #   4. `ampcheck run --device cuda` on every sample (samples/models/ORDER) at O0, O1 and
@@ -15,10 +16,13 @@
 # did. Without a GPU it exits 1 at once, saying so.
 #
 #   scripts/gpu-check.sh
-# Environment: AMPCHECK_BUILD_DIR (default build-gpu), AMPCHECK_JOBS (build and ctest
-# parallelism), WORK (scratch folder), OUT_DIR (default bench/results), BENCH_STEPS
-# (steps per timing, default 30), SAMPLES (default: every sample), SKIP_CTEST=1 (to iterate
-# on the later parts).
+# Environment: AMPCHECK_BUILD_DIR (default build-gpu), AMPCHECK_PREBUILT=1 (use that build
+# as it is: no bootstrap, no build; for a GPU machine without network or Debian packages,
+# given a build made elsewhere), AMPCHECK_JOBS (build and test parallelism), WORK (scratch
+# folder), OUT_DIR (default bench/results), BENCH_STEPS (steps per timing, default 30),
+# SAMPLES (default: every sample), BENCH_SAMPLES (the samples timed; default SAMPLES),
+# SKIP_CTEST=1 (to iterate on the later parts), FULL_CTEST=1 (every test, not only the GPU
+# ones), RUN_JOBS (sample runs at once, default 8).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
@@ -43,9 +47,13 @@ mkdir -p "$work" "$out_dir"
 jobs=${AMPCHECK_JOBS:-$(nproc)}
 
 # ---- 1. the CUDA build
-bash "$root/scripts/bootstrap.sh"
-AMPCHECK_CUDA=ON AMPCHECK_BUILD_DIR=$dir AMPCHECK_JOBS=$jobs bash "$root/scripts/build.sh" \
-  || die "the CUDA build failed (AMPCHECK_CUDA=ON, $dir); see above"
+if [[ ${AMPCHECK_PREBUILT:-0} == 1 ]]; then
+  [[ -x $dir/cli/ampcheck ]] || die "AMPCHECK_PREBUILT=1 but $dir/cli/ampcheck is not there: build with AMPCHECK_CUDA=ON first"
+else
+  bash "$root/scripts/bootstrap.sh"
+  AMPCHECK_CUDA=ON AMPCHECK_BUILD_DIR=$dir AMPCHECK_JOBS=$jobs bash "$root/scripts/build.sh" \
+    || die "the CUDA build failed (AMPCHECK_CUDA=ON, $dir); see above"
+fi
 ampcheck=$dir/cli/ampcheck
 
 # The runtime's view decides: a driver without a usable device, a device the build's
@@ -58,10 +66,25 @@ if [[ $gpu_count == 0 ]]; then
 fi
 "$ampcheck" doctor
 
-# ---- 2. the test suite
+# ---- 2. the tests. The GPU cases of every test binary (their names say Cuda, Gpu or
+# Cupti, or they are the kernel families' device cases); the CPU suite is CI's.
+gpu_filter='*Cuda*:*Gpu*:Cupti*:ConvPoolKernels.*:GemmKernels.*:ShapeKernels.*'
 ctest_rc=0
-if [[ ${SKIP_CTEST:-0} != 1 ]]; then
+if [[ ${SKIP_CTEST:-0} != 1 && ${FULL_CTEST:-0} == 1 ]]; then
   ctest --test-dir "$dir" --output-on-failure -j "$jobs" 2>&1 | tee "$work/ctest.log" || ctest_rc=$?
+elif [[ ${SKIP_CTEST:-0} != 1 ]]; then
+  : >"$work/ctest.log"
+  passed=0 failed=0
+  for t in "$dir"/tests/ampcheck_*_tests; do
+    [[ -x $t ]] || continue
+    echo "== $(basename "$t") --gtest_filter=$gpu_filter" | tee -a "$work/ctest.log"
+    if "$t" --gtest_filter="$gpu_filter" --gtest_brief=1 2>&1 | tee -a "$work/ctest.log"; then
+      passed=$((passed + 1))
+    else
+      failed=$((failed + 1)) ctest_rc=1
+    fi
+  done
+  echo "GPU tests: $passed of $((passed + failed)) test binaries passed (gtest filter $gpu_filter): $([[ $failed == 0 ]] && echo 100% tests passed || echo "$failed binaries with failures")" | tee -a "$work/ctest.log"
 else
   echo "SKIP_CTEST=1: ctest not run" | tee "$work/ctest.log"
   ctest_rc=skipped
@@ -104,10 +127,16 @@ def summary(device, sample, level):
     return row
 
 
+# Several at once: the CPU runs on the machine's cores, the GPU runs side by side on the GPU.
+from concurrent.futures import ThreadPoolExecutor
+jobs = int(os.environ.get("RUN_JOBS", "8"))
+with ThreadPoolExecutor(max_workers=jobs) as pool:
+    pending = {(sample, level, device): pool.submit(summary, device, sample, level)
+               for sample in samples for level in levels for device in ("cuda", "cpu")}
 runs = []
 for sample in samples:
     for level in levels:
-        gpu, cpu = summary("cuda", sample, level), summary("cpu", sample, level)
+        gpu, cpu = pending[(sample, level, "cuda")].result(), pending[(sample, level, "cpu")].result()
         agree = "error" not in gpu and gpu["rc"] == cpu["rc"] and gpu.get("verdict") == cpu.get("verdict")
         runs.append({"sample": sample, "level": level, "dtype": "float16", "cuda": gpu, "cpu": cpu, "agree": agree})
         print(f"run {sample} {level}: cuda {gpu.get('verdict', gpu.get('error'))}, cpu {cpu.get('verdict', cpu.get('error'))}"
@@ -177,7 +206,7 @@ def torch_step_ms(sample, mode):
 
 
 bench = []
-for sample in samples:
+for sample in os.environ.get("BENCH_SAMPLES", "").split() or samples:
     row = {"sample": sample}
     for level in levels:
         try:
@@ -201,7 +230,9 @@ slug = re.sub(r"[^a-z0-9]+", "-", gpu["name"].lower()).strip("-")
 date = datetime.date.today().isoformat()
 ctest_rc = os.environ["CTEST_RC"]
 ctest_log = open(f"{work}/ctest.log").read()
-ctest_line = next((l.strip() for l in ctest_log.splitlines() if "tests passed" in l), "ctest: no summary line")
+ctest_line = next((l.strip() for l in ctest_log.splitlines() if "tests passed" in l or l.startswith("GPU tests:")),
+                  "ctest: no summary line")
+ctest_failed = sorted({l.strip() for l in ctest_log.splitlines() if l.startswith("[  FAILED  ]") and "listed below" not in l})
 if ctest_rc not in ("0", "skipped"):
     problems.append(f"ctest: {ctest_line}")
 selftest_rc = int(os.environ["SELFTEST_RC"])
@@ -225,7 +256,7 @@ versions = {"ampcheck": doctor["version"], "build": doctor["cuda"]["build"], "dr
             "cudnn": doctor["cuda"]["cudnn_version"], "compiler": compiler, "python": sys.version.split()[0],
             "torch": torch_version or "not installed"}
 doc = {"ampcheck_gpu_check": 1, "date": date, "gpu": gpu, "cpu": doctor["cpu"]["model"], "versions": versions,
-       "ctest": {"rc": ctest_rc, "summary": ctest_line}, "selftest": selftest, "runs": runs,
+       "ctest": {"rc": ctest_rc, "summary": ctest_line, "failed": ctest_failed}, "selftest": selftest, "runs": runs,
        "bench": {"steps": steps, "method": "ampcheck: (time of `run --steps 2N` - time of `run --steps N`) / N, "
                  "median of 3, --inspect off; PyTorch: median step after 10 warm-up steps", "torch_note": torch_note,
                  "rows": bench},
@@ -248,7 +279,7 @@ md = [f"# GPU check — {gpu['name']}, {date}", "",
       "Command: `scripts/gpu-check.sh`", "",
       "## Verdict", "", "All checks passed." if not problems else "Failed:", ""]
 md += [f"- {p}" for p in problems] + [""]
-md += ["## Tests", "", f"ctest: {ctest_line} (exit {ctest_rc})", ""]
+md += ["## Tests", "", f"{ctest_line} (exit {ctest_rc})", ""] + [f"- {l}" for l in ctest_failed] + [""]
 md += ["## Backend parity (`ampcheck selftest --device cuda`)", ""]
 if "summary" in selftest:
     s = selftest["summary"]
