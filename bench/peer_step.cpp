@@ -8,6 +8,7 @@
 //   ampcheck_bench_peer_step --model mlp --level O1 --dtype bfloat16 --scaler none
 //   stdin:  "steps K"   -> stdout: {"ms": [t1, ..., tK]}   (one line per command)
 //
+// --device cuda trains on GPU 0 (each step ends with loss.item(), so its time is the GPU's too).
 // --scaler dynamic is PyTorch's GradScaler behaviour at its defaults; none is a static
 // scale of 1 (what a bf16 user runs). O0 always runs unscaled.
 #include <chrono>
@@ -32,14 +33,15 @@ using namespace ampcheck;
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "ampcheck_bench_peer_step: %s\nusage: ampcheck_bench_peer_step --model NAME|FILE [--level O0|O1|O2] "
-               "[--dtype float16|bfloat16] [--scaler dynamic|none] [--threads N] [--seed N]\n",
+               "[--dtype float16|bfloat16] [--scaler dynamic|none] [--threads N] [--seed N] [--device cpu|cuda]\n",
                why.c_str());
   std::exit(2);
 }
 
 samples::RunOptions parse(int argc, char** argv) {
-  std::map<std::string, std::string> args{{"--model", "mlp"}, {"--level", "O0"}, {"--dtype", "float16"},
-                                          {"--scaler", "dynamic"}, {"--threads", "0"}, {"--seed", "0"}};
+  std::map<std::string, std::string> args{{"--model", "mlp"},     {"--level", "O0"},  {"--dtype", "float16"},
+                                          {"--scaler", "dynamic"}, {"--threads", "0"}, {"--seed", "0"},
+                                          {"--device", "cpu"}};
   for (int i = 1; i < argc; i += 2) {
     if (!args.count(argv[i])) usage(std::string("unknown option ") + argv[i]);
     if (i + 1 >= argc) usage(std::string(argv[i]) + " needs a value");
@@ -57,6 +59,8 @@ samples::RunOptions parse(int argc, char** argv) {
   else if (args["--scaler"] != "dynamic")
     usage("--scaler " + args["--scaler"] + ": give dynamic or none");
   if (const int threads = std::stoi(args["--threads"]); threads > 0) set_num_threads(threads);
+  if (args["--device"] == "cuda") o.device = Device::cuda;
+  else if (args["--device"] != "cpu") usage("--device " + args["--device"] + ": give cpu or cuda");
   return o;
 }
 

@@ -176,6 +176,7 @@ InstrumentedRun instrumented_run(const RunArgs& args, const Resolved& resolved, 
   io.nan.max_skipped_fraction = setup.max_skipped_fraction;
   io.nan.allowed_ops = resolved.allowed_ops;
   io.nan.allowed_modules = resolved.allowed_modules;
+  io.cupti = resolved.cupti && setup.mode >= inspector::Mode::trace;
   inspector::Inspector insp(io);
 
   std::unique_ptr<samples::Trainer> trainer;
@@ -236,6 +237,16 @@ InstrumentedRun instrumented_run(const RunArgs& args, const Resolved& resolved, 
     }
   }
   set_verdict(rep, insp.trace() != nullptr, r.failed, r.failure);
+  if (rep.kernels) {  // the kernel check's warnings belong in the line a person reads
+    std::int64_t warnings = 0;
+    for (const reports::KernelFinding& f : rep.kernels->findings) warnings += f.severity == "warning";
+    if (warnings > 0)
+      rep.summary.verdict_text += fmt::format("; {} kernel warning{}: op instances whose GPU kernels did not run as "
+                                              "the AMP policy says (see GPU kernels)",
+                                              warnings, warnings == 1 ? "" : "s");
+    else if (!rep.kernels->traced)
+      rep.summary.verdict_text += "; GPU kernels not traced (" + rep.kernels->not_traced + ")";
+  }
   if (ran < steps) mark_interrupted(rep, ran, steps);
   if (setup.keep_spans && insp.trace()) r.spans = inspector::trace_spans(*insp.trace());
   return r;

@@ -84,6 +84,9 @@ void add_run_args(CLI::App* cmd, RunArgs& a, bool level) {
                   "separated: not counted as a failure")
       ->delimiter(',');
   cmd->add_option("--device", a.device, "where to train: auto, cpu, cuda")->capture_default_str();
+  cmd->add_option("--cupti", a.cupti,
+                  "on a GPU with --inspect trace or above: record which kernels each op really ran (CUPTI), on or off")
+      ->capture_default_str();
   cmd->add_flag("--quiet,-q", a.quiet, "no progress line, no device notice");
 }
 
@@ -157,6 +160,9 @@ Resolved resolve(const RunArgs& a) {
   } catch (const DeviceError& e) {
     throw UsageError(e.what());  // it names --device cuda itself
   }
+  if (a.cupti != "on" && a.cupti != "off")
+    throw UsageError("--cupti \"" + a.cupti + "\" is not a choice; use on (trace the GPU kernels) or off");
+  r.cupti = a.cupti == "on" && r.options.device == Device::cuda;
   return r;
 }
 

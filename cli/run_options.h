@@ -32,6 +32,7 @@ struct RunArgs {
   std::vector<std::string> white, black;
   std::vector<std::string> allow_inf;  // op names or module paths whose Inf/-Inf is intended
   std::string device = "auto";
+  std::string cupti = "on";  // on a GPU, with the op trace: the kernels each op ran (CUPTI)
   bool quiet = false;
 };
 
@@ -50,6 +51,9 @@ struct Resolved {
   // The one line --device auto writes when a CUDA build finds no GPU ("" otherwise): the
   // command prints it once on stderr, unless --quiet.
   std::string device_notice;
+  // --cupti on and the run on the GPU: the inspector (trace mode and above) traces the
+  // kernels through CUPTI.
+  bool cupti = false;
 };
 Resolved resolve(const RunArgs& args);
 // The same with another level (compare, and bisect's fp32 reference).

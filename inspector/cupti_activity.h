@@ -45,6 +45,9 @@ std::string flush(bool forced);
 std::vector<ActivityBatch> take_completed();
 std::vector<std::string> take_errors();
 
+// CUPTI's timestamp now (cuptiGetTimestamp, the clock of the records); 0 without CUPTI.
+std::uint64_t timestamp();
+
 // CUPTI calls made by this process through this file, for the tests' "costs nothing".
 std::uint64_t calls();
 

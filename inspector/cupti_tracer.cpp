@@ -27,7 +27,11 @@ std::string unavailable_reason() {
 CuptiTracer::CuptiTracer(CuptiTracerOptions options)
     : options_(options),
       why_unavailable_(unavailable_reason()),
-      correlator_(options.correlator),
+      correlator_([&] {
+        KernelCorrelatorOptions o = options.correlator;
+        o.ends_told = true;  // on_op_end tells each op's end
+        return o;
+      }()),
       calls_before_(cupti::calls()) {}
 
 CuptiTracer::~CuptiTracer() { stop(); }
@@ -61,26 +65,46 @@ void CuptiTracer::stop() {
 
 void CuptiTracer::on_op_begin(const OpEvent& e) {
   if (!running_) return;
-  note(cupti::push(correlator_.begin_op(e)));
-  open_.push_back(e.sequence);
+  const std::uint64_t external = correlator_.begin_op(e);
+  note(cupti::push(external));
+  open_.push_back({e.sequence, external});
 }
 
 void CuptiTracer::on_op_end(const OpEvent& e) {
   if (!running_) return;
-  if (std::find(open_.begin(), open_.end(), e.sequence) == open_.end()) return;  // began before start()
+  const auto it = std::find_if(open_.begin(), open_.end(), [&](const Open& o) { return o.sequence == e.sequence; });
+  if (it == open_.end()) return;  // began before start()
   // Inner ops that never ended (an exception left them) go with it.
   for (bool done = false; !done;) {
-    done = open_.back() == e.sequence;
+    done = open_.back().sequence == e.sequence;
+    correlator_.end_op(open_.back().external);
     open_.pop_back();
     note(cupti::pop());
   }
 }
 
-void CuptiTracer::on_step_end(std::int64_t step) { flush(step); }
+void CuptiTracer::on_step_end(std::int64_t step) {
+  if (!running_) return;
+  close_open_ops();  // the step is over: an op left open by an exception ends with it
+  flush(step);
+}
+
+void CuptiTracer::push_observers() {
+  if (!running_) return;
+  note(cupti::push(kObserversExternal));
+  ++observers_pushed_;
+}
+
+void CuptiTracer::pop_observers() {
+  if (!running_ || observers_pushed_ == 0) return;
+  note(cupti::pop());
+  --observers_pushed_;
+}
+
+std::uint64_t CuptiTracer::timestamp_ns() const { return running_ ? cupti::timestamp() : 0; }
 
 void CuptiTracer::flush(std::int64_t step) {
   if (!running_) return;
-  close_open_ops();
   // Buffers whose records are complete: kernels still running come back at a later
   // flush, and the correlator waits for them (KernelCorrelatorOptions).
   note(cupti::flush(false));
@@ -91,7 +115,9 @@ void CuptiTracer::flush(std::int64_t step) {
 std::vector<KernelFlush> CuptiTracer::take_flushes() { return std::exchange(flushes_, {}); }
 
 void CuptiTracer::close_open_ops() {
+  while (observers_pushed_ > 0) pop_observers();
   while (!open_.empty()) {
+    correlator_.end_op(open_.back().external);
     open_.pop_back();
     note(cupti::pop());
   }

@@ -54,8 +54,18 @@ class CuptiTracer : public Observer {
   void on_op_end(const OpEvent& e) override;
   void on_step_end(std::int64_t step) override;  // flush(step)
 
+  // Around the other observers' work inside an op's begin and end: what they launch is
+  // correlated with kObserversExternal, not with the op (inspector/kernel_watch.h).
+  void push_observers();
+  void pop_observers();
+
   // Hands back CUPTI's finished buffers and joins them: what is new goes on flushes().
+  // Ops still open stay pushed (a flush inside an op, after the GPU was synchronized).
   void flush(std::int64_t step);
+
+  // CUPTI's clock now, in its nanoseconds (the kernel records' timestamps): 0 when not
+  // running. The caller pairs it with its own clock to place kernels on its timeline.
+  std::uint64_t timestamp_ns() const;
 
   // Every non-empty flush so far, in order; take_flushes() hands them over.
   const std::vector<KernelFlush>& flushes() const { return flushes_; }
@@ -79,7 +89,11 @@ class CuptiTracer : public Observer {
   std::string why_unavailable_;
   bool running_ = false;
   KernelCorrelator correlator_;
-  std::vector<std::uint64_t> open_;  // sequences of the ops pushed and not popped, innermost last
+  struct Open {
+    std::uint64_t sequence = 0, external = 0;
+  };
+  std::vector<Open> open_;  // the ops pushed and not popped, innermost last
+  int observers_pushed_ = 0;
   std::vector<KernelFlush> flushes_;
   std::unordered_map<std::string, std::string> names_;  // CUPTI's kernel names, demangled
   std::uint64_t calls_before_ = 0;

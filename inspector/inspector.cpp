@@ -86,10 +86,18 @@ void NumericsRecorder::on_param_update(const ParamUpdate& u) {
 Inspector::Inspector(InspectorOptions options) : options_(std::move(options)) {
   const Mode m = options_.mode;
   if (m >= Mode::trace) {
-    trace_ = std::make_unique<OpTrace>(options_.trace);
+    OpTraceOptions to = options_.trace;
+    to.gpu_kernels = to.gpu_kernels || options_.cupti;
+    trace_ = std::make_unique<OpTrace>(to);
     if (options_.glog_level >= 5)
       glog_ = std::make_unique<GlogWriter>(options_.glog ? *options_.glog : std::cerr,
                                            GlogOptions{options_.glog_level, options_.glog_timestamps});
+    if (options_.cupti) {
+      KernelWatchOptions ko;
+      ko.per_op = glog_ != nullptr;  // the log's line after each op names the kernels it ran
+      kernels_ = std::make_unique<KernelWatch>(trace_.get(), ko);
+      if (glog_) glog_->set_kernels(kernels_.get());
+    }
   }
   if (m >= Mode::stats) nan_ = std::make_unique<NanWatch>(options_.nan);
   if (m >= Mode::full) {
@@ -102,13 +110,27 @@ Inspector::~Inspector() { detach(); }
 
 void Inspector::attach() {
   if (attached_) return;
+  // CUPTI first and last around the others: the kernels the others launch (statistics,
+  // copies to the host) are theirs, not the op's (inspector/kernel_watch.h).
+  if (kernels_ && !kernels_started_) {
+    kernels_started_ = kernels_->start();
+    if (!kernels_started_) kernels_not_traced_ = kernels_->why_not();
+  }
+  const bool cupti = kernels_ && kernels_->running();
+  if (cupti) add_observer(&kernels_->enter());
   for (Observer* o : std::initializer_list<Observer*>{trace_.get(), glog_.get(), nan_.get(), numerics_.get(), shadow_.get()})
     if (o) add_observer(o);
+  if (cupti) add_observer(&kernels_->leave());
   attached_ = true;
 }
 
 void Inspector::detach() {
   if (!attached_) return;
+  if (kernels_) {
+    remove_observer(&kernels_->enter());
+    remove_observer(&kernels_->leave());
+    kernels_->stop();  // the last records: everything the trace will get
+  }
   for (Observer* o : std::initializer_list<Observer*>{trace_.get(), glog_.get(), nan_.get(), numerics_.get(), shadow_.get()})
     if (o) remove_observer(o);
   attached_ = false;

@@ -1,7 +1,8 @@
 // The inspector: one object a training loop attaches to hear the engine, in one of four
 // modes, each a superset of the one before:
 //   off    nothing attached (the engine's cost: one branch per op)
-//   trace  op records (OpTrace) and, at GLOG_v >= 5, the PaddlePaddle-style log
+//   trace  op records (OpTrace) and, at GLOG_v >= 5, the PaddlePaddle-style log; on a
+//          GPU with `cupti` on, the kernels each op call really ran (KernelWatch)
 //   stats  plus counters: NaN/Inf producer and propagators, loss-scale history
 //   full   plus numerics (histograms, fp16/bf16 overflow/underflow/subnormal counts)
 //          of every forward output, gradient, parameter and optimizer state, update
@@ -18,6 +19,8 @@
 #include <vector>
 
 #include "engine/hooks.h"
+#include "inspector/kernel_check.h"
+#include "inspector/kernel_watch.h"
 #include "inspector/nan_source.h"
 #include "inspector/numerics.h"
 #include "inspector/shadow.h"
@@ -66,6 +69,9 @@ struct InspectorOptions {
   int glog_level = 0;           // >= 5: the per-op log
   std::ostream* glog = nullptr; // where it goes (stderr when null)
   bool glog_timestamps = true;
+  // trace and above: trace the GPU kernels through CUPTI (the caller turns it on for a
+  // run on the GPU). Where CUPTI cannot run, kernels_not_traced() says why.
+  bool cupti = false;
 };
 
 class Inspector {
@@ -84,6 +90,9 @@ class Inspector {
   const NanWatch* nan() const { return nan_.get(); }
   const NumericsRecorder* numerics() const { return numerics_.get(); }
   const ShadowError* shadow() const { return shadow_.get(); }
+  // The GPU kernels (cupti on and CUPTI running; null otherwise), and why not.
+  const KernelWatch* kernels() const { return kernels_started_ ? kernels_.get() : nullptr; }
+  const std::string& kernels_not_traced() const { return kernels_not_traced_; }
 
   // What a person reads first: the operator stats table, the NaN/Inf report, the tensors
   // with the most fp16/bf16 overflow and underflow, the worst local errors, swamping.
@@ -96,6 +105,9 @@ class Inspector {
   std::unique_ptr<NanWatch> nan_;
   std::unique_ptr<NumericsRecorder> numerics_;
   std::unique_ptr<ShadowError> shadow_;
+  std::unique_ptr<KernelWatch> kernels_;
+  bool kernels_started_ = false;
+  std::string kernels_not_traced_;
   bool attached_ = false;
 };
 

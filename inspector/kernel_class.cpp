@@ -36,6 +36,20 @@
 //              "restricted to only kernels that use FMA instructions", DEFAULT_MATH permits
 //              TF32 on A100 and later.
 //   [cuBLAS API] cublasComputeType_t: 16F, 32F, 64F, 32I, 32F_FAST_16F / _16BF / _TF32.
+//   [nvjet]    cuBLAS 12.8 and later name their sm90+ GEMMs nvjet_[sm<NN>_]<a><c><d>_<tile>...,
+//              one letter per type in cuBLAS's own letters (h f16, s f32, d f64) and t for
+//              bf16: on an H100 (cuBLAS 13.1) an f16 GEMM with an f16 result ran
+//              nvjet_sm90_hsh_..., with an f32 result nvjet_sm90_hss_..., and the same GEMMs
+//              in bf16 nvjet_sm90_tst_... and nvjet_sm90_tss_... (this project's GPU run,
+//              tests/data/cuda-kernel-names.tsv). The letters are operand, accumulator and
+//              output, as in cuBLAS's hgemm/sgemm letters and gemmType_t.
+//   [cuBLAS/cuDNN templates] library kernels written as C++ templates list their element
+//              types as template arguments: gemv2N_kernel<int, int, __half, __half, __half,
+//              float, ...> (A, x, y, then the compute type), cudnn's
+//              conv2d_grouped_direct_kernel<..., float, __half, __half, __half, float, __half>.
+//              A multiply kernel whose element types are one of f16/bf16 and float takes
+//              the narrow type and computes in float: no library multiplies f32 operands
+//              into a f16/bf16 accumulator.
 #include "inspector/kernel_class.h"
 
 #include <cxxabi.h>  // abi::__cxa_demangle: CUPTI hands mangled names
@@ -338,8 +352,10 @@ bool read_xmma(const std::vector<std::string>& t, KernelClass& r, Why& why) {
     const std::string& w = t[i];
     if (w == "fprop" || w == "dgrad" || w == "wgrad") {
       if (r.kind == K::unknown) r.kind = direction_of({w}, K::conv);
-    } else if ((w == "gemm" || w == "gemv" || w == "gemvx") && r.kind == K::unknown) {
+    } else if (w == "gemm" && r.kind == K::unknown) {
       r.kind = K::gemm;
+    } else if ((w == "gemv" || w == "gemvx") && r.kind == K::unknown) {
+      r.kind = K::gemv;
     }
   }
   if (r.kind != K::unknown) why.add(std::string("operation ") + kind_name(r.kind));
@@ -503,10 +519,55 @@ bool read_cutlass(const std::vector<std::string>& t, KernelClass& r, Why& why) {
   return true;
 }
 
+// ---------------------------------------------------------------------------------
+// [nvjet] nvjet_[sm<NN>_]<operand><accumulator><output>_<tile>...
+
+std::optional<P> nvjet_letter(char c) {
+  switch (c) {
+    case 'h': return P::f16;
+    case 't': return P::bf16;
+    case 's': return P::f32;
+    case 'd': return P::f64;
+    default: return std::nullopt;
+  }
+}
+
+bool read_nvjet(const std::vector<std::string>& t, KernelClass& r, Why& why) {
+  if (t.empty() || t[0] != "nvjet") return false;
+  std::size_t i = 1;
+  int arch = 0;
+  if (i < t.size() && arch_of(t[i]) != 0) arch = arch_of(t[i++]);
+  r.kind = K::gemm;
+  why.add("nvjet name (cuBLAS's sm90+ GEMMs)" + (arch ? ", sm" + std::to_string(arch) : std::string()));
+  if (i >= t.size() || t[i].size() != 3) {
+    why.add("no three-letter type word: precision not read");
+    return true;
+  }
+  const std::string& types = t[i];
+  const auto a = nvjet_letter(types[0]), c = nvjet_letter(types[1]);
+  if (!a || !c) {
+    why.add(quoted(types) + ": a type letter not read (h f16, t bf16, s f32, d f64)");
+    return true;
+  }
+  r.input = *a;
+  r.accumulate = *c;
+  why.add(quoted(types) + ": operands " + precision_name(r.input) + ", accumulator " + precision_name(r.accumulate));
+  // f16/bf16 operands with an f32 accumulator: the tensor cores' instruction on sm90 (the
+  // only way cuBLAS multiplies narrow types into f32 there); f32/f64 operands say nothing
+  // of FFMA, DMMA or TF32 emulation, so tensor cores stay unknown.
+  if ((r.input == P::f16 || r.input == P::bf16) && r.accumulate == P::f32) {
+    r.tensor_cores = TC::yes;
+    why.add("f16/bf16 operands into f32 on sm90+: warpgroup MMA");
+  } else {
+    why.add("operand type alone does not say tensor cores");
+  }
+  return true;
+}
+
 // A library's procedural name, read by whichever grammar it fits.
 bool read_procedural(std::string_view name, KernelClass& r, Why& why) {
   const auto t = underscore_tokens(name);
-  return read_xmma(t, r, why) || read_cutlass(t, r, why) || read_cublas(t, r, why);
+  return read_xmma(t, r, why) || read_cutlass(t, r, why) || read_nvjet(t, r, why) || read_cublas(t, r, why);
 }
 
 // ---------------------------------------------------------------------------------
@@ -739,18 +800,16 @@ KernelClass classify_cxx_or_plain(const CxxName& n, Why& why) {
   const auto tokens = underscore_tokens(n.identifier);
   const auto ws = words(n.identifier);
 
-  // Element types among the template arguments: one precision, or ambiguous.
+  // Element types among the template arguments: one precision, or ambiguous (a multiply
+  // kernel's narrow type and float are read below, once the kind is known).
+  std::set<P> distinct;
+  std::vector<std::pair<P, std::string>> types;
   if (!own) {
-    const auto types = element_types(n.template_args);
-    std::set<P> distinct;
+    types = element_types(n.template_args);
     for (const auto& [p, spelling] : types) distinct.insert(p);
     if (distinct.size() == 1) {
       r.input = *distinct.begin();
       why.add("template argument " + quoted(types.front().second) + ": " + precision_name(r.input));
-    } else if (distinct.size() > 1) {
-      std::string listed;
-      for (const P p : distinct) listed += (listed.empty() ? "" : " and ") + std::string(precision_name(p));
-      why.add("template arguments name " + listed + ": input ambiguous");
     }
   }
 
@@ -767,25 +826,35 @@ KernelClass classify_cxx_or_plain(const CxxName& n, Why& why) {
     }
   }
   // The kind from the identifier's words: a convolution (an implicit-GEMM one too), a
-  // GEMM or GEMV, then the vocabulary.
-  bool conv = false, gemm = false;
+  // GEMM or GEMV, then the vocabulary. A reduction that finishes a convolution's pass
+  // (cudnn's reduce_wgrad_nchw_helper) is a reduction: it adds partial results.
+  bool conv = false, gemm = false, gemv = false, direct = false, reduces = false;
   K direction = K::conv;
   for (const auto& w : ws) {
     if (w == "conv" || w == "convolve" || w == "convolution" || w == "fprop" || w == "dgrad" || w == "wgrad")
       conv = true;
-    if (w == "gemm" || w == "gemv" || w == "gemvx" || w == "matmul") gemm = true;
+    if (w == "gemm" || w == "matmul") gemm = true;
+    if (w == "gemv" || w == "gemvx") gemv = true;
+    if (w == "direct") direct = true;
+    if (w == "reduce" || w == "reduction") reduces = true;
     if (w == "fprop") direction = K::conv_fprop;
     if (w == "dgrad") direction = K::conv_dgrad;
     if (w == "wgrad") direction = K::conv_wgrad;
   }
-  if (conv) {
+  if (reduces && (conv || gemm)) {
+    r.kind = K::reduction;
+    why.add("identifier names a reduction of a convolution's or GEMM's partial results");
+  } else if (gemv && !conv) {
+    r.kind = K::gemv;
+    why.add("identifier names a GEMV (matrix-vector product)");
+  } else if (conv) {
     for (const auto& w : ws)
       if (direction == K::conv && (w == "fwd" || w == "forward")) direction = K::conv_fprop;
     r.kind = direction;
     why.add(std::string("identifier names a convolution: ") + kind_name(r.kind));
   } else if (gemm && r.kind == K::unknown) {
     r.kind = K::gemm;
-    why.add("identifier names a GEMM/GEMV");
+    why.add("identifier names a GEMM");
   } else if (r.kind == K::unknown) {
     r.kind = vocabulary_kind(ws, why);
     // Namespaces say what a bare "kernel" does only through the same vocabulary
@@ -794,10 +863,41 @@ KernelClass classify_cxx_or_plain(const CxxName& n, Why& why) {
       r.kind = vocabulary_kind(words(*ns), why);
   }
 
+  // [cuBLAS/cuDNN templates] a multiply kernel over one narrow type and float.
+  if (distinct.size() > 1) {
+    const bool narrow_and_float = distinct.size() == 2 && distinct.count(P::f32) == 1 &&
+                                  (distinct.count(P::f16) == 1 || distinct.count(P::bf16) == 1);
+    std::string listed;
+    for (const P p : distinct) listed += (listed.empty() ? "" : " and ") + std::string(precision_name(p));
+    // Only where the library's convention is known: cuBLAS's, cuBLASLt's, cuDNN's and
+    // CUTLASS's templates; anyone else's template order says nothing.
+    const std::string_view ns = n.namespaces.empty() ? std::string_view() : std::string_view(n.namespaces.front());
+    const bool library = ns == "cudnn" || ns == "cublas" || ns == "cublasLt" || ns == "cutlass" ||
+                         n.template_args.find("cublas") != std::string::npos;
+    if (narrow_and_float && library && multiplies(r.kind)) {
+      r.input = distinct.count(P::f16) ? P::f16 : P::bf16;
+      if (r.accumulate == P::unknown) r.accumulate = P::f32;
+      why.add("template arguments name " + listed + ": a multiply kernel takes the " + precision_name(r.input) +
+              " operands and computes in f32");
+    } else {
+      why.add("template arguments name " + listed + ": input ambiguous");
+    }
+  }
+
   // Tensor cores.
   if (own) {
     r.tensor_cores = TC::no;
     why.add("the project's own kernel (namespace ampcheck): no MMA instruction");
+    return r;
+  }
+  if (r.kind == K::gemv) {
+    r.tensor_cores = TC::no;
+    why.add("a matrix-vector product: no MMA instruction");
+    return r;
+  }
+  if (direct && !core) {
+    r.tensor_cores = TC::no;
+    why.add("'direct': a direct convolution, no implicit GEMM and no MMA instruction");
     return r;
   }
   std::vector<std::string> all_words = ws;
@@ -1084,6 +1184,7 @@ const char* kind_name(KernelKind k) {
   switch (k) {
     case K::unknown: return "unknown";
     case K::gemm: return "gemm";
+    case K::gemv: return "gemv";
     case K::conv_fprop: return "conv fprop";
     case K::conv_dgrad: return "conv dgrad";
     case K::conv_wgrad: return "conv wgrad";
@@ -1099,5 +1200,7 @@ const char* kind_name(KernelKind k) {
 bool multiplies_matrices(KernelKind k) {
   return k == K::gemm || k == K::conv_fprop || k == K::conv_dgrad || k == K::conv_wgrad || k == K::conv;
 }
+
+bool multiplies(KernelKind k) { return multiplies_matrices(k) || k == K::gemv; }
 
 }  // namespace ampcheck::inspector

@@ -14,6 +14,8 @@
 //              gemm or cudnn, operand type (absent: the accumulator's).
 //   CUTLASS    cutlass_80_tensorop_f16_s16816gemm_f16_..., cutlass_simt_sgemm_...,
 //              cutlass3x_sm90_tensorop_s64x128x16gemm_f16_f16_f32_f16_f16_...
+//   nvjet      nvjet_sm90_hsh_64x8_64x16_1x1_h_bz_NNT (cuBLAS 12.8+ on sm90 and later):
+//              operand, accumulator and output types as one letter each.
 //   C++        demangled (or mangled, demangled here) templates: the kernel's identifier
 //              and the element types among its template arguments; a wrapper whose
 //              template argument is one of the names above is read as that name.
@@ -42,6 +44,7 @@ enum class TensorCores { unknown, yes, no };
 enum class KernelKind {
   unknown,
   gemm,
+  gemv,  // a matrix-vector product: memory-bound, no MMA (cuBLAS's gemv2N, gemvNSP, ...)
   conv_fprop,
   conv_dgrad,
   conv_wgrad,
@@ -77,11 +80,14 @@ std::vector<KernelClass> classify_kernel_notes(std::string_view joined);
 const char* precision_name(KernelPrecision p);
 // "yes", "no", "unknown".
 const char* tensor_cores_name(TensorCores t);
-// "gemm", "conv fprop", "conv dgrad", "conv wgrad", "conv", "elementwise", "reduction",
-// "layout", "other", "unknown".
+// "gemm", "gemv", "conv fprop", "conv dgrad", "conv wgrad", "conv", "elementwise",
+// "reduction", "layout", "other", "unknown".
 const char* kind_name(KernelKind k);
 // Whether a kernel of this kind multiplies matrices: where tensor cores are expected of
-// f16/bf16 work.
+// f16/bf16 work (a GEMV is not: it reads each matrix element once, no MMA pays).
 bool multiplies_matrices(KernelKind k);
+// Whether it multiplies at all (the matrices' kinds and GEMV): where the precision of the
+// multiplies says whether an op ran in the dtype its policy asked for.
+bool multiplies(KernelKind k);
 
 }  // namespace ampcheck::inspector

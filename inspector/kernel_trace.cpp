@@ -72,7 +72,7 @@ bool ActivityBatch::empty() const {
 }
 
 bool KernelFlush::empty() const {
-  return ops.empty() && unattributed.empty() && dropped == 0 && invalid == 0;
+  return ops.empty() && unattributed.empty() && observers.empty() && dropped == 0 && invalid == 0;
 }
 
 KernelCorrelator::KernelCorrelator(KernelCorrelatorOptions options) : options_(options) {}
@@ -82,6 +82,13 @@ std::uint64_t KernelCorrelator::begin_op(OpInstance instance) {
   instances_.emplace(id, Live{std::move(instance), flushes_});
   ++stats_.op_instances;
   return id;
+}
+
+void KernelCorrelator::end_op(std::uint64_t external) {
+  if (const auto it = instances_.find(external); it != instances_.end() && !it->second.ended) {
+    it->second.ended = true;
+    it->second.ended_at = flushes_;
+  }
 }
 
 void KernelCorrelator::add(ActivityBatch batch) {
@@ -133,7 +140,10 @@ KernelFlush KernelCorrelator::join(std::int64_t step, bool final) {
     std::vector<Item> still;
     for (Item& w : waiting) {
       const auto c = correlations_.find(w.record.correlation);
-      if (c != correlations_.end()) {
+      if (c != correlations_.end() && c->second.external == kObserversExternal) {
+        (out.observers.*to_unattributed).push_back(std::move(w.record));
+        ++stats_.observers;
+      } else if (c != correlations_.end()) {
         const auto live = instances_.find(c->second.external);
         if (live != instances_.end()) {
           auto [slot, fresh] = joined.try_emplace(live->first);
@@ -167,9 +177,11 @@ KernelFlush KernelCorrelator::join(std::int64_t step, bool final) {
     sort_by_start(a.memcpys);
     sort_by_start(a.memsets);
   }
-  sort_by_start(out.unattributed.kernels);
-  sort_by_start(out.unattributed.memcpys);
-  sort_by_start(out.unattributed.memsets);
+  for (Unattributed* u : {&out.unattributed, &out.observers}) {
+    sort_by_start(u->kernels);
+    sort_by_start(u->memcpys);
+    sort_by_start(u->memsets);
+  }
 
   // This flush is done. Let go of the op instances (and correlation records) whose own
   // step's flush is late_flushes behind: records for them stop being waited for.
@@ -177,7 +189,12 @@ KernelFlush KernelCorrelator::join(std::int64_t step, bool final) {
   const auto expired = [&](std::uint64_t born) {
     return final || flushes_ >= born + 1 + std::uint64_t{options_.late_flushes};
   };
-  std::erase_if(instances_, [&](const auto& entry) { return expired(entry.second.born); });
+  // An instance that has not ended yet (or whose end was never told: the correlator used
+  // without end_op) counts from its begin; one that ended, from its end.
+  std::erase_if(instances_, [&](const auto& entry) {
+    const Live& l = entry.second;
+    return expired(l.ended ? std::max(l.ended_at, l.born) : l.born) && (l.ended || !options_.ends_told || final);
+  });
   std::erase_if(correlations_, [&](const auto& entry) { return expired(entry.second.born); });
   return out;
 }

@@ -137,6 +137,7 @@ struct KernelFlush {
   std::int64_t step = 0;          // the step whose end flushed (finish(): the last)
   std::vector<OpActivity> ops;    // by op sequence
   Unattributed unattributed;      // by start time
+  Unattributed observers;         // launched by the observers themselves (kObserversExternal), by start time
   std::uint64_t dropped = 0;      // records CUPTI dropped, reported since the last flush
   std::uint64_t invalid = 0;      // unreadable records since the last flush
   bool empty() const;
@@ -148,6 +149,7 @@ struct KernelTraceStats {
   std::uint64_t op_instances = 0;   // begin_op calls
   std::uint64_t kernels = 0, memcpys = 0, memsets = 0, correlations = 0;  // records taken
   std::uint64_t attributed = 0;     // kernels, memcpys and memsets joined to an op instance
+  std::uint64_t observers = 0;      // launched while kObserversExternal was pushed: the inspector's own work
   std::uint64_t no_correlation = 0; // unattributed: no correlation record came in time
   std::uint64_t unknown_op = 0;     // unattributed: its external id names no live op instance
   std::uint64_t conflicts = 0;      // correlation ids named by two external ids (the later-begun op kept)
@@ -161,11 +163,20 @@ struct KernelCorrelatorOptions {
   // A record whose correlation record has not come is kept this many flushes after the
   // one it arrived before, then reported unattributed (no_correlation).
   std::uint32_t grace_flushes = 1;
-  // An op instance (and its correlation records) is kept this many flushes after its own
-  // step's flush for records that arrive late, then let go: a record for it after that
-  // is unattributed (unknown_op).
+  // An op instance (and its correlation records) is kept this many flushes after the
+  // first flush after its end for records that arrive late, then let go: a record for
+  // it after that is unattributed (unknown_op).
   std::uint32_t late_flushes = 2;
+  // The caller tells each op's end (end_op), as the CUPTI tracer does: an op instance not
+  // ended yet is never let go (flushes made inside an op, around its inserted casts, in
+  // GLOG's per-op mode). Without, the late window counts from its begin.
+  bool ends_told = false;
 };
+
+// The external id pushed while the engine's observers (the inspector's statistics, its
+// copies of tensors to the host) do their own GPU work inside an op's begin or end: their
+// kernels and copies are theirs, not the op's. begin_op never hands it out.
+inline constexpr std::uint64_t kObserversExternal = ~std::uint64_t{0};
 
 // The join. Not thread-safe: one thread begins ops, adds batches and flushes (the CUPTI
 // tracer queues the batches its callbacks complete and adds them at flush). The output
@@ -178,6 +189,10 @@ class KernelCorrelator {
   // 1 up; 0 is never handed out).
   std::uint64_t begin_op(OpInstance instance);
   std::uint64_t begin_op(const OpEvent& e) { return begin_op(OpInstance::of(e)); }
+  // Op end: the late window of the instance counts from here (an op that flushes are
+  // made inside, as a per-op flush does around its inserted casts, stays live until it
+  // ends); an instance that never ends is let go at finish().
+  void end_op(std::uint64_t external);
 
   // A batch of records, in any order relative to the others.
   void add(ActivityBatch batch);
@@ -196,7 +211,9 @@ class KernelCorrelator {
  private:
   struct Live {
     OpInstance op;
-    std::uint64_t born = 0;  // flushes done before it began
+    std::uint64_t born = 0;   // flushes done before it began
+    bool ended = false;
+    std::uint64_t ended_at = 0;  // flushes done before it ended
   };
   struct Correlation {
     std::uint64_t external = 0;

@@ -1,8 +1,12 @@
 #include "inspector/to_report.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <map>
 #include <string>
+#include <tuple>
+#include <utility>
 
 namespace ampcheck::inspector {
 namespace {
@@ -14,6 +18,76 @@ reports::DtypeCounts counts(const DtypeCalls& c) {
 
 reports::LowPrecisionCounts counts(const LowPrecisionCounts& c) {
   return {c.overflow, c.rounds_to_max, c.underflow, c.subnormal};
+}
+
+std::vector<std::int64_t> dims(const Dim3& d) { return {d.x, d.y, d.z}; }
+
+std::int64_t ns(std::uint64_t v) { return static_cast<std::int64_t>(v); }
+
+reports::GpuKernel gpu_kernel(const GpuKernelStats& g) {
+  return reports::GpuKernel{g.name,
+                            dims(g.grid),
+                            dims(g.block),
+                            g.launches,
+                            ns(g.total_ns),
+                            ns(g.min_ns),
+                            ns(g.max_ns),
+                            precision_name(g.cls.input),
+                            precision_name(g.cls.accumulate),
+                            tensor_cores_name(g.cls.tensor_cores),
+                            kind_name(g.cls.kind)};
+}
+
+reports::KernelFinding finding(const KernelFinding& f) {
+  return reports::KernelFinding{severity_name(f.severity),
+                                kernel_problem_name(f.problem),
+                                f.instance,
+                                std::string(op_name(f.op)) + (f.phase == Phase::backward ? "_grad" : ""),
+                                f.module,
+                                std::string(phase_name(f.phase)),
+                                dtype_text(f.expected),
+                                f.kernel,
+                                precision_name(f.cls.input),
+                                precision_name(f.cls.accumulate),
+                                tensor_cores_name(f.cls.tensor_cores),
+                                f.launches,
+                                f.reason,
+                                f.text()};
+}
+
+// What CUPTI saw, in the report: the counts, GPU time per op type, the findings of the
+// kernel check and the work no op launched.
+reports::Kernels kernels_report(const Inspector& insp, const OpTrace& trace) {
+  reports::Kernels k;
+  const KernelWatch* w = insp.kernels();
+  k.traced = w != nullptr;
+  k.not_traced = insp.kernels_not_traced();
+  if (!w) return k;
+  const KernelTraceStats& st = w->stats();
+  k.kernels = static_cast<std::int64_t>(st.kernels);
+  k.memcpys = static_cast<std::int64_t>(st.memcpys);
+  k.memsets = static_cast<std::int64_t>(st.memsets);
+  k.attributed = static_cast<std::int64_t>(st.attributed);
+  k.inspector = static_cast<std::int64_t>(st.observers);
+  k.unattributed = static_cast<std::int64_t>(st.unattributed() + trace.kernels_lost());
+  k.dropped = static_cast<std::int64_t>(st.dropped);
+  k.invalid = static_cast<std::int64_t>(st.invalid);
+  for (const auto& [type, t] : trace.gpu_by_type())
+    k.by_type.push_back({type, t.launches, ns(t.total_ns), ns(t.matrix_ns), ns(t.tensor_core_ns), ns(t.cuda_core_ns)});
+  const KernelCheck check = check_kernels(trace);
+  k.instances_checked = check.instances_checked;
+  k.kernels_unread = check.kernels_unread;
+  for (const KernelFinding& f : check.findings) k.findings.push_back(finding(f));
+  for (const auto& [owner, table] : {std::pair{"step", &w->outside_ops()}, std::pair{"inspector", &w->observers_own()}})
+    for (const auto& [name, o] : *table)
+      k.outside.push_back({name, owner, o.launches, ns(o.total_ns), kind_name(o.cls.kind)});
+  std::stable_sort(k.outside.begin(), k.outside.end(), [](const reports::OutsideKernel& a, const reports::OutsideKernel& b) {
+    return a.total_ns != b.total_ns ? a.total_ns > b.total_ns : a.name < b.name;
+  });
+  constexpr std::size_t kOutsideKept = 20;
+  if (k.outside.size() > kOutsideKept) k.outside.resize(kOutsideKept);
+  k.errors = w->errors();
+  return k;
 }
 
 reports::OpInstance instance(const InstanceStats& s) {
@@ -35,6 +109,16 @@ reports::OpInstance instance(const InstanceStats& s) {
   }
   for (const auto& [kernel, calls] : s.kernels) o.kernels.push_back({kernel, calls});
   return o;
+}
+
+void add_gpu_kernels(const InstanceStats& s, reports::OpInstance& o) {
+  std::vector<reports::GpuKernel>& out = o.gpu_kernels.emplace();
+  for (const GpuKernelStats& g : s.gpu_kernels) out.push_back(gpu_kernel(g));
+  // By name, then launch shape: the same kernels give the same list whatever order
+  // their records came in.
+  std::sort(out.begin(), out.end(), [](const reports::GpuKernel& a, const reports::GpuKernel& b) {
+    return std::tie(a.name, a.grid, a.block) < std::tie(b.name, b.grid, b.block);
+  });
 }
 
 }  // namespace
@@ -122,6 +206,31 @@ std::vector<reports::TraceSpan> trace_spans(const OpTrace& trace) {
   }
   for (const auto& [step, range] : steps)
     spans.push_back({"step " + std::to_string(step), "step", range.first, range.second - range.first, 0, {}});
+  // The GPU track: each kernel where CUPTI timed it, under the op span that launched it.
+  for (const OpRecord& r : records) {
+    for (const GpuLaunch& g : r.gpu) {
+      reports::TraceSpan s;
+      s.name = g.name;
+      s.category = "kernel";
+      s.start_us = (g.start - t0) * 1e6;
+      s.duration_us = g.seconds * 1e6;
+      s.track = 1;
+      const std::string op = std::string(op_name(r.op)) + (r.phase == Phase::backward ? "_grad" : "");
+      s.args = {{"op", r.inserted_cast ? "cast (inserted by AMP)" : op},
+                {"module", r.module},
+                {"step", std::to_string(r.step)},
+                {"grid", fmt::format("{}x{}x{}", g.grid.x, g.grid.y, g.grid.z)},
+                {"block", fmt::format("{}x{}x{}", g.block.x, g.block.y, g.block.z)},
+                {"stream", std::to_string(g.stream)}};
+      if (g.cls != nullptr) {
+        s.args.emplace_back("input", precision_name(g.cls->input));
+        s.args.emplace_back("accumulate", precision_name(g.cls->accumulate));
+        s.args.emplace_back("tensor cores", tensor_cores_name(g.cls->tensor_cores));
+        s.args.emplace_back("kind", kind_name(g.cls->kind));
+      }
+      spans.push_back(std::move(s));
+    }
+  }
   return spans;
 }
 
@@ -133,7 +242,13 @@ void fill_report(const Inspector& insp, reports::Report& report) {
     for (const auto& [key, calls] : t->inserted_casts())
       report.inserted_casts.push_back({dtype_text(key.first), dtype_text(key.second), static_cast<std::int64_t>(calls)});
     report.ops.clear();
-    for (const InstanceStats& s : t->instances()) report.ops.push_back(instance(s));
+    const bool gpu = insp.kernels() != nullptr;
+    for (const InstanceStats& s : t->instances()) {
+      report.ops.push_back(instance(s));
+      if (gpu) add_gpu_kernels(s, report.ops.back());
+    }
+    report.kernels.reset();
+    if (insp.options().cupti) report.kernels = kernels_report(insp, *t);
     report.summary.low_precision_calls = 0;
     report.summary.total_calls = 0;
     for (const auto& [type, calls] : t->op_stats()) {

@@ -4,7 +4,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
+#include <cctype>
+#include <cstdint>
 #include <charconv>
 #include <chrono>
 #include <cstdlib>
@@ -13,6 +16,7 @@
 #include <thread>
 
 #include "engine/dtype/dtype.h"
+#include "inspector/kernel_watch.h"
 
 namespace ampcheck::inspector {
 namespace {
@@ -168,12 +172,42 @@ std::string InstanceStats::name() const {
   return fmt::format("{}/{}{}#{}", module, op_name(op), phase == Phase::backward ? "_grad" : "", occurrence);
 }
 
+void GpuTime::add(const KernelClass& c, std::uint64_t ns) {
+  ++launches;
+  total_ns += ns;
+  if (!multiplies_matrices(c.kind)) return;
+  matrix_ns += ns;
+  if (c.tensor_cores == TensorCores::yes) tensor_core_ns += ns;
+  if (c.tensor_cores == TensorCores::no) cuda_core_ns += ns;
+}
+
 void OpTrace::on_op_end(const OpEvent& e) {
   ++calls_;
+  // Calls older than this are no longer waited for: CUPTI's records of a step come by
+  // the end of the step after (KernelCorrelatorOptions keeps them two flushes).
+  constexpr std::int64_t kStepsKept = 4;
+  const bool gpu = options_.gpu_kernels;
+  if (gpu) {
+    while (!calls_by_sequence_.empty() && calls_by_sequence_.begin()->second.step < e.step - kStepsKept)
+      calls_by_sequence_.erase(calls_by_sequence_.begin());
+  }
+  auto remember = [&](std::size_t instance, std::string row) {
+    if (!gpu) return;
+    const std::size_t record = records_.size() <= options_.max_records && !records_.empty() &&
+                                       records_.back().sequence == e.sequence
+                                   ? records_.size() - 1
+                                   : SIZE_MAX;
+    const Call& call = calls_by_sequence_[e.sequence] = Call{e.step, instance, record, std::move(row)};
+    if (const auto p = pending_gpu_.find(e.sequence); p != pending_gpu_.end()) {
+      apply_gpu(call, p->second.activity, p->second.classes, p->second.clock_offset);
+      pending_gpu_.erase(p);
+    }
+  };
   if (e.inserted_cast) {
     if (records_.size() < options_.max_records) records_.push_back(make_record(e));
     const DType from = e.dtypes_before.empty() ? DType::f32 : e.dtypes_before.front();
     ++casts_[{from, e.out_dtype}];
+    remember(SIZE_MAX, kInsertedCastRow);
     return;
   }
   const OpRecord r = make_record(e);
@@ -196,7 +230,58 @@ void OpTrace::on_op_end(const OpEvent& e) {
   in.kernel_dtypes.add(r.kernel_dtype);
   for (const TraceCast& c : r.casts) ++in.casts[{c.input, c.from, c.to}];
   ++in.kernels[r.kernel];
+  in.shapes = r.shapes;
   if (records_.size() < options_.max_records) records_.push_back(r);
+  remember(it->second, row_name(e));
+}
+
+void OpTrace::add_gpu(const OpActivity& activity, const std::vector<const KernelClass*>& classes,
+                      double clock_offset) {
+  const auto call = calls_by_sequence_.find(activity.op.sequence);
+  if (call != calls_by_sequence_.end()) {
+    apply_gpu(call->second, activity, classes, clock_offset);
+    return;
+  }
+  // Not ended yet (a flush inside the op, GLOG's per-op mode): kept until it ends. A
+  // call ended long ago, whose kernels came after it was let go, is counted as lost.
+  if (!calls_by_sequence_.empty() && activity.op.sequence < calls_by_sequence_.begin()->first) {
+    kernels_lost_ += activity.kernels.size();
+    return;
+  }
+  Pending& p = pending_gpu_[activity.op.sequence];
+  p.activity.op = activity.op;
+  p.activity.kernels.insert(p.activity.kernels.end(), activity.kernels.begin(), activity.kernels.end());
+  p.classes.insert(p.classes.end(), classes.begin(), classes.end());
+  p.clock_offset = clock_offset;
+}
+
+void OpTrace::apply_gpu(const Call& call, const OpActivity& activity, const std::vector<const KernelClass*>& classes,
+                        double clock_offset) {
+  GpuTime& by_type = gpu_by_type_[call.row];
+  for (std::size_t i = 0; i < activity.kernels.size(); ++i) {
+    const KernelRecord& k = activity.kernels[i];
+    static const KernelClass kUnknown{};
+    const KernelClass& c = i < classes.size() && classes[i] != nullptr ? *classes[i] : kUnknown;
+    const std::uint64_t ns = k.duration_ns();
+    by_type.add(c, ns);
+    if (call.record != SIZE_MAX && call.record < records_.size())
+      records_[call.record].gpu.push_back(GpuLaunch{k.name, static_cast<double>(k.start_ns) * 1e-9 + clock_offset,
+                                                    static_cast<double>(ns) * 1e-9, k.grid, k.block, k.stream,
+                                                    i < classes.size() ? classes[i] : nullptr});
+    if (call.instance == SIZE_MAX) continue;
+    std::vector<GpuKernelStats>& kernels = instances_[call.instance].gpu_kernels;
+    auto it = std::find_if(kernels.begin(), kernels.end(), [&](const GpuKernelStats& g) {
+      return g.name == k.name && g.grid == k.grid && g.block == k.block;
+    });
+    if (it == kernels.end()) {
+      kernels.push_back(GpuKernelStats{k.name, c, k.grid, k.block, 0, 0, ns, ns});
+      it = kernels.end() - 1;
+    }
+    ++it->launches;
+    it->total_ns += ns;
+    it->min_ns = std::min(it->min_ns, ns);
+    it->max_ns = std::max(it->max_ns, ns);
+  }
 }
 
 std::uint64_t OpTrace::inserted_cast_calls() const {
@@ -206,6 +291,10 @@ std::uint64_t OpTrace::inserted_cast_calls() const {
 }
 
 void OpTrace::clear() {
+  calls_by_sequence_.clear();
+  pending_gpu_.clear();
+  gpu_by_type_.clear();
+  kernels_lost_ = 0;
   records_.clear();
   occurrences_.reset();
   instances_.clear();
@@ -277,11 +366,38 @@ void GlogWriter::on_op_begin(const OpEvent& e) {
 
 void GlogWriter::on_op_end(const OpEvent& e) {
   if (!enabled() || e.inserted_cast) return;
-  line(__LINE__, fmt::format("expected_kernel_key:data_type[{}]:data_layout[ANY_LAYOUT]:place[{}]:"
-                             "library_type[PLAIN]",
-                             paddle_dtype_name(kernel_dtype_of(e)), place_of(e.kernel)));
-  line(__LINE__, fmt::format("{}{} kernel: {}", op_name(e.op), e.phase == Phase::backward ? "_grad" : "",
-                             e.kernel));
+  std::string data_type(paddle_dtype_name(kernel_dtype_of(e)));
+  std::string library = "PLAIN";
+  std::string gpu;
+  if (kernels_ != nullptr) {
+    bool from_kernel = false;
+    for (const auto& [launch, cls] : kernels_->kernels_of(e.sequence)) {
+      const std::string lower_name = [&] {
+        std::string n = launch->name;
+        for (char& c : n) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        return n;
+      }();
+      if (lower_name.find("cudnn") != std::string::npos) library = "CUDNN";
+      if (!from_kernel && cls != nullptr && multiplies(cls->kind) && cls->input != KernelPrecision::unknown) {
+        switch (cls->input) {
+          case KernelPrecision::f16: data_type = "float16"; break;
+          case KernelPrecision::bf16: data_type = "bfloat16"; break;
+          case KernelPrecision::f64: data_type = "double"; break;
+          default: data_type = "float"; break;  // f32, and TF32's float32 data
+        }
+        from_kernel = true;
+      }
+      gpu += fmt::format("{}{} ({} multiplies, {} accumulation, tensor cores {}, {:.1f} us)", gpu.empty() ? "" : "; ",
+                         launch->name.substr(0, launch->name.find('(')),
+                         cls ? precision_name(cls->input) : "unknown", cls ? precision_name(cls->accumulate) : "unknown",
+                         cls ? tensor_cores_name(cls->tensor_cores) : "unknown", launch->seconds * 1e6);
+    }
+  }
+  const std::string name = std::string(op_name(e.op)) + (e.phase == Phase::backward ? "_grad" : "");
+  line(__LINE__, fmt::format("expected_kernel_key:data_type[{}]:data_layout[ANY_LAYOUT]:place[{}]:library_type[{}]",
+                             data_type, place_of(e.kernel), library));
+  line(__LINE__, fmt::format("{} kernel: {}", name, e.kernel));
+  if (!gpu.empty()) line(__LINE__, fmt::format("{} GPU kernels: {}", name, gpu));
 }
 
 }  // namespace ampcheck::inspector

@@ -16,8 +16,42 @@
 #include <vector>
 
 #include "engine/hooks.h"
+#include "inspector/kernel_class.h"
+#include "inspector/kernel_trace.h"
 
 namespace ampcheck::inspector {
+
+class KernelWatch;
+
+// One GPU kernel an op call launched, as CUPTI saw it (CUDA runs with CUPTI on).
+struct GpuLaunch {
+  std::string name;  // demangled
+  double start = 0;  // on the op records' clock (OpRecord::start): steady-clock seconds
+  double seconds = 0;
+  Dim3 grid, block;
+  std::uint32_t stream = 0;
+  const KernelClass* cls = nullptr;  // the watch's, alive as long as the inspector
+};
+
+// The launches of one kernel (name, grid, block) by one op instance over the run.
+struct GpuKernelStats {
+  std::string name;
+  KernelClass cls;
+  Dim3 grid, block;
+  std::int64_t launches = 0;
+  std::uint64_t total_ns = 0, min_ns = 0, max_ns = 0;
+};
+
+// GPU time of one op type, by what ran it.
+struct GpuTime {
+  std::int64_t launches = 0;
+  std::uint64_t total_ns = 0;         // every kernel
+  std::uint64_t matrix_ns = 0;        // kernels that multiply matrices (GEMM, convolution)
+  std::uint64_t tensor_core_ns = 0;   // of those, on tensor cores
+  std::uint64_t cuda_core_ns = 0;     // of those, on CUDA cores
+  void add(const KernelClass& c, std::uint64_t ns);
+  bool operator==(const GpuTime&) const = default;
+};
 
 // One input the policy cast, with the name PaddlePaddle gives that input slot.
 struct TraceCast {
@@ -48,6 +82,7 @@ struct OpRecord {
   Shape out_shape;                   // forward: the output; backward: the incoming gradient
   double seconds = 0;
   double start = 0;  // steady-clock seconds: for timelines only, never in the JSON report
+  std::vector<GpuLaunch> gpu;  // CUDA runs with CUPTI on: its kernels, by start
 };
 
 // PaddlePaddle's name for input `index` of `op` (conv2d: Input, Filter, Bias; matmul:
@@ -98,6 +133,9 @@ struct InstanceStats {
   DtypeCalls kernel_dtypes;
   std::map<std::tuple<std::size_t, DType, DType>, std::int64_t> casts;  // (input, from, to)
   std::map<std::string, std::int64_t> kernels;
+  std::vector<Shape> shapes;  // inputs' shapes, of the last call
+  // CUDA runs with CUPTI on: the GPU kernels its calls launched, in first-seen order.
+  std::vector<GpuKernelStats> gpu_kernels;
   // "<module>/<op>#<k>", backward "<module>/<op>_grad#<k>": the numerics recorder's keys.
   std::string name() const;
 };
@@ -106,7 +144,13 @@ struct OpTraceOptions {
   // Records kept: the first `max_records` op calls; later ones are counted in the
   // stats and in dropped(), so a long run stays bounded.
   std::size_t max_records = 1'000'000;
+  // GPU kernels will be added (add_gpu): remember which record and instance each call
+  // made, for the last few steps.
+  bool gpu_kernels = false;
 };
+
+// The row of the GPU-time table the policy's inserted casts go in.
+inline constexpr const char* kInsertedCastRow = "cast (inserted by AMP)";
 
 // Collects an OpRecord per op call from the end events (forward and backward).
 class OpTrace : public Observer {
@@ -129,10 +173,38 @@ class OpTrace : public Observer {
   // instances (they are in the casts of the op they feed).
   const std::vector<InstanceStats>& instances() const { return instances_; }
 
+  // The GPU kernels of one op call (inspector/kernel_watch.h joins them from CUPTI's
+  // records), each with its class: onto the call's record and instance, and the GPU time
+  // of its op type. `clock_offset` turns CUPTI's nanoseconds into the records' seconds.
+  // Kernels of a call not ended yet wait for its end; of a call older than the last few
+  // steps, or never heard, they go nowhere (kernels_lost()).
+  void add_gpu(const OpActivity& activity, const std::vector<const KernelClass*>& classes, double clock_offset);
+  // GPU time per row of op_stats() (and kInsertedCastRow).
+  const std::map<std::string, GpuTime>& gpu_by_type() const { return gpu_by_type_; }
+  std::uint64_t kernels_lost() const { return kernels_lost_; }
+
   void clear();
 
  private:
+  struct Call {
+    std::int64_t step = 0;
+    std::size_t instance = SIZE_MAX;  // SIZE_MAX: an inserted cast
+    std::size_t record = SIZE_MAX;    // SIZE_MAX: not kept
+    std::string row;
+  };
+  struct Pending {
+    OpActivity activity;
+    std::vector<const KernelClass*> classes;
+    double clock_offset = 0;
+  };
+  void apply_gpu(const Call& call, const OpActivity& activity, const std::vector<const KernelClass*>& classes,
+                 double clock_offset);
+
   OpTraceOptions options_;
+  std::map<std::uint64_t, Call> calls_by_sequence_;  // gpu_kernels: the last few steps' calls
+  std::map<std::uint64_t, Pending> pending_gpu_;     // kernels of calls not ended yet
+  std::map<std::string, GpuTime> gpu_by_type_;
+  std::uint64_t kernels_lost_ = 0;
   Occurrences occurrences_;
   std::vector<InstanceStats> instances_;
   std::map<std::tuple<std::string, Op, Phase, std::int64_t>, std::size_t> instance_index_;
@@ -165,6 +237,10 @@ int glog_level_from_env();
 //   Op(linear): Cast Input from float to float16     (one per input the policy cast)
 //   expected_kernel_key:data_type[float16]:...       (when the kernel has run)
 //   linear kernel: cpu:linear:f32
+//   linear GPU kernels: nvjet_sm90_hss_... (f16 multiplies, f32 accumulation, tensor cores)
+// On a GPU with CUPTI (set_kernels) the key is filled from the kernels that really ran:
+// data_type is the precision a library GEMM or convolution multiplied in (else the one
+// the project's own kernels were dispatched for), library_type CUDNN where cuDNN ran.
 // and for backward "Start to execute grad op linear_grad" and its kernel lines. The
 // policy's own cast ops are not written as ops: the Cast lines of the op they feed say it.
 class GlogWriter : public Observer {
@@ -174,12 +250,15 @@ class GlogWriter : public Observer {
   void on_op_end(const OpEvent& e) override;
 
   bool enabled() const { return options_.verbosity >= 5; }
+  // The watch whose per-op mode holds each op's kernels by the time this hears its end.
+  void set_kernels(const KernelWatch* watch) { kernels_ = watch; }
 
  private:
   void line(int source_line, std::string_view text);
 
   std::ostream& out_;
   GlogOptions options_;
+  const KernelWatch* kernels_ = nullptr;
 };
 
 }  // namespace ampcheck::inspector

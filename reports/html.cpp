@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -785,6 +786,96 @@ std::string dtype_section(const Report& r) {
   return out + std::string(kSectionClose);
 }
 
+// 1.4: the GPU kernels CUPTI saw: per op type the matrix work's split between tensor
+// cores, CUDA cores and kernels whose name does not say (a bar each), the kernel check's
+// findings, each op instance's kernels, and the work no op launched.
+std::string kernels_section(const Report& r) {
+  std::string out = section_open("kernels", "GPU kernels");
+  const Kernels& k = *r.kernels;
+  if (!k.traced) return out + note("not traced: " + k.not_traced) + std::string(kSectionClose);
+  auto ms = [](std::int64_t ns) { return num(static_cast<double>(ns) * 1e-6); };
+  std::int64_t warnings = 0;
+  for (const KernelFinding& f : k.findings) warnings += f.severity == "warning";
+  out += fmt::format("<p>{} kernels, {} copies and {} memsets seen through CUPTI: {} on op calls, {} the inspector's "
+                     "own, {} outside any op, {} dropped. Kernel check: {} op instances' GEMMs and convolutions "
+                     "against the AMP policy, <strong>{} warning{}</strong>.</p>\n",
+                     k.kernels, k.memcpys, k.memsets, k.attributed, k.inspector, k.unattributed, k.dropped + k.invalid,
+                     k.instances_checked, warnings, warnings == 1 ? "" : "s");
+  if (!k.findings.empty()) {
+    out += "<h3>Kernels that did not do what the AMP policy said</h3>\n<ul class=\"findings\">\n";
+    for (const KernelFinding& f : k.findings)
+      out += fmt::format("<li class=\"finding-{}\"><strong>{}</strong>: {}</li>\n", esc(f.severity), esc(f.severity),
+                         esc(f.text));
+    out += "</ul>\n";
+  }
+  // Tensor-core share of the matrix work per op type.
+  std::vector<const KernelTypeRow*> rows;
+  std::int64_t widest = 0;
+  for (const KernelTypeRow& t : k.by_type)
+    if (t.matrix_ns > 0) {
+      rows.push_back(&t);
+      widest = std::max(widest, t.matrix_ns);
+    }
+  if (!rows.empty()) {
+    out += "<h3>Tensor-core share of the matrix work (GEMMs and convolutions) per op type</h3>\n";
+    const double label_w = 200, bar_w = 560, row_h = 22;
+    const double height = row_h * static_cast<double>(rows.size()) + 30;
+    out += fmt::format("<svg class=\"plot\" viewBox=\"0 0 880 {}\" width=\"880\" height=\"{}\" role=\"img\" "
+                       "aria-label=\"tensor-core share per op type\">\n",
+                       px(height), px(height));
+    double y = 10;
+    for (const KernelTypeRow* t : rows) {
+      const double scale = bar_w / static_cast<double>(widest);
+      const double tc = static_cast<double>(t->tensor_core_ns) * scale, cc = static_cast<double>(t->cuda_core_ns) * scale;
+      const double rest = static_cast<double>(t->matrix_ns - t->tensor_core_ns - t->cuda_core_ns) * scale;
+      out += fmt::format("<text class=\"tick-label\" x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n",
+                         px(label_w - 6), px(y + 14), esc(t->type));
+      double x = label_w;
+      for (const auto& [w, color, what] : {std::tuple{tc, "#2e7d32", "tensor cores"},
+                                           std::tuple{cc, "#ef6c00", "CUDA cores"},
+                                           std::tuple{rest, "#9e9e9e", "not read from the name"}}) {
+        if (w <= 0) continue;
+        out += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"><title>{}: {} ms</title>"
+                           "</rect>\n",
+                           px(x), px(y), px(w), px(row_h - 6), color, what, num(w / scale * 1e-6));
+        x += w;
+      }
+      out += fmt::format("<text class=\"tick-label\" x=\"{}\" y=\"{}\">{} ms, {} on tensor cores</text>\n", px(x + 6),
+                         px(y + 14), ms(t->matrix_ns),
+                         percent(static_cast<double>(t->tensor_core_ns), static_cast<double>(t->matrix_ns)));
+      y += row_h;
+    }
+    out += fmt::format("<text class=\"tick-label\" x=\"{}\" y=\"{}\"><tspan fill=\"#2e7d32\">■ tensor cores</tspan> "
+                       "<tspan fill=\"#ef6c00\">■ CUDA cores</tspan> <tspan fill=\"#9e9e9e\">■ not read from the "
+                       "kernel's name</tspan></text>\n",
+                       px(label_w), px(y + 14));
+    out += "</svg>\n";
+  }
+  Table types({"op type", "#launches", "#ms", "#matrix ms", "#tensor-core ms", "#CUDA-core ms", "#on tensor cores"});
+  for (const KernelTypeRow& t : k.by_type)
+    types.row({t.type, integer(t.launches), ms(t.total_ns), ms(t.matrix_ns), ms(t.tensor_core_ns), ms(t.cuda_core_ns),
+               t.matrix_ns ? percent(static_cast<double>(t.tensor_core_ns), static_cast<double>(t.matrix_ns)) : "-"});
+  out += "<h3>GPU time per op type</h3>\n" + types.render("kernel-types");
+  Table kernels({"op instance", "kernel", "#launches", "#ms", "grid", "block", "multiplies", "accumulates",
+                 "tensor cores", "kind"});
+  auto dims = [](const std::vector<std::int64_t>& d) {
+    std::vector<std::string> parts;
+    for (const std::int64_t v : d) parts.push_back(std::to_string(v));
+    return join(parts, "x");
+  };
+  for (const OpInstance& op : r.ops)
+    if (op.gpu_kernels)
+      for (const GpuKernel& g : *op.gpu_kernels)
+        kernels.row({op.name, g.name, integer(g.launches), ms(g.total_ns), dims(g.grid), dims(g.block), g.input,
+                     g.accumulate, g.tensor_cores, g.kind});
+  if (!kernels.empty()) out += "<h3>Kernels per op instance</h3>\n" + kernels.render("op-kernels");
+  Table outside({"kernel", "launched by", "#launches", "#ms", "kind"});
+  for (const OutsideKernel& o : k.outside) outside.row({o.name, o.owner, integer(o.launches), ms(o.total_ns), o.kind});
+  if (!outside.empty()) out += "<h3>Kernels outside any op</h3>\n" + outside.render("outside-kernels");
+  for (const std::string& e : k.errors) out += note("CUPTI error: " + e);
+  return out + std::string(kSectionClose);
+}
+
 std::string worst_section(const Report& r) {
   std::string out = section_open("worst", "Worst tensors and local errors");
   struct Entry {
@@ -1058,6 +1149,7 @@ h1{font-size:1.5em;margin:.2em 0}h2{border-bottom:1px solid #ccc;padding-bottom:
 .verdict-tag{text-transform:uppercase;font-size:.8em;letter-spacing:.05em;margin-right:.6em}
 .verdict-healthy{background:#e7f6e9;border-color:#2e7d32;color:#1b5e20}
 .verdict-failed,.verdict-gradient_underflow{background:#fdecea;border-color:#c62828;color:#8e0000}
+.finding-warning{color:#8e0000}.finding-note{color:#555}
 .verdict-amp_off{background:#fff4e0;border-color:#ef6c00;color:#8a3c00}
 .verdict-reference{background:#e8f0fb;border-color:#1565c0;color:#0d3c78}
 .verdict-unchecked,.verdict-unknown{background:#eeeeee;border-color:#757575;color:#333}
@@ -1135,6 +1227,7 @@ std::string to_html(const Report& report) {
   std::vector<std::pair<std::string_view, std::string_view>> toc = {
       {"loss", "loss"},     {"loss-scale-history", "loss scale"}, {"exponents", "exponents"},
       {"dtypes", "dtypes"}, {"worst", "worst"},                   {"nonfinite", "non-finite"}};
+  if (report.kernels) toc.emplace_back("kernels", "kernels");
   if (report.bisect) toc.emplace_back("bisect", "bisect");
   if (report.compare) toc.emplace_back("compare", "compare");
   out += "<nav>";
@@ -1145,6 +1238,7 @@ std::string to_html(const Report& report) {
   out += loss_scale_section(report);
   out += heatmap_section(report);
   out += dtype_section(report);
+  if (report.kernels) out += kernels_section(report);
   out += worst_section(report);
   out += nonfinite_section(report);
   if (report.bisect) out += bisect_section(*report.bisect, report.interrupted.has_value());

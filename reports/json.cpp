@@ -182,6 +182,20 @@ constexpr void fields(V& v, S& s) {
   v("role", s.role);
   v("numerics", s.numerics);
 }
+template <class V, Is<GpuKernel> S>
+constexpr void fields(V& v, S& s) {
+  v("name", s.name);
+  v("grid", s.grid);
+  v("block", s.block);
+  v("launches", s.launches);
+  v("total_ns", s.total_ns);
+  v("min_ns", s.min_ns);
+  v("max_ns", s.max_ns);
+  v("input", s.input);
+  v("accumulate", s.accumulate);
+  v("tensor_cores", s.tensor_cores);
+  v("kind", s.kind);
+}
 template <class V, Is<OpInstance> S>
 constexpr void fields(V& v, S& s) {
   v("name", s.name);
@@ -200,6 +214,7 @@ constexpr void fields(V& v, S& s) {
   v("numerics", s.numerics);
   v("local_error", s.local_error);
   v("range_loss", s.range_loss);  // 1.3; optional
+  v("gpu_kernels", s.gpu_kernels);  // 1.4; optional (CUDA runs with CUPTI)
 }
 template <class V, Is<TensorNumerics> S>
 constexpr void fields(V& v, S& s) {
@@ -415,6 +430,59 @@ constexpr void fields(V& v, S& s) {
   v("low_precision", s.low_precision);
   v("local_error", s.local_error);
 }
+template <class V, Is<KernelTypeRow> S>
+constexpr void fields(V& v, S& s) {
+  v("type", s.type);
+  v("launches", s.launches);
+  v("total_ns", s.total_ns);
+  v("matrix_ns", s.matrix_ns);
+  v("tensor_core_ns", s.tensor_core_ns);
+  v("cuda_core_ns", s.cuda_core_ns);
+}
+template <class V, Is<KernelFinding> S>
+constexpr void fields(V& v, S& s) {
+  v("severity", s.severity);
+  v("problem", s.problem);
+  v("op", s.op);
+  v("type", s.type);
+  v("module", s.module);
+  v("phase", s.phase);
+  v("expected", s.expected);
+  v("kernel", s.kernel);
+  v("input", s.input);
+  v("accumulate", s.accumulate);
+  v("tensor_cores", s.tensor_cores);
+  v("launches", s.launches);
+  v("reason", s.reason);
+  v("text", s.text);
+}
+template <class V, Is<OutsideKernel> S>
+constexpr void fields(V& v, S& s) {
+  v("name", s.name);
+  v("owner", s.owner);
+  v("launches", s.launches);
+  v("total_ns", s.total_ns);
+  v("kind", s.kind);
+}
+template <class V, Is<Kernels> S>
+constexpr void fields(V& v, S& s) {
+  v("traced", s.traced);
+  v("not_traced", s.not_traced);
+  v("kernels", s.kernels);
+  v("memcpys", s.memcpys);
+  v("memsets", s.memsets);
+  v("attributed", s.attributed);
+  v("inspector", s.inspector);
+  v("unattributed", s.unattributed);
+  v("dropped", s.dropped);
+  v("invalid", s.invalid);
+  v("instances_checked", s.instances_checked);
+  v("kernels_unread", s.kernels_unread);
+  v("by_type", s.by_type);
+  v("findings", s.findings);
+  v("outside", s.outside);
+  v("errors", s.errors);
+}
 // schema_version is not walked here: the writer writes the version it implements and the
 // reader checks it before anything else (see to_json and from_json).
 template <class V, Is<Report> S>
@@ -432,6 +500,7 @@ constexpr void fields(V& v, S& s) {
   v("bisect", s.bisect);
   v("compare", s.compare);
   v("spread", s.spread);  // 1.2; optional
+  v("kernels", s.kernels);  // 1.4; optional (CUDA runs with CUPTI)
 }
 
 // The guard: a member added to a struct in report.h fails the build here until its
@@ -475,11 +544,12 @@ static_assert(kEveryMemberHasAField<
               Histogram, LowPrecisionCounts, Numerics, LocalError, CastCount, KernelCount,
               NamedNumerics, OpInstance, TensorNumerics, Swamping, TensorRange, RangeLoss, LostValue,
               NanEvent, Failure, IntendedInf, ScalerProbing, ZeroGradients, NonFinite, Summary, Trial, Suggestion, Bisect, LevelRun, LevelError, CompareOp, Compare,
-              Interruption, SeedOutcome, LowPrecisionSeen, LocalErrorSeen, Spread>);
+              Interruption, SeedOutcome, LowPrecisionSeen, LocalErrorSeen, Spread, GpuKernel, KernelTypeRow,
+              KernelFinding, OutsideKernel, Kernels>);
 // Report's default schema_version is not constexpr, so fields(Report) cannot be walked
-// here: its members are counted by hand (schema_version, written apart, and the 13 of
+// here: its members are counted by hand (schema_version, written apart, and the 14 of
 // fields(Report)), and the test of the top-level keys checks fields(Report) itself.
-static_assert(member_count<Report>() == 1 + 13,
+static_assert(member_count<Report>() == 1 + 14,
               "Report gained a member: add it to fields(Report) in reports/json.cpp");
 
 template <class T>

@@ -6,6 +6,9 @@
 //
 // Nothing here depends on wall-clock time or on process state: the same run gives the
 // same Report, so its JSON is byte-identical (timings live only in the Chrome trace).
+// The one exception: a CUDA run traced through CUPTI carries the GPU kernels' measured
+// durations (GpuKernel, KernelTypeRow, OutsideKernel: the *_ns fields), which differ
+// from run to run; `ampcheck diff` never compares them. CPU runs have none.
 // Doubles may be NaN or +-Inf (a statistic of an empty set, a diverged loss); the JSON
 // writes those as the strings "nan", "inf", "-inf".
 #pragma once
@@ -22,8 +25,9 @@ namespace ampcheck::reports {
 // in a newer minor are ignored) and rejects another major.
 inline constexpr int kSchemaMajor = 1;
 // 1.1: Report::interrupted; 1.2: Report::spread; 1.3: NonFinite::producers, intended,
-// probing, zero_gradients, NanEvent::lost, OpInstance::range_loss.
-inline constexpr int kSchemaMinor = 3;
+// probing, zero_gradients, NanEvent::lost, OpInstance::range_loss; 1.4: Report::kernels,
+// OpInstance::gpu_kernels (CUDA runs with CUPTI).
+inline constexpr int kSchemaMinor = 4;
 
 // What wrote the report. Nothing of the machine it ran on: the same build gives the same
 // bytes on every x86-64 CPU (the CPU paths differ in speed only).
@@ -171,6 +175,20 @@ struct KernelCount {
   bool operator==(const KernelCount&) const = default;
 };
 
+// 1.4: one GPU kernel (name, grid, block) an op instance's calls launched, as CUPTI saw
+// it, and how its name reads (inspector/kernel_class.h).
+struct GpuKernel {
+  std::string name;
+  std::vector<std::int64_t> grid, block;  // x, y, z
+  std::int64_t launches = 0;
+  std::int64_t total_ns = 0, min_ns = 0, max_ns = 0;  // measured
+  std::string input;         // the precision its multiplies took: f16, bf16, tf32, f32, ..., unknown
+  std::string accumulate;
+  std::string tensor_cores;  // yes, no, unknown
+  std::string kind;          // gemm, gemv, conv fprop, ..., elementwise, layout, other, unknown
+  bool operator==(const GpuKernel&) const = default;
+};
+
 struct NamedNumerics {
   std::string role;  // "out"; backward: "grad0", "grad1", ...
   Numerics numerics;
@@ -195,6 +213,7 @@ struct OpInstance {
   std::vector<NamedNumerics> numerics;   // full mode, sampled steps
   std::optional<LocalError> local_error;  // full mode, low-precision forward outputs
   std::optional<RangeLoss> range_loss;    // 1.3: full mode, when it lost a value
+  std::optional<std::vector<GpuKernel>> gpu_kernels;  // 1.4: CUDA runs with CUPTI
 };
 
 // A tensor that is not an op's output: "param:fc1.weight", "grad:...", "state:...".
@@ -418,6 +437,62 @@ struct Spread {
   std::vector<LocalErrorSeen> local_error;      // sorted by name
 };
 
+// 1.4: GPU time of one op type ("linear", "linear_grad", "cast (inserted by AMP)").
+struct KernelTypeRow {
+  std::string type;
+  std::int64_t launches = 0;
+  std::int64_t total_ns = 0;        // every kernel (measured)
+  std::int64_t matrix_ns = 0;       // of it, kernels that multiply matrices (GEMM, convolution)
+  std::int64_t tensor_core_ns = 0;  // of those, on tensor cores
+  std::int64_t cuda_core_ns = 0;    // of those, on CUDA cores (the rest: not read from the name)
+  bool operator==(const KernelTypeRow&) const = default;
+};
+
+// 1.4: an op instance whose kernels did not do what the AMP policy said
+// (inspector/kernel_check.h).
+struct KernelFinding {
+  std::string severity;  // "warning", "note"
+  std::string problem;   // wider_kernel, tf32_kernel, other_low_precision, cuda_cores, narrower_kernel
+  std::string op;        // the op instance's name, as OpInstance::name
+  std::string type, module, phase;
+  std::string expected;  // the policy's dtype: "float16"
+  std::string kernel;
+  std::string input, accumulate, tensor_cores;
+  std::int64_t launches = 0;
+  std::string reason;
+  std::string text;      // the one line the text report prints
+  bool operator==(const KernelFinding&) const = default;
+};
+
+// 1.4: GPU work no op launched: the step's own (the scaler's unscale, the optimizer's
+// update, the loss copied to the host), or the inspector's own statistics.
+struct OutsideKernel {
+  std::string name;
+  std::string owner;  // "step" or "inspector"
+  std::int64_t launches = 0;
+  std::int64_t total_ns = 0;  // measured
+  std::string kind;
+  bool operator==(const OutsideKernel&) const = default;
+};
+
+// 1.4: what CUPTI saw of a CUDA run (`--cupti on`, the default on the GPU).
+struct Kernels {
+  bool traced = false;
+  std::string not_traced;  // why not, when not traced
+  std::int64_t kernels = 0, memcpys = 0, memsets = 0;  // records taken
+  std::int64_t attributed = 0;    // joined to an op call (kernels, copies and memsets)
+  std::int64_t inspector = 0;     // launched by the inspector's own statistics
+  std::int64_t unattributed = 0;  // no op: the step's own work, or a correlation lost
+  std::int64_t dropped = 0;       // records CUPTI had no buffer for
+  std::int64_t invalid = 0;       // records CUPTI handed back unreadable
+  std::int64_t instances_checked = 0;  // op instances whose library GEMMs/convolutions were checked
+  std::int64_t kernels_unread = 0;     // such kernels whose name does not say their precision
+  std::vector<KernelTypeRow> by_type;
+  std::vector<KernelFinding> findings;  // warnings first
+  std::vector<OutsideKernel> outside;   // by time, the largest first (at most 20)
+  std::vector<std::string> errors;      // CUPTI errors met (the first few)
+};
+
 struct Report {
   std::string schema_version = std::to_string(kSchemaMajor) + "." + std::to_string(kSchemaMinor);
   RunInfo run;
@@ -433,6 +508,7 @@ struct Report {
   std::optional<Bisect> bisect;
   std::optional<Compare> compare;
   std::optional<Spread> spread;  // 1.2: `run --seeds N`; absent for one seed
+  std::optional<Kernels> kernels;  // 1.4: CUDA runs with CUPTI (traced or saying why not)
 };
 
 }  // namespace ampcheck::reports

@@ -275,6 +275,47 @@ std::string spread_section(const Report& r) {
   return s;
 }
 
+// 1.4: the GPU kernels (CUDA runs with CUPTI): tensor-core share of the matrix work per
+// op type, then each finding of the kernel check on its own line.
+std::string kernels_section(const Report& r) {
+  if (!r.kernels) return {};
+  const Kernels& k = *r.kernels;
+  if (!k.traced) return "GPU kernels: not traced: " + k.not_traced + "\n";
+  auto ms = [](std::int64_t ns) { return fmt::format("{:.3f}", static_cast<double>(ns) * 1e-6); };
+  auto share = [](std::int64_t part, std::int64_t whole) {
+    return whole > 0 ? fmt::format("{:.1f}%", 100.0 * static_cast<double>(part) / static_cast<double>(whole))
+                     : std::string("-");
+  };
+  std::int64_t total = 0, matrix = 0, tensor = 0;
+  for (const KernelTypeRow& t : k.by_type) {
+    total += t.total_ns;
+    matrix += t.matrix_ns;
+    tensor += t.tensor_core_ns;
+  }
+  std::string s = fmt::format(
+      "GPU kernels (CUPTI): {} kernels, {} copies, {} memsets; {} on op calls, {} the inspector's own, {} outside any "
+      "op{}; {} ms of kernels, {} of it matrix work, {} of that on tensor cores\n",
+      k.kernels, k.memcpys, k.memsets, k.attributed, k.inspector, k.unattributed,
+      k.dropped + k.invalid > 0 ? fmt::format(", {} dropped or unreadable", k.dropped + k.invalid) : "", ms(total),
+      ms(matrix) + " ms", share(tensor, matrix));
+  TextTable t({"op type", "launches", "ms", "matrix ms", "on tensor cores"});
+  t.align(0, TextTable::Align::left);
+  for (const KernelTypeRow& row : k.by_type)
+    t.add_row({row.type, std::to_string(row.launches), ms(row.total_ns), row.matrix_ns ? ms(row.matrix_ns) : "-",
+               share(row.tensor_core_ns, row.matrix_ns)});
+  s += t.render("  ");
+  std::int64_t warnings = 0;
+  for (const KernelFinding& f : k.findings) warnings += f.severity == "warning";
+  s += fmt::format("  kernel check: {} op instances' GEMMs and convolutions checked against the AMP policy; {} "
+                   "warning{}{}\n",
+                   k.instances_checked, warnings, warnings == 1 ? "" : "s",
+                   k.kernels_unread ? fmt::format(" ({} kernels' names do not say their precision)", k.kernels_unread)
+                                    : std::string());
+  for (const KernelFinding& f : k.findings) s += "  " + f.severity + ": " + f.text + "\n";
+  for (const std::string& e : k.errors) s += "  CUPTI error: " + e + "\n";
+  return s;
+}
+
 std::string paddle_operator_table(const std::vector<OpTypeRow>& rows, const std::vector<InsertedCasts>& casts) {
   // Column widths and fills as _print_operator_stats prints them (its print() joins
   // the header's pieces with single spaces).
@@ -317,6 +358,7 @@ std::string to_text(const Report& r, std::size_t top) {
                      r.steps.size(), number(sum.final_loss_scale), run.amp.loss_scaling);
   s += "\n";
   if (!r.op_types.empty()) s += paddle_operator_table(r.op_types, r.inserted_casts) + "\n";
+  if (const std::string k = kernels_section(r); !k.empty()) s += k + "\n";
   for (const std::string& part : {scaler_section(r), nonfinite_section(r), range_section(r, top),
                                   range_loss_section(r, top), error_section(r, top)})
     if (!part.empty()) s += part + "\n";

@@ -147,25 +147,20 @@ for sample in samples:
                             f"{cpu.get('verdict', cpu.get('error'))} (exit {cpu['rc']})")
 
 
-# ---- 5. step times. ampcheck: `run --inspect off` with 2N and N steps; the difference
-# over N is the step (the model's construction, data and final evaluation cancel out).
-def timed(args):
-    start = time.perf_counter()
-    r = run(args)
-    return time.perf_counter() - start, r
+# ---- 5. step times. ampcheck: bench/peer_step.cpp's worker, the step `run --inspect off`
+# trains, timed in the process step by step (each step ends with loss.item(), so the GPU's
+# work is in it): the median after 10 warm-up steps.
+peer_step = os.path.join(os.path.dirname(os.path.dirname(ampcheck)), "bench", "ampcheck_bench_peer_step")
 
 
 def ampcheck_step_ms(sample, level):
-    base = ["run", "--model", sample, "--level", level, "--dtype", "float16", "--device", "cuda", "--inspect", "off", "--quiet"]
-    timed(base + ["--steps", "3"])  # warm-up: the CUDA context, cuBLAS and cuDNN handles
-    per_step = []
-    for _ in range(3):
-        t1, r1 = timed(base + ["--steps", str(steps)])
-        t2, r2 = timed(base + ["--steps", str(2 * steps)])
-        if r1.returncode not in (0, 1) or r2.returncode not in (0, 1):
-            raise RuntimeError((r1.stderr or r2.stderr).strip().splitlines()[-1])
-        per_step.append((t2 - t1) / steps * 1e3)
-    return statistics.median(per_step)
+    if not os.access(peer_step, os.X_OK):
+        raise RuntimeError(f"{peer_step} is not built")
+    r = subprocess.run([peer_step, "--model", f"{root}/samples/models/{sample}.json", "--level", level, "--dtype", "float16",
+                        "--device", "cuda"], input=f"steps 10\nsteps {4 * steps}\n", capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError((r.stderr.strip().splitlines() or ["?"])[-1])
+    return statistics.median(json.loads(r.stdout.strip().splitlines()[-1])["ms"])
 
 
 # PyTorch: bench/peers/frameworks.py builds the model file's architecture and the step a
@@ -206,7 +201,10 @@ def torch_step_ms(sample, mode):
 
 
 bench = []
-for sample in os.environ.get("BENCH_SAMPLES", "").split() or samples:
+bench_samples = os.environ.get("BENCH_SAMPLES", "").split() or samples
+if bench_samples == ["-"]:
+    bench_samples = []
+for sample in bench_samples:
     row = {"sample": sample}
     for level in levels:
         try:
@@ -222,6 +220,56 @@ for sample in os.environ.get("BENCH_SAMPLES", "").split() or samples:
     bench.append(row)
     print(f"bench {sample}: " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k}: {v}"
                                           for k, v in row.items() if k != "sample"), flush=True)
+
+# ---- 6. which kernels really ran (CUPTI, issue 17): the cnn sample at O2 in float16 with
+# its JSON, HTML and Chrome-trace reports; its conv2d and linear instances must show f16
+# tensor-core kernels, and every finding of the kernel check is listed.
+cupti = {"command": "ampcheck run --model cnn --level O2 --dtype float16 --device cuda --inspect trace --steps 20"}
+r = run(["run", "--model", "cnn", "--level", "O2", "--dtype", "float16", "--device", "cuda", "--inspect", "trace",
+         "--steps", "20", "--quiet", "--report", f"{work}/cnn-o2.json", "--html", f"{work}/cnn-o2.html",
+         "--chrome-trace", f"{work}/cnn-o2-trace.json"])
+cupti["rc"] = r.returncode
+try:
+    rep = json.load(open(f"{work}/cnn-o2.json"))
+    k = rep.get("kernels") or {}
+    cupti["traced"] = k.get("traced", False)
+    cupti["not_traced"] = k.get("not_traced", "")
+    cupti["counts"] = {key: k.get(key) for key in ("kernels", "memcpys", "memsets", "attributed", "inspector",
+                                                   "unattributed", "dropped", "invalid", "instances_checked")}
+    cupti["findings"] = [f["severity"] + ": " + f["text"] for f in k.get("findings", [])]
+    cupti["by_type"] = k.get("by_type", [])
+    seen = {}
+    for op in rep["ops"]:
+        for g in op.get("gpu_kernels") or []:
+            if g["kind"] in ("gemm", "conv fprop", "conv dgrad", "conv wgrad", "conv"):
+                seen.setdefault(op["type"], []).append(g)
+    cupti["matrix_kernels"] = {t: sorted({(g["name"][:120], g["input"], g["tensor_cores"]) for g in gs}) for t, gs in seen.items()}
+    for t in ("conv2d", "linear"):
+        ok = any(g["input"] == "f16" and g["tensor_cores"] == "yes" for typ in (t, t + "_grad") for g in seen.get(typ, []))
+        cupti[f"{t}_fp16_tensor_cores"] = ok
+        if not ok:
+            problems.append(f"CUPTI: no f16 tensor-core kernel seen for {t} in the cnn sample at O2")
+    trace_doc = json.load(open(f"{work}/cnn-o2-trace.json"))
+    cupti["chrome_trace_gpu_spans"] = sum(1 for e in trace_doc["traceEvents"] if e.get("ph") == "X" and e.get("tid") == 1)
+    html = open(f"{work}/cnn-o2.html").read()
+    cupti["html_kernels_section"] = 'id="kernels"' in html
+    if not cupti["traced"]:
+        problems.append("CUPTI: the cnn run's kernels were not traced: " + cupti["not_traced"])
+except (OSError, ValueError, KeyError) as e:
+    cupti["error"] = f"{type(e).__name__}: {e}; stderr: {r.stderr.strip()[-500:]}"
+    problems.append("CUPTI: " + cupti["error"])
+print("cupti: " + json.dumps({k: v for k, v in cupti.items() if k not in ("by_type",)})[:3000], flush=True)
+
+# ---- 7. the inspector's overhead on the GPU, CUPTI off and on (bench/inspector_bench.cpp)
+overhead = {}
+inspector_bench = os.path.join(os.path.dirname(peer_step), "ampcheck_bench_inspector")
+if os.access(inspector_bench, os.X_OK):
+    r = subprocess.run([inspector_bench, "--device=cuda", "--benchmark_repetitions=5",
+                        "--benchmark_enable_random_interleaving=true", "--benchmark_report_aggregates_only=true",
+                        "--benchmark_min_time=0.2s"], capture_output=True, text=True)
+    overhead = {"rc": r.returncode, "summary": r.stdout[r.stdout.find("Inspector overhead"):].strip() if "Inspector overhead" in r.stdout
+                else (r.stderr.strip().splitlines() or ["?"])[-1]}
+    print("inspector overhead:\n" + overhead["summary"], flush=True)
 
 # ---- the results files
 doctor = json.load(open(f"{work}/doctor.json"))
@@ -257,10 +305,11 @@ versions = {"ampcheck": doctor["version"], "build": doctor["cuda"]["build"], "dr
             "torch": torch_version or "not installed"}
 doc = {"ampcheck_gpu_check": 1, "date": date, "gpu": gpu, "cpu": doctor["cpu"]["model"], "versions": versions,
        "ctest": {"rc": ctest_rc, "summary": ctest_line, "failed": ctest_failed}, "selftest": selftest, "runs": runs,
-       "bench": {"steps": steps, "method": "ampcheck: (time of `run --steps 2N` - time of `run --steps N`) / N, "
-                 "median of 3, --inspect off; PyTorch: median step after 10 warm-up steps", "torch_note": torch_note,
+       "bench": {"steps": 4 * steps, "method": "median step after 10 warm-up steps, each ending with loss.item(): "
+                 "ampcheck's bench/peer_step worker (the step of `run --inspect off`), PyTorch's step of the same model",
+                 "torch_note": torch_note,
                  "rows": bench},
-       "problems": problems}
+       "cupti": cupti, "inspector_overhead": overhead, "problems": problems}
 
 
 def num(v):
@@ -306,6 +355,16 @@ md += ["| sample | ampcheck O0 | ampcheck O1 | ampcheck O2 | PyTorch fp32 | PyTo
        "|---|---:|---:|---:|---:|---:|"]
 md += [f"| {r['sample']} | {ms(r, 'ampcheck_O0')} | {ms(r, 'ampcheck_O1')} | {ms(r, 'ampcheck_O2')} | "
        f"{ms(r, 'torch_fp32')} | {ms(r, 'torch_fp16')} |" for r in bench]
+md += ["", "## Kernels each op really ran (CUPTI)", "", f"`{cupti['command']}` (exit {cupti.get('rc')}): "
+       + ("traced" if cupti.get("traced") else "NOT traced: " + str(cupti.get("not_traced") or cupti.get("error"))) + ".", ""]
+if cupti.get("counts"):
+    md += ["Counts: " + ", ".join(f"{k} {v}" for k, v in cupti["counts"].items()) + f"; GPU spans in the Chrome trace: "
+           f"{cupti.get('chrome_trace_gpu_spans')}; HTML kernels section: {cupti.get('html_kernels_section')}.", ""]
+    md += ["| op type | kernel | input | tensor cores |", "|---|---|---|---|"]
+    md += [f"| {t} | `{n}` | {i} | {tc} |" for t, ks in sorted(cupti.get("matrix_kernels", {}).items()) for n, i, tc in ks]
+    md += ["", "Kernel check findings:", ""] + [f"- {f}" for f in cupti.get("findings", [])] + ([] if cupti.get("findings") else ["- none"])
+if overhead:
+    md += ["", "## Inspector overhead on the GPU (CUPTI off and on)", "", "```", overhead.get("summary", ""), "```"]
 errors = [f"- {r['sample']} {k[:-6]}: {v}" for r in bench for k, v in r.items() if k.endswith("_error")]
 if errors:
     md += ["", "Errors:", ""] + errors

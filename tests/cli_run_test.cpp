@@ -60,6 +60,26 @@ TEST(CliRun, DeviceAutoFallsBackToTheCpuWithOneNotice) {
   EXPECT_EQ(count(cpu.err), 0u) << cpu.err;
 }
 
+// --cupti: on and off are the choices; on the CPU there are no kernels to trace, so the
+// report has no kernels section either way; on a GPU, on traces them and off does not.
+TEST(CliRun, CuptiTakesOnOrOffAndTracesOnlyOnTheGpu) {
+  const Result bad = run({"run", "--model", "mlp", "--steps", "1", "--cupti", "yes"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_TRUE(has(bad.err, "--cupti \"yes\" is not a choice; use on (trace the GPU kernels) or off")) << bad.err;
+  const Result cpu = run({"run", "--model", "mlp", "--steps", "2", "--device", "cpu", "--cupti", "on", "--json"});
+  ASSERT_EQ(cpu.code, 0) << cpu.err;
+  EXPECT_FALSE(has(cpu.out, "\"kernels\": {")) << "a CPU run has no GPU kernels section";
+  EXPECT_FALSE(has(cpu.out, "\"gpu_kernels\""));
+  if (kernels::cuda::probe().device_count == 0) return;
+  const Result on = run({"run", "--model", "mlp", "--steps", "2", "--device", "cuda", "--inspect", "trace", "--json"});
+  ASSERT_EQ(on.code, 0) << on.err;
+  EXPECT_TRUE(has(on.out, "\"traced\": true")) << on.out.substr(0, 2000);
+  EXPECT_TRUE(has(on.out, "\"gpu_kernels\""));
+  const Result off = run({"run", "--model", "mlp", "--steps", "2", "--device", "cuda", "--cupti", "off", "--json"});
+  ASSERT_EQ(off.code, 0) << off.err;
+  EXPECT_FALSE(has(off.out, "\"kernels\": {"));
+}
+
 TEST(CliRun, BadOptionsAreNamedWithExitCode2) {
   struct Case { std::vector<std::string> args; std::string says; };
   const Case cases[] = {

@@ -8,8 +8,10 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/hooks.h"
 #include "engine/tensor.h"
 #include "kernels/cuda/cuda.h"
+#include "kernels/kernel_note.h"
 
 namespace ampcheck::testing {
 
@@ -22,6 +24,25 @@ inline std::vector<std::uint8_t> bytes_of(const Tensor& t) {
   if (!b.empty()) std::memcpy(b.data(), h.raw(), b.size());
   return b;
 }
+
+// Kernel notes are taken only while someone listens (kernels/kernel_note.h): an observer
+// that hears nothing, attached for the scope, with noting on for kernels called directly.
+class NotesKept {
+ public:
+  NotesKept() {
+    add_observer(&silent_);
+    kernels::set_noting(true);
+  }
+  ~NotesKept() {
+    remove_observer(&silent_);
+    kernels::set_noting(false);
+  }
+  NotesKept(const NotesKept&) = delete;
+  NotesKept& operator=(const NotesKept&) = delete;
+
+ private:
+  Observer silent_;
+};
 
 }  // namespace ampcheck::testing
 

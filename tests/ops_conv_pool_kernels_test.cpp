@@ -290,6 +290,7 @@ double nmse(const Tensor& a, const Tensor& ref) {
 
 TEST(ConvPoolKernels, CudaConvolutionMatchesTheCpuAndNamesItsCudnnAlgorithm) {
   SKIP_WITHOUT_GPU();
+  const testing::NotesKept notes_kept;  // the notes named below are taken only while observed
   Generator gen(21);
   Conv2dOptions o;
   o.stride = {2, 2};

@@ -512,6 +512,7 @@ double reduce_nmse_limit(DType d) {
 
 TEST(ElementwiseKernelsCuda, EveryMapFnMatchesTheCpuInEveryDtypeWithBroadcasting) {
   SKIP_WITHOUT_GPU();
+  const testing::NotesKept notes_kept;  // the notes named below are taken only while observed
   Generator gen(21);
   const Shape shape = {37, 129};
   for (const MapCase& c : map_cases()) {

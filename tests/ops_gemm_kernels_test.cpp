@@ -314,6 +314,7 @@ double tolerance(DType d) { return d == DType::f64 ? 1e-20 : d == DType::f32 ? 1
 
 TEST(GemmKernels, CudaMatmulAndItsGradientsMatchTheCpuAndNameTheirAlgorithm) {
   SKIP_WITHOUT_GPU();
+  const testing::NotesKept notes_kept;  // the notes named below are taken only while observed
   Generator gen(11);
   for (DType d : {DType::f32, DType::f16, DType::bf16, DType::f64}) {
     for (const MatmulCase& c : matmul_cases()) {

@@ -177,4 +177,42 @@ reports::Report sample_report(bool with_bisect, bool with_compare) {
   return r;
 }
 
+reports::Report gpu_report() {
+  reports::Report r = sample_report(false, false);
+  r.run.device = "cuda";
+  for (reports::OpInstance& op : r.ops) op.gpu_kernels.emplace();
+  r.ops[0].gpu_kernels = std::vector<reports::GpuKernel>{
+      {"nvjet_sm90_hss_64x8_64x16_1x4_h_bz_TNT", {4, 1, 1}, {128, 1, 1}, 4, 40'000, 9'000, 11'000, "f16", "f32", "yes",
+       "gemm"},
+      {"void ampcheck::kernels::cuda::(anonymous namespace)::finish_kernel<float>(void const*)", {8, 1, 1}, {256, 1, 1},
+       4, 8'000, 2'000, 2'000, "unknown", "unknown", "no", "elementwise"}};
+  reports::Kernels& k = r.kernels.emplace();
+  k.traced = true;
+  k.kernels = 60;
+  k.memcpys = 8;
+  k.memsets = 2;
+  k.attributed = 48;
+  k.inspector = 12;
+  k.unattributed = 10;
+  k.instances_checked = 3;
+  k.kernels_unread = 1;
+  k.by_type = {{"conv2d", 8, 200'000, 180'000, 0, 180'000},
+               {"linear", 8, 48'000, 40'000, 40'000, 0},
+               {"cast (inserted by AMP)", 4, 6'000, 0, 0, 0}};
+  k.findings = {
+      {"warning", "cuda_cores", "stem.conv/conv2d#0", "conv2d", "stem.conv", "forward", "float16",
+       "void implicit_convolve_sgemm<__half, __half, 128, 5, 5, 3, 3, 3, 1, false, false, true>(int)", "f16", "f32", "no", 4,
+       "likely because C_in=3 is not a multiple of 8",
+       "stem.conv/conv2d#0 (forward): the policy ran it in float16, but its kernel implicit_convolve_sgemm<...> ran on "
+       "CUDA cores [4 launches]: likely because C_in=3 is not a multiple of 8"},
+      {"note", "wider_kernel", "dw/conv2d#0", "conv2d", "dw", "forward", "float16",
+       "sm90_xmma_depthwise_convolution_fprop_tiling_f16f16_f32f32_f32", "f32", "f32", "unknown", 4,
+       "a depthwise convolution (C_in=64 C_out=64 groups=64)", "dw/conv2d#0 (forward): depthwise, f32 multiplies"}};
+  k.outside = {{"void ampcheck::kernels::cuda::(anonymous namespace)::adam_kernel<float>(void*)", "step", 4, 12'000,
+                "elementwise"},
+               {"void ampcheck::kernels::cuda::(anonymous namespace)::stats_blocks(void const*)", "inspector", 12, 9'000,
+                "reduction"}};
+  return r;
+}
+
 }  // namespace ampcheck::testing

@@ -13,4 +13,9 @@ namespace ampcheck::testing {
 // the scaler's probing, and, when asked, bisect and compare sections.
 reports::Report sample_report(bool with_bisect = true, bool with_compare = true);
 
+// The same run as if on a GPU with CUPTI (1.4): fc1's GEMM on tensor cores, a convolution
+// of 3 input channels on CUDA cores (a warning), a depthwise one in f32 (a note), the
+// GPU time per op type and the kernels outside any op.
+reports::Report gpu_report();
+
 }  // namespace ampcheck::testing

@@ -295,5 +295,22 @@ TEST(ReportHtml, NonFiniteSectionListsEveryProducerAndItsCause) {
       << under;
 }
 
+// 1.4: the kernels section, with a bar per op type whose matrix work ran, split by where.
+TEST(ReportHtml, GpuKernelsSectionHasTheSharesFindingsAndKernels) {
+  const std::string page = to_html(testing::gpu_report());
+  EXPECT_NE(page.find("<section id=\"kernels\">"), std::string::npos);
+  EXPECT_NE(page.find("<a href=\"#kernels\">kernels</a>"), std::string::npos);
+  EXPECT_NE(page.find("aria-label=\"tensor-core share per op type\""), std::string::npos);
+  // conv2d: all 0.18 ms on CUDA cores; linear: all 0.04 ms on tensor cores; the cast has no bar.
+  EXPECT_NE(page.find("0.18 ms, 0.0% on tensor cores"), std::string::npos);
+  EXPECT_NE(page.find("0.04 ms, 100.0% on tensor cores"), std::string::npos);
+  EXPECT_EQ(page.find(">cast (inserted by AMP)</text>"), std::string::npos);
+  EXPECT_NE(page.find("class=\"finding-warning\""), std::string::npos);
+  EXPECT_NE(page.find("class=\"finding-note\""), std::string::npos);
+  EXPECT_NE(page.find("nvjet_sm90_hss_64x8_64x16_1x4_h_bz_TNT"), std::string::npos);
+  EXPECT_NE(page.find("id=\"outside-kernels\""), std::string::npos);
+  EXPECT_EQ(to_html(testing::sample_report(true, true)).find("id=\"kernels\""), std::string::npos);
+}
+
 }  // namespace
 }  // namespace ampcheck::reports

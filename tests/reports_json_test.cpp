@@ -50,7 +50,7 @@ TEST(ReportJson, RoundTripGivesTheSameText) {
 TEST(ReportJson, ReadBackValuesMatchTheReport) {
   const Report original = testing::sample_report();
   const Report r = from_json(to_json(original), "run.json");
-  EXPECT_EQ(r.schema_version, "1.3");
+  EXPECT_EQ(r.schema_version, "1.4");
   EXPECT_EQ(r.run.model_description, original.run.model_description);
   EXPECT_EQ(r.run.seed, 7u);
   EXPECT_EQ(r.run.amp.custom_black_list, std::vector<std::string>{"softmax"});
@@ -105,7 +105,7 @@ TEST(ReportJson, EqualReportsGiveIdenticalBytes) {
   EXPECT_EQ(a, b);
   EXPECT_EQ(a.substr(0, 2), "{\n");
   EXPECT_EQ(a.substr(a.size() - 2), "}\n");
-  EXPECT_NE(a.find("\n  \"schema_version\": \"1.3\",\n"), std::string::npos);
+  EXPECT_NE(a.find("\n  \"schema_version\": \"1.4\",\n"), std::string::npos);
 }
 
 // 1.2: the spread of `run --seeds N` goes out and comes back whole; a report of 1.1 that
@@ -614,6 +614,31 @@ TEST_F(ReportJsonSchema, BrokenDocumentsAreRejected) {
   expect_rejected(doc, "zero_steps_run.json", "0 is less than the minimum of 1");
   doc["interrupted"].erase("steps_run");
   expect_rejected(doc, "no_steps_run.json", "'steps_run' is a required property");
+}
+
+// 1.4: a GPU run's kernels read back as written; a CPU report has no such keys.
+TEST(ReportJson, GpuKernelsRoundTrip) {
+  const Report original = testing::gpu_report();
+  const std::string text = to_json(original);
+  const Report back = from_json(text, "gpu.json");
+  ASSERT_TRUE(back.kernels.has_value());
+  EXPECT_EQ(back.kernels->findings, original.kernels->findings);
+  EXPECT_EQ(back.kernels->by_type, original.kernels->by_type);
+  EXPECT_EQ(back.kernels->outside, original.kernels->outside);
+  ASSERT_TRUE(back.ops[0].gpu_kernels.has_value());
+  EXPECT_EQ(*back.ops[0].gpu_kernels, *original.ops[0].gpu_kernels);
+  EXPECT_EQ(to_json(back), text);
+  const std::string cpu = to_json(testing::sample_report());
+  EXPECT_EQ(cpu.find("\"gpu_kernels\""), std::string::npos);
+  EXPECT_EQ(cpu.find("\"kernels\": {"), std::string::npos);
+}
+
+TEST_F(ReportJsonSchema, GpuKernelsAreValid) {
+  const Outcome o = validate(to_json(testing::gpu_report()), "gpu.json");
+  EXPECT_TRUE(o.valid) << o.output;
+  ordered_json doc = ordered_json::parse(to_json(testing::gpu_report()));
+  doc["kernels"]["findings"][0].erase("reason");
+  expect_rejected(doc, "gpu_no_reason.json", "'reason' is a required property");
 }
 
 }  // namespace

@@ -110,5 +110,28 @@ TEST(ReportText, RangeLossAndProbingAreShown) {
       << text;
 }
 
+// 1.4: a GPU run's kernels: the tensor-core share per op type and each finding, a line each.
+TEST(ReportText, GpuKernelsSectionShowsTheShareAndEveryFinding) {
+  const std::string text = to_text(testing::gpu_report(), 8);
+  EXPECT_NE(text.find("GPU kernels (CUPTI): 60 kernels, 8 copies, 2 memsets; 48 on op calls, 12 the inspector's own, "
+                      "10 outside any op"),
+            std::string::npos)
+      << text;
+  // 40 of the 220 us of matrix work ran on tensor cores.
+  EXPECT_NE(text.find("0.220 ms of it matrix work, 18.2% of that on tensor cores"), std::string::npos) << text;
+  EXPECT_NE(text.find("kernel check: 3 op instances' GEMMs and convolutions checked against the AMP policy; 1 warning "
+                      "(1 kernels' names do not say their precision)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("  warning: stem.conv/conv2d#0 (forward): the policy ran it in float16"), std::string::npos);
+  EXPECT_NE(text.find("  note: dw/conv2d#0 (forward)"), std::string::npos);
+  EXPECT_LT(text.find("GPU kernels (CUPTI)"), text.find("verdict: "));
+  // A CPU report has no such section; a GPU run CUPTI could not trace says why.
+  EXPECT_EQ(to_text(testing::sample_report(false, false), 8).find("GPU kernels"), std::string::npos);
+  Report untraced = testing::sample_report(false, false);
+  untraced.kernels.emplace().not_traced = "CUPTI_ERROR_INSUFFICIENT_PRIVILEGES";
+  EXPECT_NE(to_text(untraced, 8).find("GPU kernels: not traced: CUPTI_ERROR_INSUFFICIENT_PRIVILEGES"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace ampcheck::reports

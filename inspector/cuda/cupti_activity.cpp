@@ -259,6 +259,12 @@ std::vector<std::string> take_errors() {
   return std::exchange(s.errors, {});
 }
 
+std::uint64_t timestamp() {
+  std::uint64_t t = 0;
+  if (!check(cuptiGetTimestamp(&t), "cuptiGetTimestamp").empty()) return 0;
+  return t;
+}
+
 std::uint64_t calls() { return g_calls.load(std::memory_order_relaxed); }
 
 }  // namespace ampcheck::inspector::cupti

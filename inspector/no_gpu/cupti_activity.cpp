@@ -18,6 +18,7 @@ std::string pop() { return none(); }
 std::string flush(bool) { return none(); }
 std::vector<ActivityBatch> take_completed() { return {}; }
 std::vector<std::string> take_errors() { return {}; }
+std::uint64_t timestamp() { return 0; }
 std::uint64_t calls() { return 0; }
 void translate(const void*, ActivityBatch& batch) { ++batch.other; }
 

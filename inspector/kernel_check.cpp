@@ -1,0 +1,259 @@
+#include "inspector/kernel_check.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "engine/dtype/dtype.h"
+
+namespace ampcheck::inspector {
+namespace {
+
+// Below this many multiply-adds per call, a library's heuristic may well prefer a
+// CUDA-core kernel: the work does not fill a tensor-core tile's worth of the GPU.
+constexpr double kSmallProblem = 1 << 20;
+
+std::int64_t numel(const Shape& s) {
+  std::int64_t n = 1;
+  for (const std::int64_t d : s) n *= d;
+  return n;
+}
+
+std::string long_name(DType d) { return std::string(info(d).long_name); }
+
+bool low(DType d) { return d == DType::f16 || d == DType::bf16; }
+
+std::optional<DType> expected_dtype(const InstanceStats& s) {
+  const DtypeCalls& c = s.kernel_dtypes;
+  if (c.other != 0) return std::nullopt;
+  if (c.fp16 != 0 && c.bf16 == 0 && c.fp32 == 0) return DType::f16;
+  if (c.bf16 != 0 && c.fp16 == 0 && c.fp32 == 0) return DType::bf16;
+  if (c.fp32 != 0 && c.fp16 == 0 && c.bf16 == 0) return DType::f32;
+  return std::nullopt;  // calls in several dtypes (a bisection's trials): no one answer
+}
+
+KernelPrecision precision_of(DType d) {
+  switch (d) {
+    case DType::f16: return KernelPrecision::f16;
+    case DType::bf16: return KernelPrecision::bf16;
+    case DType::f32: return KernelPrecision::f32;
+    case DType::f64: return KernelPrecision::f64;
+    default: return KernelPrecision::unknown;
+  }
+}
+
+// "why it is likely": the shape's unaligned dimensions, else a small problem, else "".
+std::string shape_reason(const MatrixShape& m, bool channels) {
+  if (!m.unaligned.empty()) {
+    std::string dims;
+    for (const std::string& u : m.unaligned) dims += (dims.empty() ? "" : ", ") + u;
+    return fmt::format("{} {} not a multiple of 8: the libraries' float16/bfloat16 tensor-core kernels want {} in "
+                       "multiples of 8 (16 bytes); pad {} to a multiple of 8",
+                       dims, m.unaligned.size() == 1 ? "is" : "are",
+                       channels ? "channels" : "the inner dimensions", m.unaligned.size() == 1 ? "it" : "them");
+  }
+  if (m.work > 0 && m.work < kSmallProblem)
+    return fmt::format("a small problem ({} multiply-adds, {}): the library's heuristic picked a CUDA-core kernel; "
+                       "a larger batch or layer would go to tensor cores",
+                       static_cast<std::int64_t>(m.work), m.dims);
+  return {};
+}
+
+std::string with_shape(const std::string& what, const MatrixShape& m, bool channels) {
+  const std::string why = shape_reason(m, channels);
+  if (!why.empty()) return what + "; likely because " + why;
+  return what + (m.dims.empty() ? "" : " (" + m.dims + ")");
+}
+
+// Drops a C++ kernel's parameter list and keeps the name readable in one line.
+std::string label(const std::string& name) {
+  std::string s = name;
+  int depth = 0;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '<') ++depth;
+    if (s[i] == '>' && depth > 0) --depth;
+    if (s[i] == '(' && depth == 0 && s.compare(i, 21, "(anonymous namespace)") != 0) {
+      s.resize(i);
+      break;
+    }
+  }
+  if (s.rfind("void ", 0) == 0) s.erase(0, 5);
+  constexpr std::size_t kMax = 140;
+  if (s.size() > kMax) s = s.substr(0, kMax - 3) + "...";
+  return s;
+}
+
+}  // namespace
+
+const char* kernel_problem_name(KernelProblem p) {
+  switch (p) {
+    case KernelProblem::wider_kernel: return "wider_kernel";
+    case KernelProblem::tf32_kernel: return "tf32_kernel";
+    case KernelProblem::other_low_precision: return "other_low_precision";
+    case KernelProblem::cuda_cores: return "cuda_cores";
+    case KernelProblem::narrower_kernel: return "narrower_kernel";
+  }
+  return "?";
+}
+
+const char* severity_name(Severity s) { return s == Severity::warning ? "warning" : "note"; }
+
+std::int64_t KernelCheck::warnings() const {
+  return std::count_if(findings.begin(), findings.end(),
+                       [](const KernelFinding& f) { return f.severity == Severity::warning; });
+}
+
+std::string KernelFinding::text() const {
+  const std::string ran =
+      problem == KernelProblem::cuda_cores
+          ? fmt::format("ran on CUDA cores ({} multiplies, {} accumulation), not tensor cores", precision_name(cls.input),
+                        precision_name(cls.accumulate))
+          : fmt::format("multiplied in {} ({} accumulation{})", precision_name(cls.input),
+                        precision_name(cls.accumulate),
+                        cls.tensor_cores == TensorCores::yes  ? ", tensor cores"
+                        : cls.tensor_cores == TensorCores::no ? ", CUDA cores"
+                                                              : "");
+  return fmt::format("{} ({}): the policy ran it in {}, but its kernel {} {} [{} launch{}]: {}", instance,
+                     phase_name(phase), long_name(expected), label(kernel), ran, launches, launches == 1 ? "" : "es",
+                     reason);
+}
+
+MatrixShape matrix_shape(Op op, const std::vector<Shape>& shapes) {
+  MatrixShape m;
+  auto gemm = [&](std::int64_t M, std::int64_t N, std::int64_t K) {
+    m.dims = fmt::format("M={} N={} K={}", M, N, K);
+    m.work = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
+    // Row-major A [M, K], B [K, N] or [N, K], C [M, N]: K and N are the leading
+    // dimensions; a backward pass reduces over M too (dW = dY^T X).
+    if (K % 8 != 0) m.unaligned.push_back(fmt::format("K={}", K));
+    if (N % 8 != 0) m.unaligned.push_back(fmt::format("N={}", N));
+    if (M % 8 != 0 && M > 1) m.unaligned.push_back(fmt::format("M={}", M));
+  };
+  switch (op) {
+    case Op::linear: {
+      if (shapes.size() < 2 || shapes[0].empty() || shapes[1].size() != 2) return m;
+      const std::int64_t K = shapes[0].back(), N = shapes[1][0];
+      gemm(K > 0 ? numel(shapes[0]) / K : 0, N, K);
+      return m;
+    }
+    case Op::matmul:
+    case Op::bmm: {
+      if (shapes.size() < 2 || shapes[0].empty() || shapes[1].empty()) return m;
+      const Shape& a = shapes[0];
+      const Shape& b = shapes[1];
+      const std::int64_t M = a.size() == 1 ? 1 : a[a.size() - 2], K = a.back();
+      const std::int64_t N = b.size() == 1 ? 1 : b.back();
+      std::int64_t batch = 1;
+      for (std::size_t i = 0; i + 2 < a.size(); ++i) batch *= a[i];
+      gemm(M, N, K);
+      m.work *= static_cast<double>(batch);
+      return m;
+    }
+    case Op::conv2d: {
+      if (shapes.size() < 2 || shapes[0].size() != 4 || shapes[1].size() != 4) return m;
+      const Shape& x = shapes[0];
+      const Shape& w = shapes[1];
+      const std::int64_t c_in = x[1], c_out = w[0], per_group = w[1];
+      const std::int64_t groups = per_group > 0 ? c_in / per_group : 1;
+      m.dims = fmt::format("C_in={} C_out={}{}", c_in, c_out, groups > 1 ? fmt::format(" groups={}", groups) : "");
+      m.depthwise = groups > 1 && per_group == 1;
+      m.work = static_cast<double>(x[0]) * static_cast<double>(c_out) * static_cast<double>(per_group) *
+               static_cast<double>(w[2] * w[3]) * static_cast<double>(x[2] * x[3]);
+      if (!m.depthwise) {
+        if (per_group % 8 != 0) m.unaligned.push_back(fmt::format("C_in={}", per_group));
+        if ((c_out / std::max<std::int64_t>(groups, 1)) % 8 != 0) m.unaligned.push_back(fmt::format("C_out={}", c_out));
+      }
+      return m;
+    }
+    default: return m;
+  }
+}
+
+KernelCheck check_kernels(const OpTrace& trace) { return check_kernels(trace.instances()); }
+
+KernelCheck check_kernels(const std::vector<InstanceStats>& instances) {
+  KernelCheck out;
+  std::vector<KernelFinding> notes;
+  for (const InstanceStats& s : instances) {
+    const std::optional<DType> expected = expected_dtype(s);
+    if (!expected) continue;
+    const MatrixShape shape = matrix_shape(s.op, s.shapes);
+    const bool channels = s.op == Op::conv2d;
+    bool checked = false;
+    for (const GpuKernelStats& g : s.gpu_kernels) {
+      const KernelClass& c = g.cls;
+      if (!multiplies(c.kind)) continue;
+      if (c.input == KernelPrecision::unknown) {
+        ++out.kernels_unread;
+        continue;
+      }
+      checked = true;
+      KernelFinding f;
+      f.instance = s.name();
+      f.op = s.op;
+      f.phase = s.phase;
+      f.module = s.module;
+      f.expected = *expected;
+      f.kernel = g.name;
+      f.cls = c;
+      f.launches = g.launches;
+      const KernelPrecision want = precision_of(*expected);
+      const std::string wanted = long_name(*expected);
+      if (low(*expected)) {
+        if (c.input == KernelPrecision::f32 || c.input == KernelPrecision::f64) {
+          f.problem = KernelProblem::wider_kernel;
+          if (shape.depthwise) {
+            f.severity = Severity::note;
+            f.reason = fmt::format("a depthwise convolution ({}): cuDNN multiplies it in {} on CUDA cores for every "
+                                   "dtype (tensor cores do not fit depthwise); its tensors stay {}",
+                                   shape.dims, precision_name(c.input), wanted);
+          } else {
+            f.reason = with_shape(fmt::format("the library took the {} tensors and multiplied in {}", wanted,
+                                              precision_name(c.input)),
+                                  shape, channels);
+          }
+        } else if (c.input == KernelPrecision::tf32) {
+          f.problem = KernelProblem::tf32_kernel;
+          f.reason = with_shape(fmt::format("the library converted the {} data to float32 and multiplied in TF32 "
+                                            "(a float32 path, slower than {} tensor cores)",
+                                            wanted, wanted),
+                                shape, channels);
+        } else if ((c.input == KernelPrecision::f16 || c.input == KernelPrecision::bf16) && c.input != want) {
+          f.problem = KernelProblem::other_low_precision;
+          f.reason = fmt::format("the kernel took {} where the policy's dtype is {}", precision_name(c.input), wanted);
+        } else if (c.input == want && multiplies_matrices(c.kind) && c.tensor_cores == TensorCores::no) {
+          f.problem = KernelProblem::cuda_cores;
+          if (shape.depthwise) {
+            f.severity = Severity::note;
+            f.reason = fmt::format("a depthwise convolution ({}): tensor cores do not fit depthwise, on any framework",
+                                   shape.dims);
+          } else {
+            const std::string why = shape_reason(shape, channels);
+            f.reason = why.empty() ? "the library chose a CUDA-core kernel for this shape" +
+                                         (shape.dims.empty() ? std::string() : " (" + shape.dims + ")")
+                                   : "likely because " + why;
+          }
+        } else {
+          continue;
+        }
+      } else if (*expected == DType::f32 &&
+                 (c.input == KernelPrecision::f16 || c.input == KernelPrecision::bf16 || c.input == KernelPrecision::tf32)) {
+        f.problem = KernelProblem::narrower_kernel;
+        f.reason = c.input == KernelPrecision::tf32
+                       ? "TF32 keeps 10 mantissa bits of each float32 input: the op is not float32 as its policy "
+                         "(" + std::string(amp::reason_name(s.reason)) + ") says; turn TF32 off for it "
+                         "(PyTorch: torch.backends.cuda.matmul.allow_tf32 / torch.backends.cudnn.allow_tf32 = False)"
+                       : fmt::format("the policy ({}) kept it in float32, but the kernel took {} operands",
+                                     amp::reason_name(s.reason), precision_name(c.input));
+      } else {
+        continue;
+      }
+      (f.severity == Severity::warning ? out.findings : notes).push_back(std::move(f));
+    }
+    out.instances_checked += checked;
+  }
+  out.findings.insert(out.findings.end(), std::make_move_iterator(notes.begin()), std::make_move_iterator(notes.end()));
+  return out;
+}
+
+}  // namespace ampcheck::inspector
