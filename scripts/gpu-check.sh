@@ -68,7 +68,7 @@ fi
 
 # ---- 2. the tests. The GPU cases of every test binary (their names say Cuda, Gpu or
 # Cupti, or they are the kernel families' device cases); the CPU suite is CI's.
-gpu_filter='*Cuda*:*Gpu*:Cupti*:ConvPoolKernels.*:GemmKernels.*:ShapeKernels.*'
+gpu_filter='*Cuda*:*Gpu*:Cupti*:CliRun.Cupti*:ConvPoolKernels.*:GemmKernels.*:ShapeKernels.*'
 ctest_rc=0
 if [[ ${SKIP_CTEST:-0} != 1 && ${FULL_CTEST:-0} == 1 ]]; then
   ctest --test-dir "$dir" --output-on-failure -j "$jobs" 2>&1 | tee "$work/ctest.log" || ctest_rc=$?
@@ -266,7 +266,7 @@ inspector_bench = os.path.join(os.path.dirname(peer_step), "ampcheck_bench_inspe
 if os.access(inspector_bench, os.X_OK):
     r = subprocess.run([inspector_bench, "--device=cuda", "--benchmark_repetitions=5",
                         "--benchmark_enable_random_interleaving=true", "--benchmark_report_aggregates_only=true",
-                        "--benchmark_min_time=0.2s"], capture_output=True, text=True)
+                        "--benchmark_min_time=0.2"], capture_output=True, text=True)
     overhead = {"rc": r.returncode, "summary": r.stdout[r.stdout.find("Inspector overhead"):].strip() if "Inspector overhead" in r.stdout
                 else (r.stderr.strip().splitlines() or ["?"])[-1]}
     print("inspector overhead:\n" + overhead["summary"], flush=True)

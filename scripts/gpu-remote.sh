@@ -12,6 +12,8 @@
 #                                  runs scripts/gpu-check.sh on the packed build, writing
 #                                  its results and logs into OUT_DIR (default $OUT, else
 #                                  bench/results)
+#   scripts/gpu-remote.sh exec CMD ...   there: runs one packed program (.gpu-pack/build-gpu/...)
+#                                  with the libraries found the same way
 #
 # The packed programs were built on this machine's Debian (glibc 2.36, libstdc++ of GCC
 # 12): the other machine's must be as new or newer. Everything after `run` is passed to
@@ -31,7 +33,7 @@ programs() {
   echo "$dir/cli/ampcheck"
   # The test binaries with GPU cases (the others are CPU-only: CI runs them).
   for t in gpu inspector op training unit; do [[ -x $dir/tests/ampcheck_${t}_tests ]] && echo "$dir/tests/ampcheck_${t}_tests"; done
-  for b in ampcheck_bench_inspector; do [[ -x $dir/bench/$b ]] && echo "$dir/bench/$b"; done
+  for b in ampcheck_bench_inspector ampcheck_bench_peer_step; do [[ -x $dir/bench/$b ]] && echo "$dir/bench/$b"; done
   return 0
 }
 
@@ -52,7 +54,7 @@ case "${1:-}" in
       strip -o "$pack/build-gpu/$rel" "$p"
     done < <(programs "$dir")
     # Shared libraries outside the CUDA toolkit that the programs need (fmt; not glibc's).
-    ldd "$dir/cli/ampcheck" "$pack"/build-gpu/tests/* | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
+    ldd "$pack"/build-gpu/cli/ampcheck "$pack"/build-gpu/tests/* "$pack"/build-gpu/bench/* | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
       case "$lib" in
         */libfmt.so*|*/libbenchmark*.so*|*/libgtest*.so*|*/libgmock*.so*) cp -L "$lib" "$pack/lib/" ;;
       esac
@@ -63,11 +65,14 @@ case "${1:-}" in
     rm -rf "$pack/build-gpu" "$pack/lib"
     echo "gpu-remote: packed $(du -sh "$pack" | cut -f1) into $pack"
     ;;
-  run)
+  run | exec)
+    verb=$1
     shift
-    [[ -f $pack/build.tar.xz ]] && tar -C "$pack" -xJf "$pack/build.tar.xz"
+    [[ -f $pack/build.tar.xz && ! -x $pack/build-gpu/cli/ampcheck ]] && tar -C "$pack" -xJf "$pack/build.tar.xz"
     [[ -x $pack/build-gpu/cli/ampcheck ]] || die "no packed build in $pack: run 'scripts/gpu-remote.sh pack' on a machine that builds ampcheck"
-    for kv in "$@"; do export "${kv?}"; done
+    if [[ $verb == run ]]; then
+      for kv in "$@"; do export "${kv?}"; done
+    fi
     # The tests find their data through the source path compiled into them.
     built_root=$(cat "$pack/source_dir" 2>/dev/null || true)
     if [[ -n $built_root && $built_root != "$root" && ! -e $built_root ]]; then
@@ -84,12 +89,13 @@ case "${1:-}" in
     done
     LD_LIBRARY_PATH=$(IFS=:; echo "${libdirs[*]}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     export LD_LIBRARY_PATH
-    echo "gpu-remote: LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+    echo "gpu-remote: LD_LIBRARY_PATH=$LD_LIBRARY_PATH" >&2
+    [[ $verb == exec ]] && exec "$@"
     export AMPCHECK_PREBUILT=1 AMPCHECK_BUILD_DIR=$pack/build-gpu
     export OUT_DIR=${OUT_DIR:-${OUT:-$root/bench/results}}
     exec bash "$root/scripts/gpu-check.sh"
     ;;
   *)
-    die "usage: scripts/gpu-remote.sh pack | run [NAME=VALUE...]"
+    die "usage: scripts/gpu-remote.sh pack | run [NAME=VALUE...] | exec PROGRAM [ARG...]"
     ;;
 esac
