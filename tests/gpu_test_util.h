@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -25,23 +26,36 @@ inline std::vector<std::uint8_t> bytes_of(const Tensor& t) {
   return b;
 }
 
-// Kernel notes are taken only while someone listens (kernels/kernel_note.h): an observer
-// that hears nothing, attached for the scope, with noting on for kernels called directly.
+// Kernel notes are taken only while someone listens (kernels/kernel_note.h), and the
+// engine takes them into each op event's kernel id: an observer that keeps those ids,
+// attached for the scope, with noting on for kernels called directly (no op event).
+// take() gives the ids heard and any notes not taken since, and clears both.
 class NotesKept {
  public:
   NotesKept() {
-    add_observer(&silent_);
+    add_observer(&heard_);
     kernels::set_noting(true);
+    (void)kernels::take_kernel_notes();
   }
   ~NotesKept() {
-    remove_observer(&silent_);
+    remove_observer(&heard_);
     kernels::set_noting(false);
   }
   NotesKept(const NotesKept&) = delete;
   NotesKept& operator=(const NotesKept&) = delete;
+  std::string take() {
+    std::string out = std::move(heard_.ids);
+    heard_.ids.clear();
+    const std::string direct = kernels::take_kernel_notes();
+    return direct.empty() ? out : out + (out.empty() ? "" : "; ") + direct;
+  }
 
  private:
-  Observer silent_;
+  struct Heard : Observer {
+    std::string ids;
+    void on_op_end(const OpEvent& e) override { ids += (ids.empty() ? "" : "; ") + e.kernel; }
+  };
+  Heard heard_;
 };
 
 }  // namespace ampcheck::testing

@@ -290,7 +290,7 @@ double nmse(const Tensor& a, const Tensor& ref) {
 
 TEST(ConvPoolKernels, CudaConvolutionMatchesTheCpuAndNamesItsCudnnAlgorithm) {
   SKIP_WITHOUT_GPU();
-  const testing::NotesKept notes_kept;  // the notes named below are taken only while observed
+  testing::NotesKept notes_kept;  // the notes named below are taken only while observed
   Generator gen(21);
   Conv2dOptions o;
   o.stride = {2, 2};
@@ -308,9 +308,9 @@ TEST(ConvPoolKernels, CudaConvolutionMatchesTheCpuAndNamesItsCudnnAlgorithm) {
     Tensor xc = x.detach().to(Device::cuda).set_requires_grad(true);
     Tensor wc = w.detach().to(Device::cuda).set_requires_grad(true);
     Tensor bc = b.detach().to(Device::cuda).set_requires_grad(true);
-    kernels::take_kernel_notes();
+    (void)notes_kept.take();
     const Tensor yc = conv2d(xc, wc, bc, o);
-    const std::string notes = kernels::take_kernel_notes();
+    const std::string notes = notes_kept.take();
     EXPECT_NE(notes.find("cuDNN fwd: "), std::string::npos) << notes;
     EXPECT_NE(notes.find(d == DType::f64 ? "f64 compute" : "f32 compute"), std::string::npos) << notes;
     if (d == DType::f32) {

@@ -512,7 +512,7 @@ double reduce_nmse_limit(DType d) {
 
 TEST(ElementwiseKernelsCuda, EveryMapFnMatchesTheCpuInEveryDtypeWithBroadcasting) {
   SKIP_WITHOUT_GPU();
-  const testing::NotesKept notes_kept;  // the notes named below are taken only while observed
+  testing::NotesKept notes_kept;  // the notes named below are taken only while observed
   Generator gen(21);
   const Shape shape = {37, 129};
   for (const MapCase& c : map_cases()) {
@@ -532,7 +532,7 @@ TEST(ElementwiseKernelsCuda, EveryMapFnMatchesTheCpuInEveryDtypeWithBroadcasting
       EXPECT_EQ(mismatch, "") << kernels::map_fn_name(c.fn) << " " << name(d);
     }
   }
-  EXPECT_NE(kernels::take_kernel_notes().find("CUDA map kernel"), std::string::npos);
+  EXPECT_NE(notes_kept.take().find("CUDA map kernel"), std::string::npos);
 }
 
 TEST(ElementwiseKernelsCuda, SelectionsAndArithmeticAreTheCpuBitForBit) {
