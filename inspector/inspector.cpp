@@ -95,6 +95,7 @@ Inspector::Inspector(InspectorOptions options) : options_(std::move(options)) {
     if (options_.cupti) {
       KernelWatchOptions ko;
       ko.per_op = glog_ != nullptr;  // the log's line after each op names the kernels it ran
+      ko.observers_launch = m >= Mode::stats;  // the NaN watch and the numerics copy statistics back
       kernels_ = std::make_unique<KernelWatch>(trace_.get(), ko);
       if (glog_) glog_->set_kernels(kernels_.get());
     }

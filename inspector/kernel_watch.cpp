@@ -77,10 +77,12 @@ std::vector<std::pair<const GpuLaunch*, const KernelClass*>> KernelWatch::kernel
 
 // ---- the two observers
 
-void KernelWatch::Enter::on_op_begin(const OpEvent&) { w->tracer_.push_observers(); }
+void KernelWatch::Enter::on_op_begin(const OpEvent&) {
+  if (w->options_.observers_launch) w->tracer_.push_observers();
+}
 
 void KernelWatch::Leave::on_op_begin(const OpEvent& e) {
-  w->tracer_.pop_observers();
+  if (w->options_.observers_launch) w->tracer_.pop_observers();
   w->tracer_.on_op_begin(e);
 }
 
@@ -96,10 +98,12 @@ void KernelWatch::Enter::on_op_end(const OpEvent& e) {
     t.flush(e.step);
     w->deliver();
   }
-  t.push_observers();
+  if (w->options_.observers_launch) t.push_observers();
 }
 
-void KernelWatch::Leave::on_op_end(const OpEvent&) { w->tracer_.pop_observers(); }
+void KernelWatch::Leave::on_op_end(const OpEvent&) {
+  if (w->options_.observers_launch) w->tracer_.pop_observers();
+}
 
 void KernelWatch::Enter::on_step_end(std::int64_t step) {
   if (!w->tracer_.running()) return;

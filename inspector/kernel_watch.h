@@ -31,6 +31,11 @@ struct KernelWatchOptions {
   // Synchronize the GPU and flush CUPTI at each op's end, so that kernels_of(sequence)
   // holds the op's kernels when the observers after this one hear the end (the GLOG log).
   bool per_op = false;
+  // Whether the other observers launch GPU work of their own inside op events (the NaN
+  // watch's and the numerics' statistics: stats mode and above). Where they do not
+  // (trace mode), their work needs no correlation id of its own: two CUPTI calls per op
+  // instead of six.
+  bool observers_launch = true;
 };
 
 // Kernels no op launched, by name: the step's own bookkeeping (the scaler's unscale, the
