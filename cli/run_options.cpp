@@ -84,9 +84,10 @@ void add_run_args(CLI::App* cmd, RunArgs& a, bool level) {
                   "separated: not counted as a failure")
       ->delimiter(',');
   cmd->add_option("--device", a.device, "where to train: auto, cpu, cuda")->capture_default_str();
-  cmd->add_option("--cupti", a.cupti,
-                  "on a GPU with --inspect trace or above: record which kernels each op really ran (CUPTI), on or off")
-      ->capture_default_str();
+  if (level)  // run and bisect-nan; compare's levels train side by side, and CUPTI traces one at a time
+    cmd->add_option("--cupti", a.cupti,
+                    "on a GPU with --inspect trace or above: record which kernels each op really ran (CUPTI), on or off")
+        ->capture_default_str();
   cmd->add_flag("--quiet,-q", a.quiet, "no progress line, no device notice");
 }
 
