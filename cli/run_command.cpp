@@ -238,8 +238,7 @@ InstrumentedRun instrumented_run(const RunArgs& args, const Resolved& resolved, 
   }
   set_verdict(rep, insp.trace() != nullptr, r.failed, r.failure);
   if (rep.kernels) {  // the kernel check's warnings belong in the line a person reads
-    std::int64_t warnings = 0;
-    for (const reports::KernelFinding& f : rep.kernels->findings) warnings += f.severity == "warning";
+    const std::int64_t warnings = rep.kernels->warnings();
     if (warnings > 0)
       rep.summary.verdict_text += fmt::format("; {} kernel warning{}: op instances whose GPU kernels did not run as "
                                               "the AMP policy says (see GPU kernels)",

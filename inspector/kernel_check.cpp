@@ -65,24 +65,6 @@ std::string with_shape(const std::string& what, const MatrixShape& m, bool chann
   return what + (m.dims.empty() ? "" : " (" + m.dims + ")");
 }
 
-// Drops a C++ kernel's parameter list and keeps the name readable in one line.
-std::string label(const std::string& name) {
-  std::string s = name;
-  int depth = 0;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '<') ++depth;
-    if (s[i] == '>' && depth > 0) --depth;
-    if (s[i] == '(' && depth == 0 && s.compare(i, 21, "(anonymous namespace)") != 0) {
-      s.resize(i);
-      break;
-    }
-  }
-  if (s.rfind("void ", 0) == 0) s.erase(0, 5);
-  constexpr std::size_t kMax = 140;
-  if (s.size() > kMax) s = s.substr(0, kMax - 3) + "...";
-  return s;
-}
-
 }  // namespace
 
 const char* kernel_problem_name(KernelProblem p) {
@@ -114,7 +96,7 @@ std::string KernelFinding::text() const {
                         : cls.tensor_cores == TensorCores::no ? ", CUDA cores"
                                                               : "");
   return fmt::format("{} ({}): the policy ran it in {}, but its kernel {} {} [{} launch{}]: {}", instance,
-                     phase_name(phase), long_name(expected), label(kernel), ran, launches, launches == 1 ? "" : "es",
+                     phase_name(phase), long_name(expected), kernel_label(kernel), ran, launches, launches == 1 ? "" : "es",
                      reason);
 }
 

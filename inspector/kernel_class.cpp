@@ -1156,6 +1156,24 @@ std::vector<KernelClass> classify_kernel_notes(std::string_view joined) {
   return out;
 }
 
+std::string kernel_label(std::string_view name) {
+  std::string s(name);
+  int depth = 0;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '<') ++depth;
+    if (s[i] == '>' && depth > 0) --depth;
+    if (s[i] == '(' && depth == 0 && s.compare(i, 21, "(anonymous namespace)") != 0) {
+      s.resize(i);
+      break;
+    }
+  }
+  if (s.rfind("void ", 0) == 0) s.erase(0, 5);
+  constexpr std::size_t kMax = 140;
+  if (s.size() > kMax) s = s.substr(0, kMax - 3) + "...";
+  return s;
+}
+
+
 const char* precision_name(KernelPrecision p) {
   switch (p) {
     case P::unknown: return "unknown";

@@ -76,6 +76,10 @@ KernelClass classify_kernel_note(std::string_view note);
 // The notes of one op as take_kernel_notes() joins them ("; "), one class per note.
 std::vector<KernelClass> classify_kernel_notes(std::string_view joined);
 
+// A kernel's name for one line of text: a C++ kernel without its parameter list and
+// "void ", cut at 140 characters ("implicit_convolve_sgemm<__half, __half, 128, ...>").
+std::string kernel_label(std::string_view name);
+
 // "f16", "bf16", "tf32", "f32", "f64", "int8", "int32", "fp8", "unknown".
 const char* precision_name(KernelPrecision p);
 // "yes", "no", "unknown".

@@ -74,7 +74,6 @@ class KernelWatch {
   std::uint64_t error_count() const { return tracer_.error_count(); }
   const std::map<std::string, OutsideKernels>& outside_ops() const { return outside_; }
   const std::map<std::string, OutsideKernels>& observers_own() const { return observers_; }
-  std::uint64_t memcpys() const { return tracer_.stats().memcpys; }
 
   // The class of a kernel name, read once per name.
   const KernelClass& classify(const std::string& name);

@@ -388,7 +388,7 @@ void GlogWriter::on_op_end(const OpEvent& e) {
         from_kernel = true;
       }
       gpu += fmt::format("{}{} ({} multiplies, {} accumulation, tensor cores {}, {:.1f} us)", gpu.empty() ? "" : "; ",
-                         launch->name.substr(0, launch->name.find('(')),
+                         kernel_label(launch->name),
                          cls ? precision_name(cls->input) : "unknown", cls ? precision_name(cls->accumulate) : "unknown",
                          cls ? tensor_cores_name(cls->tensor_cores) : "unknown", launch->seconds * 1e6);
     }

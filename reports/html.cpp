@@ -794,8 +794,7 @@ std::string kernels_section(const Report& r) {
   const Kernels& k = *r.kernels;
   if (!k.traced) return out + note("not traced: " + k.not_traced) + std::string(kSectionClose);
   auto ms = [](std::int64_t ns) { return num(static_cast<double>(ns) * 1e-6); };
-  std::int64_t warnings = 0;
-  for (const KernelFinding& f : k.findings) warnings += f.severity == "warning";
+  const std::int64_t warnings = k.warnings();
   out += fmt::format("<p>{} kernels, {} copies and {} memsets seen through CUPTI: {} on op calls, {} the inspector's "
                      "own, {} outside any op, {} dropped. Kernel check: {} op instances' GEMMs and convolutions "
                      "against the AMP policy, <strong>{} warning{}</strong>.</p>\n",

@@ -13,6 +13,7 @@
 // writes those as the strings "nan", "inf", "-inf".
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -491,6 +492,9 @@ struct Kernels {
   std::vector<KernelFinding> findings;  // warnings first
   std::vector<OutsideKernel> outside;   // by time, the largest first (at most 20)
   std::vector<std::string> errors;      // CUPTI errors met (the first few)
+  std::int64_t warnings() const {  // findings of severity "warning"
+    return std::count_if(findings.begin(), findings.end(), [](const KernelFinding& f) { return f.severity == "warning"; });
+  }
 };
 
 struct Report {

@@ -304,8 +304,7 @@ std::string kernels_section(const Report& r) {
     t.add_row({row.type, std::to_string(row.launches), ms(row.total_ns), row.matrix_ns ? ms(row.matrix_ns) : "-",
                share(row.tensor_core_ns, row.matrix_ns)});
   s += t.render("  ");
-  std::int64_t warnings = 0;
-  for (const KernelFinding& f : k.findings) warnings += f.severity == "warning";
+  const std::int64_t warnings = k.warnings();
   s += fmt::format("  kernel check: {} op instances' GEMMs and convolutions checked against the AMP policy; {} "
                    "warning{}{}\n",
                    k.instances_checked, warnings, warnings == 1 ? "" : "s",

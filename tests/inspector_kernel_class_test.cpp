@@ -516,5 +516,19 @@ TEST(KernelClass, NamesOfTheValues) {
   EXPECT_FALSE(multiplies_matrices(KernelKind::layout));
 }
 
+// One line of text per kernel: the parameter list and "void " go, an anonymous namespace
+// stays, a library's procedural name is left alone, a long name is cut.
+TEST(KernelLabel, DropsTheParametersKeepsTheTemplateAndCutsLongNames) {
+  EXPECT_EQ(kernel_label("void implicit_convolve_sgemm<__half, __half, 128>(int, int, __half const*)"),
+            "implicit_convolve_sgemm<__half, __half, 128>");
+  EXPECT_EQ(kernel_label("ampcheck::kernels::cuda::(anonymous namespace)::fill_kernel(unsigned char*, long)"),
+            "ampcheck::kernels::cuda::(anonymous namespace)::fill_kernel");
+  EXPECT_EQ(kernel_label("void f<g(int)>(int)"), "f<g(int)>");
+  EXPECT_EQ(kernel_label("nvjet_sm90_hss_64x8_64x16_1x4_h_bz_TNT"), "nvjet_sm90_hss_64x8_64x16_1x4_h_bz_TNT");
+  const std::string label = kernel_label(std::string(200, 'k'));
+  EXPECT_EQ(label.size(), 140u);
+  EXPECT_EQ(label.substr(137), "...");
+}
+
 }  // namespace
 }  // namespace ampcheck::inspector
