@@ -16,6 +16,7 @@
 #include "cli/doctor_command.h"
 #include "cli/exit_codes.h"
 #include "cli/fp_command.h"
+#include "cli/infer_command.h"
 #include "cli/ops_command.h"
 #include "cli/report_command.h"
 #include "cli/run_command.h"
@@ -45,6 +46,7 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
       add_run_command(app),
       add_bisect_command(app),
       add_compare_command(app),
+      add_infer_command(app),
       add_diff_command(app),
       add_report_command(app),
       add_fp_command(app),

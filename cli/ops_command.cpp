@@ -17,6 +17,8 @@
 #include "engine/ops/registry.h"
 #include "reports/text_table.h"
 #include "samples/model_file.h"
+#include "samples/onnx_file.h"
+#include "samples/onnx_model.h"
 
 namespace ampcheck::cli {
 namespace {
@@ -202,6 +204,8 @@ CLI::App* add_options(CLI::App& app, OpsOptions& o) {
       ->delimiter(',');
   ops->add_flag("--json", o.json, "print JSON instead of a table");
   ops->add_flag("--nodes", o.nodes, "list the node kinds of model files (docs/model-format.md) and their fields");
+  ops->add_option("--onnx", o.onnx,
+                  "an ONNX model: its op types, the ops each runs as and their AMP decisions, before anything runs");
   return ops;
 }
 
@@ -221,7 +225,102 @@ std::string nodes_json() {
   return ordered_json{{"ampcheck_node_kinds", 1}, {"kinds", kinds}}.dump(2) + "\n";
 }
 
-int run_ops(const OpsOptions& opts, std::ostream& out, std::ostream&) {
+// The model's ONNX op types, each with the registry ops it runs as and their decisions.
+int onnx_ops(const OpsOptions& opts, const amp::Policy& policy, std::ostream& out, std::ostream& err) {
+  samples::onnx_file::Graph g;
+  try {
+    g = samples::onnx_file::load(opts.onnx);
+  } catch (const samples::ModelFileError& e) {
+    throw UsageError(std::string("--onnx: ") + e.what());
+  }
+  const std::vector<OpRow> rows = rows_for(policy);
+  auto row_of = [&](std::string_view name) -> const OpRow* {
+    for (const OpRow& r : rows)
+      if (op_name(r.op) == name) return &r;
+    return nullptr;
+  };
+  const auto uses = samples::onnx_op_uses(g);
+  std::int64_t params = 0, unsupported = 0;
+  for (const std::string& name : g.initializer_order)
+    if (samples::initializer_role(g, name) == samples::InitializerRole::parameter) params += g.initializers.at(name).numel();
+  const amp::AmpOptions& o = policy.options();
+  const std::string low = long_name(o.dtype);
+  auto shown = [](const std::optional<DType>& d) { return d ? long_name(*d) : std::string("-"); };
+  if (opts.json) {
+    ordered_json types = ordered_json::array();
+    for (const auto& u : uses) {
+      ordered_json runs = ordered_json::array();
+      if (u.info)
+        for (std::string_view op : u.info->runs)
+          if (const OpRow* r = row_of(op))
+            runs.push_back({{"op", op},
+                            {"reason", snake(amp::reason_name(r->reason))},
+                            {"runs_in_fp32_inputs", r->from_fp32 ? ordered_json(long_name(*r->from_fp32)) : ordered_json()},
+                            {"runs_in_low_inputs", r->from_low ? ordered_json(long_name(*r->from_low)) : ordered_json()}});
+      types.push_back({{"op_type", u.op_type},
+                       {"nodes", u.count},
+                       {"supported", u.info != nullptr},
+                       {"host", u.info && u.info->runs.empty()},
+                       {"runs", runs},
+                       {"modules", u.modules}});
+      unsupported += u.info ? 0 : 1;
+    }
+    out << ordered_json{{"ampcheck_onnx_ops", 1},
+                        {"model", opts.onnx},
+                        {"producer", g.producer},
+                        {"producer_version", g.producer_version},
+                        {"opset", g.opset},
+                        {"nodes", g.nodes.size()},
+                        {"parameters", params},
+                        {"level", amp::level_name(o.level)},
+                        {"dtype", low},
+                        {"op_types", types}}
+               .dump(2)
+        << "\n";
+  } else {
+    out << fmt::format("{}: {} nodes, {} op types, {} parameters; ONNX opset {}{}\n", opts.onnx, g.nodes.size(), uses.size(),
+                       params, g.opset,
+                       g.producer.empty() ? "" : ", from " + g.producer + (g.producer_version.empty() ? "" : " " + g.producer_version));
+    if (!g.check_note.empty()) out << "note: " << g.check_note << "\n";
+    out << fmt::format("AMP {} {}\n\n", amp::level_name(o.level), low);
+    reports::TextTable t({"ONNX op", "nodes", "runs as", "reason", "runs in, fp32 inputs", "runs in, " + low + " inputs",
+                          "modules (first)"});
+    for (std::size_t c : {0, 2, 3, 4, 5, 6}) t.align(c, reports::TextTable::Align::left);
+    for (const auto& u : uses) {
+      const std::string modules = join(u.modules) + (u.modules.size() == 3 ? ", ..." : "");
+      if (!u.info) {
+        ++unsupported;
+        t.add_row({u.op_type, std::to_string(u.count), "NOT SUPPORTED", "-", "-", "-", modules});
+        continue;
+      }
+      if (u.info->runs.empty()) {
+        t.add_row({u.op_type, std::to_string(u.count), "(host)", "-", "-", "-", modules});
+        continue;
+      }
+      bool first = true;
+      for (std::string_view op : u.info->runs) {
+        const OpRow* r = row_of(op);
+        if (!r) continue;
+        t.add_row({first ? u.op_type : "", first ? std::to_string(u.count) : "", std::string(op),
+                   std::string(amp::reason_name(r->reason)), shown(r->from_fp32), shown(r->from_low), first ? modules : ""});
+        first = false;
+      }
+    }
+    out << t.render();
+    out << "\nruns as: the registry ops a node of that type runs (`ampcheck ops` lists them); a type with several\n"
+           "runs one of them per node, by its attributes and operands (docs/onnx.md). (host): computed on the CPU\n"
+           "from shapes and constants, not an op of the model.\n";
+  }
+  if (unsupported > 0) {
+    err << "ampcheck: " << opts.onnx << ": " << unsupported
+        << " op type(s) the importer does not support; the model cannot run (docs/onnx.md lists what is supported)\n";
+    return 2;
+  }
+  return 0;
+}
+
+int run_ops(const OpsOptions& opts, std::ostream& out, std::ostream& err) {
+  if (!opts.onnx.empty() && opts.nodes) throw UsageError("--onnx and --nodes: give one");
   if (opts.nodes) {
     out << (opts.json ? nodes_json() : nodes_text());
     return 0;
@@ -233,6 +332,7 @@ int run_ops(const OpsOptions& opts, std::ostream& out, std::ostream&) {
   } catch (const amp::PolicyError& e) {
     throw UsageError(e.what());
   }
+  if (!opts.onnx.empty()) return onnx_ops(opts, *policy, out, err);
   const std::vector<OpRow> rows = rows_for(*policy);
   out << (opts.json ? ops_json(*policy, rows) : ops_text(*policy, rows));
   return 0;

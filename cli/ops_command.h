@@ -15,6 +15,7 @@ struct OpsOptions {
   std::vector<std::string> white, black;  // added to the custom lists
   bool json = false;
   bool nodes = false;  // list the model file's node kinds instead
+  std::string onnx;    // an ONNX model: its op types and the AMP decision for each
 };
 
 Command add_ops_command(CLI::App& app);

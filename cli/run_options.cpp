@@ -32,8 +32,7 @@ void add_optional(CLI::App* cmd, const std::string& name, std::optional<T>& slot
 // one). An unknown name is the user's to fix, with the closest op or module.
 void sort_allowed(const std::vector<std::string>& names, const samples::ModelFile& file, const std::string& source,
                   Resolved& r) {
-  std::vector<std::string> modules;
-  for (const samples::NodeSpec& n : file.nodes) modules.push_back(n.name);
+  const std::vector<std::string> modules = samples::module_names(file);
   auto related = [](const std::string& path, const std::string& node) {
     auto under = [](const std::string& a, const std::string& b) {  // a is b or inside b
       return a == b || (a.size() > b.size() && a.compare(0, b.size(), b) == 0 && a[b.size()] == '.');
@@ -68,8 +67,13 @@ std::string sample_list() {
 }  // namespace
 
 void add_run_args(CLI::App* cmd, RunArgs& a, bool level) {
-  cmd->add_option("--model", a.model, "a sample (" + sample_list() + ") or a model file (docs/model-format.md)")
+  cmd->add_option("--model", a.model,
+                  "a sample (" + sample_list() + "), a model file (docs/model-format.md) or an ONNX model (.onnx, docs/onnx.md)")
       ->capture_default_str();
+  cmd->add_option("--data", a.overrides.data,
+                  "the training data: an .npz with the arrays input and labels, or .npy/.pb files in a folder (docs/onnx.md)");
+  cmd->add_option("--loss", a.overrides.loss, "the loss on the model's output: cross_entropy or mse (default: the model's)");
+  cmd->add_option("--output", a.overrides.output, "the model's output the loss reads (a node, or an ONNX graph's value)");
   if (level) add_optional(cmd, "--level", a.level, "AMP level: O0 (fp32), O1, O2, O3 (default: the model's, else O2)");
   add_optional(cmd, "--dtype", a.dtype, "low-precision dtype: float16 or bfloat16 (default: the model's, else float16)");
   add_optional(cmd, "--steps", a.steps, "training steps (default: the model's)");
@@ -98,12 +102,14 @@ Resolved resolve(const RunArgs& a) {
   samples::ModelFile file;
   try {
     file = samples::load_model(a.model);
+    samples::apply(file, a.overrides);
   } catch (const samples::ModelFileError& e) {
     throw UsageError(std::string("--model: ") + e.what());
   }
   Resolved r;
   samples::RunOptions& o = r.options;
   o.model = a.model;
+  o.overrides = a.overrides;
   o.steps = a.steps.value_or(file.train.steps);
   o.batch = a.batch.value_or(file.train.batch);
   o.lr = a.lr.value_or(file.train.lr);

@@ -23,7 +23,8 @@ namespace ampcheck::cli {
 // defaults below.
 struct RunArgs {
   static constexpr std::string_view kLevel = "O2", kDtype = "float16";
-  std::string model = "mlp";  // a sample's name or a model file's path
+  std::string model = "mlp";  // a sample's name, a model file's or an ONNX file's path
+  samples::ModelOverrides overrides;  // --data, --loss, --output
   std::optional<std::string> level, dtype;
   std::optional<std::int64_t> steps, batch;
   std::optional<double> lr;

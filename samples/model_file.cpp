@@ -17,7 +17,10 @@
 #include "engine/autograd.h"
 #include "engine/nn/layers.h"
 #include "engine/util/strings.h"
+#include "samples/arrays.h"
 #include "samples/builtin_models.h"
+#include "samples/onnx_file.h"
+#include "samples/onnx_model.h"
 
 namespace ampcheck::samples {
 namespace {
@@ -736,10 +739,75 @@ const std::vector<std::string_view>& sample_names() {
 
 bool is_model_path(std::string_view model) {
   return model.find('/') != std::string_view::npos ||
-         (model.size() > 5 && model.substr(model.size() - 5) == ".json");
+         (model.size() > 5 && model.substr(model.size() - 5) == ".json") ||
+         (model.size() > 5 && model.substr(model.size() - 5) == ".onnx");
+}
+
+bool is_array_data(const std::string& path) {
+  const std::filesystem::path p(path);
+  const std::string ext = p.extension().string();
+  std::error_code ec;
+  return ext == ".npz" || ext == ".npy" || ext == ".pb" || std::filesystem::is_directory(p, ec);
+}
+
+namespace {
+
+void check_loss_kind(const std::string& kind, const std::string& where) {
+  if (kind != "cross_entropy" && kind != "mse")
+    fail(where, "unknown loss " + in_quotes(kind) + did_you_mean(kind, {"cross_entropy", "mse"}) +
+                    "; losses: cross_entropy, mse");
+}
+
+ModelFile onnx_model_file(const std::string& path) {
+  ModelFile m;
+  m.source = path;
+  m.name = std::filesystem::path(path).stem().string();
+  m.onnx = path;
+  m.onnx_graph = std::make_shared<const onnx_file::Graph>(onnx_file::load(path));
+  const onnx_file::Graph& g = *m.onnx_graph;
+  m.description = m.name + " (ONNX" + (g.producer.empty() ? "" : " from " + g.producer + (g.producer_version.empty() ? "" : " " + g.producer_version)) +
+                  ", opset " + std::to_string(g.opset) + ", " + std::to_string(g.nodes.size()) + " nodes)";
+  return m;
+}
+
+}  // namespace
+
+void apply(ModelFile& file, const ModelOverrides& o) {
+  if (!o.data.empty()) {
+    file.data = DataSpec{};
+    file.data.file = o.data;
+  }
+  if (!o.loss.empty()) {
+    check_loss_kind(o.loss, "--loss");
+    file.loss.kind = o.loss;
+    if (o.loss == "mse") file.loss.label_smoothing = 0;
+  }
+  if (!o.output.empty()) {
+    if (!file.onnx_graph) {
+      bool known = false;
+      for (const NodeSpec& n : file.nodes) known = known || n.name == o.output;
+      if (!known) fail(file.source, "--output " + in_quotes(o.output) + ": no node of that name");
+    }
+    file.output = o.output;
+  }
+}
+
+std::vector<std::string> module_names(const ModelFile& file) {
+  std::vector<std::string> out;
+  if (file.onnx_graph) {
+    std::set<std::string> seen;
+    for (const onnx_file::Node& n : file.onnx_graph->nodes) {
+      std::string m = module_path_of(*file.onnx_graph, n);
+      if (seen.insert(m).second) out.push_back(std::move(m));
+    }
+    return out;
+  }
+  for (const NodeSpec& n : file.nodes) out.push_back(n.name);
+  return out;
 }
 
 ModelFile load_model(const std::string& model) {
+  if (model.size() > 5 && model.substr(model.size() - 5) == ".onnx") return onnx_model_file(model);
   if (is_model_path(model)) {
     const std::string text = read_text(model, "model file");
     return parse_model(text, model, std::filesystem::path(model).parent_path().string());
@@ -765,9 +833,10 @@ ModelFile parse_model(const std::string& text, const std::string& source, const 
   const std::vector<Field> top = {{"ampcheck_model", Type::integer, true},
                                   {"name", Type::text},
                                   {"description", Type::text},
-                                  {"data", Type::text, true},
+                                  {"data", Type::text},
                                   {"constants", Type::text},
-                                  {"nodes", Type::text, true},
+                                  {"nodes", Type::text},
+                                  {"onnx", Type::text},
                                   {"output", Type::text},
                                   {"loss", Type::text},
                                   {"train", Type::text},
@@ -789,19 +858,39 @@ ModelFile parse_model(const std::string& text, const std::string& source, const 
   m.source = source;
   m.name = get<std::string>(doc, "name", std::filesystem::path(source).stem().string());
   m.description = get<std::string>(doc, "description", "");
-  m.data = parse_data(doc["data"], source, folder);
+  if (doc.contains("data")) m.data = parse_data(doc["data"], source, folder);
+  else if (!doc.contains("onnx")) fail(source, "missing field \"data\"");
   if (doc.contains("constants")) {
     if (!doc["constants"].is_object()) fail(source, "field \"constants\" must be an object of named constants");
     for (const auto& [name, c] : doc["constants"].items()) m.constants.push_back(parse_constant(name, c, source));
   }
-  const json& nodes = doc["nodes"];
-  if (!nodes.is_array() || nodes.empty()) fail(source, "field \"nodes\" must be a non-empty array of nodes");
-  for (std::size_t i = 0; i < nodes.size(); ++i) m.nodes.push_back(parse_node(nodes[i], i, source));
-  if (doc.contains("output")) {
-    if (!doc["output"].is_string()) fail(source, "field \"output\" must be a node name");
-    m.output = doc["output"].get<std::string>();
+  if (doc.contains("onnx") == doc.contains("nodes"))
+    fail(source, "a model file has either \"nodes\" (the graph, written out) or \"onnx\" (the path of an ONNX model)");
+  if (doc.contains("onnx")) {
+    if (!doc["onnx"].is_string()) fail(source, "field \"onnx\" must be the path of an .onnx file");
+    if (doc.contains("constants")) fail(source, "field \"constants\" is for \"nodes\"; an ONNX model has its own");
+    const std::filesystem::path p(doc["onnx"].get<std::string>());
+    const std::string name = m.name, description = m.description;
+    const DataSpec data = m.data;
+    m = onnx_model_file((p.is_absolute() ? p : std::filesystem::path(folder) / p).string());
+    m.source = source;
+    m.name = doc.contains("name") ? name : m.name;
+    if (doc.contains("description")) m.description = description;
+    m.data = data;
+    if (doc.contains("output")) {
+      if (!doc["output"].is_string()) fail(source, "field \"output\" must be the name of a value of the ONNX graph");
+      m.output = doc["output"].get<std::string>();
+    }
+  } else {
+    const json& nodes = doc["nodes"];
+    if (!nodes.is_array() || nodes.empty()) fail(source, "field \"nodes\" must be a non-empty array of nodes");
+    for (std::size_t i = 0; i < nodes.size(); ++i) m.nodes.push_back(parse_node(nodes[i], i, source));
+    if (doc.contains("output")) {
+      if (!doc["output"].is_string()) fail(source, "field \"output\" must be a node name");
+      m.output = doc["output"].get<std::string>();
+    }
+    check_references(m);
   }
-  check_references(m);
 
   if (doc.contains("loss")) {
     const json& l = doc["loss"];
@@ -816,9 +905,7 @@ ModelFile parse_model(const std::string& text, const std::string& source, const 
     } else {
       fail(where, "must be \"cross_entropy\", \"mse\" or {\"kind\": ..., \"label_smoothing\": ..., \"weight\": ...}");
     }
-    if (m.loss.kind != "cross_entropy" && m.loss.kind != "mse")
-      fail(where, "unknown loss " + in_quotes(m.loss.kind) + did_you_mean(m.loss.kind, {"cross_entropy", "mse"}) +
-                      "; losses: cross_entropy, mse");
+    check_loss_kind(m.loss.kind, where);
     if (m.loss.kind == "mse" && m.loss.label_smoothing != 0) fail(where, "label_smoothing is for cross_entropy");
   }
   if (doc.contains("train")) {
@@ -880,7 +967,14 @@ ModelFile parse_model(const std::string& text, const std::string& source, const 
 Dataset make_data(const ModelFile& file, std::uint64_t seed) {
   const DataSpec& d = file.data;
   const std::string where = file.source + ": \"data\"";
+  if (d.file.empty() && d.generator.empty())
+    fail(file.source, "no data: give the inputs and labels with --data data.npz (arrays \"input\" and \"labels\"), "
+                      "or a model file's \"data\" (docs/onnx.md)");
   try {
+    if (!d.file.empty() && is_array_data(d.file)) {
+      const std::string input = file.onnx_graph && !file.onnx_graph->inputs.empty() ? file.onnx_graph->inputs[0].name : "input";
+      return dataset_of(read_arrays(d.file), d.file, input);
+    }
     if (!d.file.empty()) return load_samples(d.file);
     const json& p = d.params;
     if (d.generator == "spiral")
@@ -897,7 +991,67 @@ Dataset make_data(const ModelFile& file, std::uint64_t seed) {
   }
 }
 
+namespace {
+
+// The model's output on the probe batch must be the loss's [N, classes] scores.
+void check_output(const ModelFile& file, const Tensor& y, const Dataset& probe, const Dataset& data,
+                  const std::string& out_name) {
+  const std::string what = file.onnx_graph ? "ONNX value " : "node ";
+  const std::string fix = file.onnx_graph ? "; choose another output with --output or the model file's \"output\""
+                                          : " (end with a linear node, or flatten)";
+  if (y.dim() != 2 || y.size(0) != probe.size() || !is_floating(y.dtype()))
+    fail(file.source, "field \"output\": " + what + in_quotes(out_name) + " gives " +
+                          (file.onnx_graph ? to_string(y.shape()) + " for " + std::to_string(probe.size()) + " samples" : shape_text(y)) +
+                          "; the loss needs floating [N, classes]" + fix);
+  const std::vector<std::int64_t> labels = data.y.to_i64();
+  const std::int64_t classes = labels.empty() ? 0 : *std::max_element(labels.begin(), labels.end()) + 1;
+  if (y.size(1) < classes)
+    fail(file.source, "field \"output\": " + what + in_quotes(out_name) + " gives " + std::to_string(y.size(1)) +
+                          " scores per sample, but the data has " + std::to_string(classes) + " classes");
+}
+
+std::shared_ptr<nn::Module> build_onnx_model(const ModelFile& file, const Dataset& data, Generator& gen) {
+  auto model = build_onnx(file.onnx_graph, file.output, gen.seed());
+  const Dataset probe = batch(data, 0, std::min<std::int64_t>(2, data.size()));
+  const onnx_file::Graph& g = *file.onnx_graph;
+  const onnx_file::ValueInfo& in = g.inputs.at(0);
+  const bool wants_int = in.elem_type.find("int") != std::string::npos;
+  if (!in.elem_type.empty() && wants_int != (probe.x.dtype() == DType::i64))
+    fail(file.source, "the model's input " + in_quotes(in.name) + " is " + in.elem_type + ", the data's inputs are " +
+                          std::string(name(probe.x.dtype())) + "; save them as " + (wants_int ? "int64" : "float32"));
+  if (in.shape) {
+    const Shape& want = *in.shape;
+    bool fits = want.size() == static_cast<std::size_t>(probe.x.dim());
+    for (std::size_t d = 1; fits && d < want.size(); ++d) fits = want[d] < 0 || want[d] == probe.x.size(static_cast<std::int64_t>(d));
+    if (!fits) {
+      std::string dims = "[";
+      for (std::size_t d = 0; d < want.size(); ++d) dims += (d ? ", " : "") + (want[d] < 0 ? std::string("?") : std::to_string(want[d]));
+      fail(file.source, "the model's input " + in_quotes(in.name) + " is " + dims + "], the data's rows are " +
+                            to_string(probe.x.shape()) + " (with " + std::to_string(probe.size()) + " rows)");
+    }
+    if (!want.empty() && want[0] > 0 && want[0] != probe.size() && data.size() > 1)
+      fail(file.source, "the model's input " + in_quotes(in.name) + " has a fixed batch size of " + std::to_string(want[0]) +
+                            ": export it with a dynamic batch axis (torch.onnx.export(..., dynamic_axes={\"" + in.name +
+                            "\": {0: \"batch\"}}))");
+  }
+  Tensor y;
+  {
+    NoGradGuard no_grad;
+    model->eval();  // no running-stat updates, no dropout, while probing
+    Tensor x = probe.x;
+    if (in.shape && !in.shape->empty() && (*in.shape)[0] > 0 && (*in.shape)[0] != probe.size()) x = data.x;
+    y = (*model)(x);
+  }
+  const std::string out_name = file.output.empty() ? (g.outputs.empty() ? "" : g.outputs[0].name) : file.output;
+  check_output(file, y, batch(data, 0, y.size(0) == data.size() ? data.size() : probe.size()), data, out_name);
+  model->train();
+  return model;
+}
+
+}  // namespace
+
 std::shared_ptr<nn::Module> build(const ModelFile& file, const Dataset& data, Generator& gen) {
+  if (file.onnx_graph) return build_onnx_model(file, data, gen);
   auto model = std::make_shared<GraphModel>(file.name);
   std::map<std::string, int> index;
   std::map<std::string, Tensor> tensors;
@@ -969,16 +1123,7 @@ std::shared_ptr<nn::Module> build(const ModelFile& file, const Dataset& data, Ge
     index[n.name] = static_cast<int>(i);
   }
   const int out = file.output.empty() ? static_cast<int>(file.nodes.size()) - 1 : index.at(file.output);
-  const Tensor& y = values[static_cast<std::size_t>(out)];
-  const std::string out_name = file.nodes[static_cast<std::size_t>(out)].name;
-  if (y.dim() != 2 || y.size(0) != probe.size() || !is_floating(y.dtype()))
-    fail(file.source, "field \"output\": node " + in_quotes(out_name) + " gives " + shape_text(y) +
-                          "; the loss needs floating [N, classes] (end with a linear node, or flatten)");
-  const std::vector<std::int64_t> labels = data.y.to_i64();
-  const std::int64_t classes = labels.empty() ? 0 : *std::max_element(labels.begin(), labels.end()) + 1;
-  if (y.size(1) < classes)
-    fail(file.source, "field \"output\": node " + in_quotes(out_name) + " gives " + std::to_string(y.size(1)) +
-                          " scores per sample, but the data has " + std::to_string(classes) + " classes");
+  check_output(file, values[static_cast<std::size_t>(out)], probe, data, file.nodes[static_cast<std::size_t>(out)].name);
   model->set_output(out);
   model->train();
   return model;

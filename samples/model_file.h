@@ -27,6 +27,10 @@
 
 namespace ampcheck::samples {
 
+namespace onnx_file {
+struct Graph;
+}
+
 class ModelFileError : public std::invalid_argument {
  public:
   using std::invalid_argument::invalid_argument;
@@ -80,6 +84,10 @@ struct NodeSpec {
 
 struct ModelFile {
   std::string source;  // the path, or "sample mlp"
+  // An ONNX model (`--model model.onnx`, or a model file's "onnx" field) instead of nodes:
+  // its path and its graph, read and checked (samples/onnx_file.h).
+  std::string onnx;
+  std::shared_ptr<const onnx_file::Graph> onnx_graph;
   std::string name, description;
   DataSpec data;
   std::vector<ConstantSpec> constants;
@@ -96,10 +104,25 @@ struct ModelFile {
 
 // The built-in samples, by name, in the order `ampcheck run --help` lists them.
 const std::vector<std::string_view>& sample_names();
-// Whether `model` names a file rather than a sample (it ends in .json or has a '/').
+// Whether `model` names a file rather than a sample (it ends in .json or .onnx, or has a '/').
 bool is_model_path(std::string_view model);
+// Whether `path` is read as numpy/ONNX arrays (.npz, .npy, .pb, or a folder) rather than a
+// JSON data file.
+bool is_array_data(const std::string& path);
 
-// A sample by name or a model file by path. Throws ModelFileError.
+// What the command line says over the model file: the data (`--data`), the loss
+// (`--loss`) and the output it is computed on (`--output`). Empty fields change nothing.
+struct ModelOverrides {
+  std::string data, loss, output;
+};
+void apply(ModelFile& file, const ModelOverrides& overrides);
+
+// The module paths the model's ops run in: the nodes' names, or an ONNX model's modules
+// (samples/onnx_model.h), in graph order without repeats.
+std::vector<std::string> module_names(const ModelFile& file);
+
+// A sample by name, a model file by path, or an ONNX file (*.onnx: its data and loss come
+// from the command line, ModelOverrides). Throws ModelFileError.
 ModelFile load_model(const std::string& model);
 // Parses model-file text; `folder` resolves a relative data file.
 ModelFile parse_model(const std::string& json_text, const std::string& source, const std::string& folder = ".");

@@ -46,12 +46,18 @@ Tensor loss_of(const LossSpec& l, const Tensor& output, const Tensor& labels) {
   return loss;
 }
 
+ModelFile loaded(const RunOptions& o) {
+  ModelFile f = load_model(o.model);
+  apply(f, o.overrides);
+  return f;
+}
+
 }  // namespace
 
 struct Trainer::State {
   explicit State(const RunOptions& o)
       : options(checked(o)),
-        file(load_model(o.model)),
+        file(loaded(o)),
         data(make_data(file, o.seed + 1)),
         policy(o.amp),
         scaler(o.amp.level != amp::Level::O0 ? o.scaling : amp::ScalingOptions{amp::StaticScaling{1.0}}) {

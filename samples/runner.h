@@ -17,7 +17,8 @@
 namespace ampcheck::samples {
 
 struct RunOptions {
-  std::string model = "mlp";  // a sample's name (sample_names()) or a model file's path
+  std::string model = "mlp";  // a sample's name (sample_names()), a model file's or an ONNX file's path
+  ModelOverrides overrides;   // --data, --loss, --output
   std::int64_t steps = 0;     // 0: the model file's
   std::int64_t batch = 0;     // 0: the model file's
   double lr = 0;              // 0: the model file's

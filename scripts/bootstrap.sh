@@ -9,10 +9,13 @@ packages=(
   nlohmann-json3-dev    # nlohmann/json: reports and --json output
   libcli11-dev          # CLI11: the command line
   libopenblas-dev       # OpenBLAS: CPU GEMM
+  libonnx-dev libprotobuf-dev  # ONNX: reading, checking and shape-inferring users' models
+  libzip-dev            # libzip: numpy .npz archives (--data)
   libgtest-dev libgmock-dev googletest  # GoogleTest
   libbenchmark-dev      # Google Benchmark: bench/
   chromium              # tests: the HTML report rendered headless
   python3-jsonschema    # tests: reports validated against their JSON Schema
+  libonnx-testdata      # tests: ONNX's own conformance data (node tests, PyTorch modules)
 )
 
 missing=()

@@ -1,0 +1,154 @@
+#include "cli/infer_command.h"
+
+#include <CLI/CLI.hpp>  // CLI::App
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <optional>
+#include <sstream>
+
+#include "cli/exit_codes.h"
+#include "cli/run_options.h"
+#include "cli/usage_error.h"
+#include "engine/amp/decorate.h"
+#include "engine/amp/policy.h"
+#include "engine/device.h"
+#include "samples/arrays.h"
+#include "samples/model_file.h"
+#include "samples/onnx_file.h"
+#include "samples/onnx_model.h"
+
+namespace ampcheck::cli {
+namespace {
+
+struct InferOptions {
+  std::string model, data, out, output;
+  std::string level = "O0", dtype = "float16", config;
+  std::vector<std::string> white, black;
+  std::int64_t batch = 64;
+  std::uint64_t seed = 0;
+  std::string device = "auto";
+  bool quiet = false;
+};
+
+amp::AmpOptions amp_options(const InferOptions& o) {
+  amp::AmpOptions a;
+  if (!o.config.empty()) {
+    try {
+      a = amp::load_config(o.config).amp;
+    } catch (const amp::ConfigError& e) {
+      throw UsageError(e.what());
+    }
+  }
+  const auto level = amp::parse_level(o.level);
+  if (!level) throw UsageError("--level \"" + o.level + "\" is not a level; use O0, O1, O2 or O3");
+  a.level = *level;
+  const auto dtype = try_parse_dtype(o.dtype);
+  if (!dtype || !is_low_precision(*dtype)) throw UsageError("--dtype \"" + o.dtype + "\": AMP runs in float16 or bfloat16");
+  a.dtype = *dtype;
+  a.custom_white_list.insert(a.custom_white_list.end(), o.white.begin(), o.white.end());
+  a.custom_black_list.insert(a.custom_black_list.end(), o.black.begin(), o.black.end());
+  return a;
+}
+
+int run_infer(const InferOptions& o, std::ostream& out, std::ostream& err) {
+  if (o.batch <= 0) throw UsageError("--batch must be positive, got " + std::to_string(o.batch));
+  check_output("--out", o.out);
+  samples::ModelFile file;
+  try {
+    file = samples::load_model(o.model);
+    samples::apply(file, {"", "", o.output});
+  } catch (const samples::ModelFileError& e) {
+    throw UsageError(std::string("--model: ") + e.what());
+  }
+  if (!file.onnx_graph)
+    throw UsageError("--model " + o.model + ": infer runs ONNX models (a .onnx file, or a model file with \"onnx\")");
+  const samples::onnx_file::Graph& g = *file.onnx_graph;
+  std::string data_path = o.data.empty() ? file.data.file : o.data;
+  if (data_path.empty()) throw UsageError("--data: give the inputs (an .npz with the array \"input\", an .npy or a .pb)");
+  samples::Dataset data;
+  try {
+    data = samples::dataset_of(samples::read_arrays(data_path), data_path, g.inputs.empty() ? "input" : g.inputs[0].name,
+                               false);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--data: ") + e.what());
+  }
+  const amp::AmpOptions options = amp_options(o);
+  std::optional<amp::Policy> policy;
+  try {
+    policy.emplace(options);
+  } catch (const amp::PolicyError& e) {
+    throw UsageError(e.what());
+  }
+  const auto request = parse_device_request(o.device);
+  if (!request) throw UsageError("--device \"" + o.device + "\" is not a device; use auto, cpu or cuda");
+  Device device = Device::cpu;
+  try {
+    std::ostringstream notices;
+    device = resolve_device(*request, notices);
+    if (!o.quiet) err << notices.str();
+  } catch (const DeviceError& e) {
+    throw UsageError(e.what());
+  }
+
+  std::shared_ptr<nn::Module> model;
+  try {
+    model = samples::build_onnx(file.onnx_graph, file.output, o.seed);
+  } catch (const samples::ModelFileError& e) {
+    throw UsageError(std::string("--model: ") + e.what());
+  }
+  model->to(device);
+  amp::decorate(*model, nullptr, options);
+  model->eval();
+  NoGradGuard no_grad;
+  const amp::Autocast on(options.level != amp::Level::O0 ? &*policy : nullptr);
+  std::vector<Tensor> parts;
+  const std::int64_t n = data.x.size(0);
+  for (std::int64_t start = 0; start < n; start += o.batch) {
+    const Tensor x = data.x.rows(start, std::min(o.batch, n - start)).to(device);
+    try {
+      parts.push_back((*model)(x).to(Device::cpu));
+    } catch (const samples::ModelFileError& e) {
+      throw UsageError(std::string("--model: ") + e.what());
+    }
+  }
+  const Tensor y = parts.size() == 1 ? parts[0] : concat(parts, 0);
+  const samples::Array a = samples::Array::of_tensor(y);
+  write_output("--out", o.out, samples::npy_bytes(a));
+  std::int64_t nonfinite = 0;
+  if (!a.integer())
+    for (double v : a.f) nonfinite += !std::isfinite(v);
+  const std::string out_name = file.output.empty() ? (g.outputs.empty() ? "?" : g.outputs[0].name) : file.output;
+  out << fmt::format("infer: {} \"{}\" {} computed in {} at {} on {} -> {} ({}){}\n", o.model, out_name,
+                     to_string(y.shape()), options.level == amp::Level::O0 ? "float32" : std::string(info(options.dtype).long_name),
+                     amp::level_name(options.level), device_name(device), o.out,
+                     a.integer() ? "int64" : a.dtype == DType::f64 ? "float64" : "float32",
+                     nonfinite ? fmt::format("; {} values are NaN or Inf", nonfinite) : "");
+  return kOk;
+}
+
+}  // namespace
+
+Command add_infer_command(CLI::App& app) {
+  auto o = std::make_shared<InferOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "infer", "Write an ONNX model's outputs for the data's inputs (eval mode, any AMP level) to an .npy");
+  cmd->add_option("--model", o->model, "an ONNX model (.onnx) or a model file with \"onnx\"")->required();
+  cmd->add_option("--data", o->data, "the inputs: an .npz (array \"input\" or the model's input name), .npy, .pb or a folder");
+  cmd->add_option("--out", o->out, "the .npy to write (the output's values; float32, float64 or int64)")->required();
+  cmd->add_option("--output", o->output, "the graph value to write (default: the graph's first output)");
+  cmd->add_option("--level", o->level, "AMP level: O0 (fp32), O1, O2, O3")->capture_default_str();
+  cmd->add_option("--dtype", o->dtype, "low-precision dtype: float16 or bfloat16")->capture_default_str();
+  cmd->add_option("--config", o->config, "AMP config (PaddlePaddle, PyTorch, DeepSpeed, Apex or ampcheck JSON)");
+  cmd->add_option("--white", o->white, "custom_white_list, comma separated")->delimiter(',');
+  cmd->add_option("--black", o->black, "custom_black_list, comma separated")->delimiter(',');
+  cmd->add_option("--batch", o->batch, "rows per forward pass")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "seed (Dropout, which eval mode leaves off)")->capture_default_str();
+  cmd->add_option("--device", o->device, "where to run: auto, cpu, cuda")->capture_default_str();
+  cmd->add_flag("--quiet,-q", o->quiet, "no device notice");
+  return {cmd, [o](std::ostream& out, std::ostream& err) { return run_infer(*o, out, err); }};
+}
+
+}  // namespace ampcheck::cli
