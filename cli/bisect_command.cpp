@@ -18,7 +18,9 @@
 #include "cli/usage_error.h"
 #include "engine/amp/config.h"
 #include "engine/ops/registry.h"  // op_info: the AMP category of a candidate
-#include "reports/advice.h"  // the loss scaler's cure, in the user's framework's keys
+#include "reports/advice.h"
+#include "samples/onnx_file.h"
+#include "samples/onnx_model.h"  // the loss scaler's cure, in the user's framework's keys
 #include "reports/html.h"
 #include "reports/json.h"
 #include "reports/text.h"
@@ -249,6 +251,53 @@ std::string pytorch_snippet(const Set& modules) {
   return s;
 }
 
+// Each name once, in order: several of our ops are one framework op (mul and mul_scalar
+// are PyTorch's mul).
+Set framework_names(const Set& ops, std::string_view (*name)(Op)) {
+  Set out;
+  for (const std::string& op : ops) {
+    const auto o = op_from_name(op);
+    const std::string n = o ? std::string(name(*o)) : op;
+    if (std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
+  }
+  return out;
+}
+
+// "# ampcheck's mul is PaddlePaddle's elementwise_mul" for each name that differs.
+std::string renamed(const Set& ops, std::string_view (*name)(Op), std::string_view framework) {
+  std::string s;
+  for (const std::string& op : ops)
+    if (const auto o = op_from_name(op); o && name(*o) != op)
+      s += fmt::format("# ampcheck's {} is {}'s {}\n", op, framework, name(*o));
+  return s;
+}
+
+// Where the culprits ran in the user's exported graph: the ONNX nodes, by module.
+std::string onnx_nodes_text(const samples::onnx_file::Graph& g, const Set& modules, const Set& ops, bool types) {
+  std::string s;
+  for (const std::string& m : modules) {
+    std::vector<std::string> nodes;
+    for (const auto& n : g.nodes) {
+      if (samples::module_path_of(g, n) != m) continue;
+      bool runs = !types;
+      for (const std::string& op : ops) runs = runs || !samples::nodes_running(g, m, op).empty();
+      if (!runs) continue;
+      if (types) {
+        bool match = false;
+        for (const std::string& op : ops)
+          for (const auto* r : samples::nodes_running(g, m, op)) match = match || r == &n;
+        if (!match) continue;
+      }
+      nodes.push_back("\"" + n.name + "\" (" + n.op_type + ")");
+    }
+    if (nodes.empty()) continue;
+    const bool layer = samples::is_framework_module(g, m);
+    s += fmt::format("#   {}: ONNX node{} {}\n", layer ? "module " + m : "the top-level forward", nodes.size() > 1 ? "s" : "",
+                     fmt::join(nodes, ", "));
+  }
+  return s;
+}
+
 reports::Suggestion suggestion(const Resolved& base, const reports::Bisect& b) {
   reports::Suggestion s;
   amp::Config c;
@@ -262,26 +311,49 @@ reports::Suggestion suggestion(const Resolved& base, const reports::Bisect& b) {
   s.ampcheck = amp::to_json(c);
   const std::string level(amp::level_name(base.options.amp.level));
   const std::string dtype = base.options.amp.dtype == DType::bf16 ? "bfloat16" : "float16";
+  const Set culprit_ops(b.suggested_black_list.begin(), b.suggested_black_list.end());
+  const Set modules(b.suggested_fp32_modules.begin(), b.suggested_fp32_modules.end());
+  // An exported model: where the culprits ran in the user's graph, under their own names.
+  std::string where;
+  if (base.onnx)
+    where = fmt::format("# in your exported graph ({}):\n{}", base.onnx->path,
+                        onnx_nodes_text(*base.onnx, modules, culprit_ops, types));
+  const std::string framework = base.onnx ? samples::producer_framework(*base.onnx) : "";
   if (types) {
+    const Set paddle = framework_names(culprit_ops, amp::paddle_op_name);
     s.paddle = fmt::format(
-        "# paddle.amp.auto_cast (dygraph); op names as ampcheck names them, most match PaddlePaddle's\n"
+        "# paddle.amp.auto_cast (dygraph), with PaddlePaddle's op names\n{}{}"
         "with paddle.amp.auto_cast(enable=True, custom_black_list={{{}}}, level=\"{}\", dtype=\"{}\"):\n"
         "    loss = model(x)\n",
-        quoted(b.suggested_black_list, "\""), level, dtype);
+        renamed(culprit_ops, amp::paddle_op_name, "PaddlePaddle"), framework == "paddle" ? where : "",
+        quoted(paddle, "\""), level, dtype);
     s.paddle_fleet = fmt::format(
         "# fleet.DistributedStrategy\n"
         "strategy.amp = True\n"
         "strategy.amp_configs = {{\"custom_black_list\": [{}], \"use_pure_fp16\": {}, \"use_bf16\": {}}}\n",
-        quoted(b.suggested_black_list, "\""), level == "O2" || level == "O3" ? "True" : "False",
+        quoted(paddle, "\""), level == "O2" || level == "O3" ? "True" : "False",
         dtype == "bfloat16" ? "True" : "False");
   } else {
-    s.paddle = "# PaddlePaddle: auto_cast off around the modules, inputs in float32\n"
+    s.paddle = "# PaddlePaddle: auto_cast off around the modules, inputs in float32\n" +
+               (framework == "paddle" ? where : "") +
                "with paddle.amp.auto_cast(enable=False):\n"
                "    y = module(x.astype(\"float32\"))   # for each of: " + quoted(b.culprits, "") + "\n";
     s.paddle_fleet = "# fleet amp_configs have no per-module list; black-list the op types instead "
                      "(ampcheck bisect-nan --granularity type)\n";
   }
-  s.pytorch = pytorch_snippet(b.suggested_fp32_modules);
+  // PyTorch wraps modules; ops an exported graph ran at its top level have no module of
+  // their own, so their code is what autocast must be disabled around.
+  Set wrappable;
+  for (const std::string& m : modules)
+    if (!base.onnx || samples::is_framework_module(*base.onnx, m)) wrappable.push_back(m);
+  std::string torch;
+  if (types)
+    torch = fmt::format("# the ops, as PyTorch names them: {}\n", fmt::join(framework_names(culprit_ops, amp::torch_op_name), ", "));
+  if (framework != "paddle") torch += where;
+  if (wrappable.size() < modules.size())
+    torch += "# top-level code has no module to wrap: run it under\n"
+             "#   with torch.autocast(device_type=\"cuda\", enabled=False): ... (its inputs .float())\n";
+  s.pytorch = torch + (wrappable.empty() ? std::string() : pytorch_snippet(wrappable));
   return s;
 }
 

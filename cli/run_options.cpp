@@ -110,6 +110,7 @@ Resolved resolve(const RunArgs& a) {
   samples::RunOptions& o = r.options;
   o.model = a.model;
   o.overrides = a.overrides;
+  r.onnx = file.onnx_graph;
   o.steps = a.steps.value_or(file.train.steps);
   o.batch = a.batch.value_or(file.train.batch);
   o.lr = a.lr.value_or(file.train.lr);

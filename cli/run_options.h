@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string_view>
 #include <ostream>
@@ -45,6 +46,9 @@ void add_run_args(CLI::App* cmd, RunArgs& args, bool with_level = true);
 // settings' semantics ("ampcheck", "paddle", ...).
 struct Resolved {
   samples::RunOptions options;
+  // An ONNX model's graph (null for samples and model files of nodes): bisect-nan names
+  // the culprits' nodes in it and speaks its exporter's op names.
+  std::shared_ptr<const samples::onnx_file::Graph> onnx;
   std::string semantics = "ampcheck";
   // Whose Inf/-Inf is intended (the model file's, the config's and --allow-inf): op names
   // and module paths, for the inspector's NaN watch.

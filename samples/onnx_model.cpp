@@ -1308,7 +1308,7 @@ std::string scope_path(const std::string& node_name) {
     if (!path.empty() && p.rfind(path + ".", 0) == 0) path = p;
     else path += (path.empty() ? "" : ".") + p;
   }
-  return sanitize(path);
+  return path.empty() ? "" : sanitize(path);
 }
 
 bool is_weight_slot(const Node& n, std::size_t k) {
@@ -1547,6 +1547,35 @@ std::vector<Tensor> run_onnx(nn::Module& model, const std::vector<Tensor>& input
   auto* m = dynamic_cast<OnnxModel*>(&model);
   if (!m) throw std::logic_error("run_onnx: not a model built by build_onnx");
   return m->run(inputs, outputs, constant);
+}
+
+bool is_framework_module(const Graph& g, const std::string& path) {
+  for (const Node& n : g.nodes) {
+    if (scope_path(n.name) == path) return true;
+    for (const std::string& in : n.inputs)
+      if (g.initializers.count(in) && in.find("::") == std::string::npos && in.rfind('.') != std::string::npos &&
+          sanitize(in.substr(0, in.rfind('.'))) == path)
+        return true;
+  }
+  return false;
+}
+
+std::vector<const Node*> nodes_running(const Graph& g, const std::string& path, std::string_view op) {
+  std::vector<const Node*> out;
+  for (const Node& n : g.nodes) {
+    const OnnxOpInfo* info = n.domain.empty() ? find_onnx_op(n.op_type) : nullptr;
+    if (!info || module_path_of(g, n) != path) continue;
+    if (std::find(info->runs.begin(), info->runs.end(), op) != info->runs.end()) out.push_back(&n);
+  }
+  return out;
+}
+
+std::string producer_framework(const Graph& g) {
+  std::string p = g.producer;
+  std::transform(p.begin(), p.end(), p.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (p.find("torch") != std::string::npos) return "pytorch";
+  if (p.find("paddle") != std::string::npos) return "paddle";
+  return "";
 }
 
 bool is_attribute_input(const Node& n, std::size_t k) {

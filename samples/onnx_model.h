@@ -42,6 +42,14 @@ InitializerRole initializer_role(const onnx_file::Graph& g, const std::string& n
 // "encoder.layers.0.attn"), else the node's own name.
 std::string module_path_of(const onnx_file::Graph& g, const onnx_file::Node& n);
 
+// Whether `path` is a module of the exporting framework's model (a scope of its node names
+// or the owner of its parameters), not a name ampcheck gave a top-level node of its own.
+bool is_framework_module(const onnx_file::Graph& g, const std::string& path);
+// The nodes that run in module `path` and may run the registry op `op` (per onnx_ops()).
+std::vector<const onnx_file::Node*> nodes_running(const onnx_file::Graph& g, const std::string& path, std::string_view op);
+// "pytorch", "paddle" or "" from the file's producer name.
+std::string producer_framework(const onnx_file::Graph& g);
+
 // Checks that every node is supported (OnnxError naming the first that is not, and every
 // unsupported op type with its count), then builds the model. `output` is the value the
 // model returns ("": the graph's first output); `input` the data input the model's forward

@@ -107,6 +107,120 @@ std::vector<std::string_view> op_aliases(Op op) {
   return names;
 }
 
+std::string_view paddle_op_name(Op op) {
+  switch (op) {
+    case Op::matmul: return "matmul_v2";
+    case Op::linear: return "matmul_v2";  // paddle.nn.Linear runs matmul_v2 + elementwise_add
+    case Op::bmm: return "bmm";
+    case Op::conv2d: return "conv2d";
+    case Op::batch_norm: return "batch_norm";
+    case Op::layer_norm: return "layer_norm";
+    case Op::relu: return "relu";
+    case Op::gelu: return "gelu";
+    case Op::silu: return "silu";
+    case Op::sigmoid: return "sigmoid";
+    case Op::tanh: return "tanh";
+    case Op::hardswish: return "hard_swish";
+    case Op::hardsigmoid: return "hard_sigmoid";
+    case Op::add: return "elementwise_add";
+    case Op::sub: return "elementwise_sub";
+    case Op::mul: return "elementwise_mul";
+    case Op::div: return "elementwise_div";
+    case Op::add_scalar:
+    case Op::sub_scalar:
+    case Op::mul_scalar:
+    case Op::div_scalar:
+    case Op::neg: return "scale";  // x * 0.5, x + 1, -x
+    case Op::abs: return "abs";
+    case Op::square: return "square";
+    case Op::exp: return "exp";
+    case Op::log: return "log";
+    case Op::sqrt: return "sqrt";
+    case Op::rsqrt: return "rsqrt";
+    case Op::pow: return "pow";
+    case Op::reciprocal: return "reciprocal";
+    case Op::clamp: return "clip";
+    case Op::erf: return "erf";
+    case Op::sum: return "reduce_sum";
+    case Op::mean: return "reduce_mean";
+    case Op::max: return "reduce_max";
+    case Op::softmax: return "softmax";
+    case Op::log_softmax: return "log_softmax";
+    case Op::cross_entropy: return "softmax_with_cross_entropy";
+    case Op::mse_loss: return "square_error_cost";
+    case Op::embedding: return "lookup_table_v2";
+    case Op::dropout: return "dropout";
+    case Op::max_pool2d:
+    case Op::avg_pool2d:
+    case Op::adaptive_avg_pool2d: return "pool2d";
+    case Op::reshape: return "reshape2";
+    case Op::permute: return "transpose2";
+    case Op::concat: return "concat";
+    case Op::slice: return "slice";
+    case Op::where: return "where";
+    case Op::masked_fill: return "where";
+    case Op::cast: return "cast";
+  }
+  return op_name(op);
+}
+
+std::string_view torch_op_name(Op op) {
+  switch (op) {
+    case Op::add_scalar: return "add";
+    case Op::sub_scalar: return "sub";
+    case Op::mul_scalar: return "mul";
+    case Op::div_scalar: return "div";
+    case Op::max: return "amax";
+    case Op::cross_entropy: return "cross_entropy_loss";
+    case Op::concat: return "cat";
+    case Op::cast: return "_to_copy";
+    case Op::matmul:
+    case Op::linear:
+    case Op::bmm:
+    case Op::conv2d:
+    case Op::batch_norm:
+    case Op::layer_norm:
+    case Op::relu:
+    case Op::gelu:
+    case Op::silu:
+    case Op::sigmoid:
+    case Op::tanh:
+    case Op::hardswish:
+    case Op::hardsigmoid:
+    case Op::add:
+    case Op::sub:
+    case Op::mul:
+    case Op::div:
+    case Op::neg:
+    case Op::abs:
+    case Op::square:
+    case Op::exp:
+    case Op::log:
+    case Op::sqrt:
+    case Op::rsqrt:
+    case Op::pow:
+    case Op::reciprocal:
+    case Op::clamp:
+    case Op::erf:
+    case Op::sum:
+    case Op::mean:
+    case Op::softmax:
+    case Op::log_softmax:
+    case Op::mse_loss:
+    case Op::embedding:
+    case Op::dropout:
+    case Op::max_pool2d:
+    case Op::avg_pool2d:
+    case Op::adaptive_avg_pool2d:
+    case Op::reshape:
+    case Op::permute:
+    case Op::slice:
+    case Op::where:
+    case Op::masked_fill: return op_name(op);
+  }
+  return op_name(op);
+}
+
 Policy::Policy(AmpOptions options) : options_(std::move(options)), reasons_(kOpCount, Reason::off) {
   if (!is_low_precision(options_.dtype))
     throw PolicyError("amp dtype must be float16 or bfloat16, got " + std::string(name(options_.dtype)));

@@ -61,6 +61,11 @@ Op resolve_op_name(std::string_view name, std::string_view list_name);
 // The framework names resolve_op_name accepts for `op` (its alias table), sorted; empty
 // when users know the op by our name alone. For listings such as `ampcheck ops`.
 std::vector<std::string_view> op_aliases(Op op);
+// The name a framework's users know `op` by, for fixes written in their words:
+// PaddlePaddle's kernel type, as its custom_black_list takes it ("elementwise_mul":
+// Paddle's own "mul" is a matrix product), and PyTorch's ATen op ("mul", "cat", "amax").
+std::string_view paddle_op_name(Op op);
+std::string_view torch_op_name(Op op);
 
 class Policy {
  public:
