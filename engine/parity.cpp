@@ -154,7 +154,8 @@ Tolerance tolerance(Op op, Direction d) {
     case Op::exp:
     case Op::log:
     case Op::rsqrt:       // CUDA's rsqrtf is 2 ulps, 1/std::sqrt is ~1
-    case Op::pow: return Tolerance::transcendental;
+    case Op::pow:
+    case Op::erf: return Tolerance::transcendental;  // erff / std::erf; the backward's expf
   }
   return Tolerance::exact;
 }
@@ -462,6 +463,7 @@ void build(Op op, Builder& b) {
       }
       return;
     case Op::reciprocal: unary(b, 0.25, 4); return;
+    case Op::erf: unary(b, -3, 3); return;  // its bend, and the tails where it saturates to +-1
     case Op::clamp:
       unary(b, -1, 1, ClampParams{-0.5, 0.5}, "[-0.5, 0.5]");
       b.add({b.x({7, 13})}, ClampParams{-kInf, 0.3}, "[-inf, 0.3]");

@@ -156,6 +156,7 @@ inline constexpr double kSqrt2OverPi = 0.7978845608028654;  // sqrt(2/pi), tanh-
 inline constexpr double kInvSqrt2 = 0.7071067811865476;
 inline constexpr double kInvSqrt2Pi = 0.3989422804014327;  // 1/sqrt(2 pi), the normal density
 inline constexpr double kGeluCubic = 0.044715;             // the tanh form's x^3 coefficient
+inline constexpr double k2OverSqrtPi = 1.1283791670955126;  // 2/sqrt(pi), erf's slope at 0
 
 // gelu(x) = x Phi(x) = x/2 (1 + erf(x/sqrt2)); d = Phi(x) + x phi(x)
 template <typename T>
@@ -254,6 +255,14 @@ AMPCHECK_HD T reciprocal_backward(T g, T y) {
   return g * (-y * y);
 }
 
+// erf (torch.erf, paddle.erf, ONNX Erf): d = 2/sqrt(pi) exp(-x^2), a product as PyTorch's
+// derivatives.yaml writes it (2/sqrt(pi) * exp(-x^2) * grad), so an Inf g at x = +-Inf,
+// where the slope is 0, gives Inf * 0 = NaN
+template <typename T>
+AMPCHECK_HD T erf_backward(T g, T x) {
+  return g * (T(k2OverSqrtPi) * math::exp(-(x * x)));
+}
+
 // div a / b: d b = -g a / b^2 = -g y / b
 template <typename T>
 AMPCHECK_HD T div_backward_divisor(T g, T y, T b) {
@@ -335,6 +344,8 @@ AMPCHECK_HD T masked_fill_backward(T g, T m) {
   X(pow_backward)         /* g, x; a = p, b = p - 1 */                                       \
   X(reciprocal)           /* x */                                                            \
   X(reciprocal_backward)  /* g, y */                                                         \
+  X(erf)                  /* x */                                                            \
+  X(erf_backward)         /* g, x */                                                         \
   X(clamp)                /* x; a = lo, b = hi */                                            \
   X(clamp_backward)       /* g, x; a = lo, b = hi */                                         \
   /* selection */                                                                            \
@@ -425,6 +436,8 @@ AMPCHECK_MAP1(pow, math::pow(x, a))
 AMPCHECK_MAP2(pow_backward, pow_backward(x, y, a, b))
 AMPCHECK_MAP1(reciprocal, reciprocal(x))
 AMPCHECK_MAP2(reciprocal_backward, reciprocal_backward(x, y))
+AMPCHECK_MAP1(erf, math::erf(x))
+AMPCHECK_MAP2(erf_backward, erf_backward(x, y))
 AMPCHECK_MAP1(clamp, clamp(x, a, b))
 AMPCHECK_MAP2(clamp_backward, clamp_backward(x, y, a, b))
 AMPCHECK_MAP3(where, where(x, y, z))

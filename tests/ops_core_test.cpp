@@ -3,6 +3,7 @@
 // f32 result rounded once. Independent references (plain loops in double) check values.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <new>
@@ -55,6 +56,7 @@ std::vector<Case> unary_cases() {
       u("pow_2.5", [](const Tensor& x) { return pow(x, 2.5); }, 0.1, 3),
       u("pow_-1.5", [](const Tensor& x) { return pow(x, -1.5); }, 0.1, 3),
       u("reciprocal", [](const Tensor& x) { return reciprocal(x); }, 0.2, 3),
+      u("erf", [](const Tensor& x) { return erf(x); }, -3, 3),
       u("clamp", [](const Tensor& x) { return clamp(x, -0.5, 0.7); }),
       u("add_scalar", [](const Tensor& x) { return x + 0.3; }),
       u("sub_scalar", [](const Tensor& x) { return x - 0.3; }),
@@ -234,6 +236,44 @@ TEST(OpsCore, KnownValues) {
   EXPECT_EQ(sum(m, {0}).to_f64(), (std::vector<double>{5, 7, 9}));
   EXPECT_EQ(mean(m, {1}, true).to_f64(), (std::vector<double>{2, 5}));
   EXPECT_EQ(mean(m, {1}, true).shape(), (Shape{2, 1}));
+}
+
+// erf against the tables (Abramowitz & Stegun 7.1) and std::erf in double, on several
+// shapes; its gradient against 2/sqrt(pi) exp(-x^2) written here and against finite
+// differences; the dtype it keeps and the error it gives for integers.
+TEST(OpsCore, ErfIsTheGaussErrorFunction) {
+  const Tensor known = Tensor::from(std::vector<double>{0, 1, -0.5, 2, 0.1, 3}, {6}, DType::f64);
+  const std::vector<double> table = {0, 0.8427007929497149, -0.5204998778130465,
+                                     0.9953222650189527, 0.1124629160182849, 0.9999779095030014};
+  const std::vector<double> got = erf(known).to_f64();
+  for (std::size_t i = 0; i < table.size(); ++i) EXPECT_NEAR(got[i], table[i], 1e-15) << i;
+
+  const double two_over_sqrt_pi = 2 / std::sqrt(3.14159265358979323846);
+  Generator gen(21);
+  for (const Shape& s : std::vector<Shape>{{7, 13}, {2, 3, 4}, {1}, {}, {0, 5}}) {
+    Tensor x = test::random(s, gen, -3, 3).set_requires_grad();
+    const Tensor r = test::random(s, gen);
+    const Tensor y = erf(x);
+    ASSERT_EQ(y.shape(), s);
+    const std::vector<double> xv = x.to_f64(), yv = y.to_f64(), rv = r.to_f64();
+    for (std::size_t i = 0; i < xv.size(); ++i) EXPECT_NEAR(yv[i], std::erf(xv[i]), 1e-15) << to_string(s) << " " << i;
+    sum(y * r).backward();
+    const std::vector<double> gv = x.grad().to_f64();
+    ASSERT_EQ(gv.size(), xv.size());
+    for (std::size_t i = 0; i < xv.size(); ++i) {
+      const double want = rv[i] * two_over_sqrt_pi * std::exp(-xv[i] * xv[i]);
+      EXPECT_NEAR(gv[i], want, 1e-14 * std::max(1.0, std::fabs(want))) << to_string(s) << " " << i;
+    }
+    if (numel(s) == 0) continue;
+    const auto check = test::gradcheck([](const std::vector<Tensor>& v) { return erf(v[0]); },
+                                       {test::random(s, gen, -3, 3)});
+    EXPECT_LT(check.max_rel_error, 1e-6) << to_string(s) << "\n" << check.report;
+  }
+
+  for (DType d : {DType::f32, DType::f16, DType::bf16}) EXPECT_EQ(erf(Tensor::ones({2}, d)).dtype(), d);
+  EXPECT_NE(test::error_of([] { erf(Tensor::from(std::vector<std::int64_t>{1}, {1})); })
+                .find("erf: expects a floating-point tensor"),
+            std::string::npos);
 }
 
 TEST(OpsCore, PromotesMixedDtypes) {

@@ -202,6 +202,10 @@ std::vector<MapCase> map_cases() {
        }},
       {MapFn::reciprocal, "p", {}, [](const double* v, double, double) { return 1 / v[0]; }},
       {MapFn::reciprocal_backward, "rr", {}, [](const double* v, double, double) { return -v[0] * v[1] * v[1]; }},
+      {MapFn::erf, "r", {}, [](const double* v, double, double) { return std::erf(v[0]); }},
+      {MapFn::erf_backward, "rr", {}, [](const double* v, double, double) {
+         return v[0] * 2 / std::sqrt(kPi) * std::exp(-v[1] * v[1]);
+       }},
       {MapFn::clamp, "r", {-1, 2}, [](const double* v, double a, double b) { return std::min(std::max(v[0], a), b); }},
       {MapFn::clamp_backward, "rr", {-1, 2}, [](const double* v, double a, double b) {
          return v[1] >= a && v[1] <= b ? v[0] : 0.0;
@@ -306,6 +310,7 @@ TEST(ElementwiseKernels, TheCpuKernelsCalledDirectlyAreTheOpsBitForBit) {
     EXPECT_EQ(bytes_of(pow(x, 3.0)), bytes_of(run_map(k, MapFn::pow, {3.0}, {x}, x.shape(), d))) << name(d);
     EXPECT_EQ(bytes_of(clamp(x, -1, 0.5)), bytes_of(run_map(k, MapFn::clamp, {-1, 0.5}, {x}, x.shape(), d)))
         << name(d);
+    EXPECT_EQ(bytes_of(erf(x)), bytes_of(run_map(k, MapFn::erf, {}, {x}, x.shape(), d))) << name(d);
     // a backward: silu's d x = g * s (1 + x (1 - s))
     Tensor xg = x.detach().set_requires_grad(true);
     const Tensor g = Tensor::uniform(x.shape(), gen, -1, 1, d);

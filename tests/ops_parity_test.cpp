@@ -45,7 +45,7 @@ const std::vector<Family>& families() {
       {"arithmetic",
        {Op::add, Op::sub, Op::mul, Op::div, Op::add_scalar, Op::sub_scalar, Op::mul_scalar, Op::div_scalar, Op::neg,
         Op::abs, Op::square}},
-      {"math", {Op::exp, Op::log, Op::sqrt, Op::rsqrt, Op::pow, Op::reciprocal, Op::clamp}},
+      {"math", {Op::exp, Op::log, Op::sqrt, Op::rsqrt, Op::pow, Op::reciprocal, Op::erf, Op::clamp}},
       {"reduction", {Op::sum, Op::mean, Op::max, Op::softmax, Op::log_softmax}},
       {"loss", {Op::cross_entropy, Op::mse_loss}},
       {"layer", {Op::embedding, Op::dropout}},

@@ -222,6 +222,10 @@ std::vector<Tensor> reciprocal_backward(const BackwardArgs& a) {
   return grad_from_output(a, MapFn::reciprocal_backward);
 }
 
+// erf (torch.erf, paddle.erf, ONNX Erf): d = 2/sqrt(pi) exp(-x^2), in terms of the input
+Tensor erf_forward(const ForwardArgs& a) { return unary(a, "erf", MapFn::erf); }
+std::vector<Tensor> erf_backward(const BackwardArgs& a) { return grad_from_input(a, MapFn::erf_backward); }
+
 // clamp(x, lo, hi), NaN kept; d x = lo <= x <= hi ? g : 0 (PyTorch's where(): NaN x gives 0)
 Tensor clamp_forward(const ForwardArgs& a) {
   const auto [lo, hi] = std::get<ClampParams>(a.params);
@@ -295,6 +299,7 @@ Tensor sqrt(const Tensor& x) { return call(Op::sqrt, {x}); }
 Tensor rsqrt(const Tensor& x) { return call(Op::rsqrt, {x}); }
 Tensor pow(const Tensor& x, double exponent) { return call(Op::pow, {x}, ScalarParams{exponent}); }
 Tensor reciprocal(const Tensor& x) { return call(Op::reciprocal, {x}); }
+Tensor erf(const Tensor& x) { return call(Op::erf, {x}); }
 Tensor clamp(const Tensor& x, double lo, double hi) {
   if (lo > hi)
     throw std::invalid_argument("clamp: lo " + std::to_string(lo) + " is above hi " + std::to_string(hi));

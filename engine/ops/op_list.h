@@ -48,6 +48,7 @@
   X(rsqrt, 1, fp32)                  \
   X(pow, 1, fp32)                    \
   X(reciprocal, 1, fp32)             \
+  X(erf, 1, follow)                  \
   X(clamp, 1, follow)                \
   /* reductions */                   \
   X(sum, 1, fp32)                    \

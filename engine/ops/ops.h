@@ -77,6 +77,7 @@ Tensor sqrt(const Tensor& x);
 Tensor rsqrt(const Tensor& x);
 Tensor pow(const Tensor& x, double exponent);
 Tensor reciprocal(const Tensor& x);
+Tensor erf(const Tensor& x);  // the Gauss error function (torch.erf, paddle.erf, ONNX Erf)
 Tensor clamp(const Tensor& x, double lo, double hi);  // +-inf for an open side
 
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
