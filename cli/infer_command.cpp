@@ -68,13 +68,32 @@ int run_infer(const InferOptions& o, std::ostream& out, std::ostream& err) {
   const samples::onnx_file::Graph& g = *file.onnx_graph;
   std::string data_path = o.data.empty() ? file.data.file : o.data;
   if (data_path.empty()) throw UsageError("--data: give the inputs (an .npz with the array \"input\", an .npy or a .pb)");
-  samples::Dataset data;
+  // One array per graph input: by the input's name, or for a one-input graph as training
+  // data finds it ("input", "input_0", the only array).
+  std::vector<Tensor> inputs;
   try {
-    data = samples::dataset_of(samples::read_arrays(data_path), data_path, g.inputs.empty() ? "input" : g.inputs[0].name,
-                               false);
+    const std::vector<samples::Array> arrays = samples::read_arrays(data_path);
+    if (g.inputs.size() == 1) {
+      inputs.push_back(samples::dataset_of(arrays, data_path, g.inputs[0].name, false).x);
+    } else {
+      for (std::size_t k = 0; k < g.inputs.size(); ++k) {
+        const std::string& name = g.inputs[k].name;
+        auto it = std::find_if(arrays.begin(), arrays.end(), [&](const samples::Array& a) {
+          return a.name == name || a.name == "input_" + std::to_string(k);
+        });
+        if (it == arrays.end())
+          throw std::invalid_argument(data_path + ": the model takes " + std::to_string(g.inputs.size()) +
+                                      " inputs; no array named \"" + name + "\" (or \"input_" + std::to_string(k) + "\")");
+        if (it->shape.empty() || (!inputs.empty() && it->shape[0] != inputs[0].size(0)))
+          throw std::invalid_argument(data_path + ": \"" + it->name + "\" " + to_string(it->shape) +
+                                      " needs the same leading batch dimension as the other inputs");
+        inputs.push_back(it->to_tensor());
+      }
+    }
   } catch (const std::invalid_argument& e) {
     throw UsageError(std::string("--data: ") + e.what());
   }
+  if (g.inputs.empty()) throw UsageError("--model " + o.model + ": the graph has no data input");
   const amp::AmpOptions options = amp_options(o);
   std::optional<amp::Policy> policy;
   try {
@@ -105,11 +124,13 @@ int run_infer(const InferOptions& o, std::ostream& out, std::ostream& err) {
   NoGradGuard no_grad;
   const amp::Autocast on(options.level != amp::Level::O0 ? &*policy : nullptr);
   std::vector<Tensor> parts;
-  const std::int64_t n = data.x.size(0);
+  const std::string out_name = file.output.empty() ? (g.outputs.empty() ? "?" : g.outputs[0].name) : file.output;
+  const std::int64_t n = inputs[0].size(0);
   for (std::int64_t start = 0; start < n; start += o.batch) {
-    const Tensor x = data.x.rows(start, std::min(o.batch, n - start)).to(device);
+    std::vector<Tensor> rows;
+    for (const Tensor& in : inputs) rows.push_back(in.rows(start, std::min(o.batch, n - start)).to(device));
     try {
-      parts.push_back((*model)(x).to(Device::cpu));
+      parts.push_back(samples::run_onnx(*model, rows, {out_name}).front().to(Device::cpu));
     } catch (const samples::ModelFileError& e) {
       throw UsageError(std::string("--model: ") + e.what());
     }
@@ -120,7 +141,6 @@ int run_infer(const InferOptions& o, std::ostream& out, std::ostream& err) {
   std::int64_t nonfinite = 0;
   if (!a.integer())
     for (double v : a.f) nonfinite += !std::isfinite(v);
-  const std::string out_name = file.output.empty() ? (g.outputs.empty() ? "?" : g.outputs[0].name) : file.output;
   out << fmt::format("infer: {} \"{}\" {} computed in {} at {} on {} -> {} ({}){}\n", o.model, out_name,
                      to_string(y.shape()), options.level == amp::Level::O0 ? "float32" : std::string(info(options.dtype).long_name),
                      amp::level_name(options.level), device_name(device), o.out,

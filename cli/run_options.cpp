@@ -17,6 +17,7 @@
 #include "engine/util/strings.h"  // closest
 #include "inspector/to_report.h"
 #include "reports/atomic_file.h"
+#include "samples/onnx_file.h"
 
 namespace ampcheck::cli {
 
@@ -165,6 +166,7 @@ Resolved resolve(const RunArgs& a) {
     std::ostringstream notices;
     r.options.device = resolve_device(*device, notices);
     r.device_notice = notices.str();
+    if (r.onnx && !r.onnx->check_note.empty()) r.device_notice += "ampcheck: note: " + a.model + ": " + r.onnx->check_note + "\n";
   } catch (const DeviceError& e) {
     throw UsageError(e.what());  // it names --device cuda itself
   }

@@ -224,7 +224,7 @@ void expect_readme_counts(const std::string& suite, const Row& total) {
   std::ifstream in(std::string(AMPCHECK_SOURCE_DIR) + "/README.md");
   std::stringstream s;
   s << in.rdbuf();
-  const std::regex re("([0-9]+) of the ([0-9]+) " + suite + " tests pass");
+  const std::regex re("([0-9]+)\\s+of\\s+the\\s+([0-9]+)\\s+" + suite + "\\s+tests\\s+pass");
   std::smatch m;
   const std::string text = s.str();
   ASSERT_TRUE(std::regex_search(text, m, re)) << "README.md should say \"" << total.pass << " of the " << total.tests
