@@ -21,6 +21,7 @@
 #include "cli/report_command.h"
 #include "cli/run_command.h"
 #include "cli/selftest_command.h"
+#include "samples/model_file.h"
 #include "cli/usage_error.h"
 #include "engine/dtype/convert.h"  // conversion_isa
 #include "engine/device.h"
@@ -102,6 +103,11 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
       if (c.app->parsed()) return c.run(out, err);
   } catch (const UsageError& e) {
     err << "ampcheck: " << e.what() << '\n';
+    return kUsage;
+  } catch (const samples::ModelFileError& e) {
+    // A model or its data that fails while training (a token id beyond an imported
+    // embedding's table): the user's input to fix, not ampcheck's.
+    err << "ampcheck: --model: " << e.what() << '\n';
     return kUsage;
   } catch (const OutOfMemory& e) {
     // A size the user chose (a layer, the batch, the data) that the machine cannot hold.

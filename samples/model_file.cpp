@@ -1040,7 +1040,12 @@ std::shared_ptr<nn::Module> build_onnx_model(const ModelFile& file, const Datase
     model->eval();  // no running-stat updates, no dropout, while probing
     Tensor x = probe.x;
     if (in.shape && !in.shape->empty() && (*in.shape)[0] > 0 && (*in.shape)[0] != probe.size()) x = data.x;
-    y = (*model)(x);
+    try {
+      y = (*model)(x);
+    } catch (const std::exception& e) {
+      fail(file.source, std::string(e.what()) + " (on a first batch of " + std::to_string(x.size(0)) +
+                            " rows; a size fixed at export, without dynamic_axes, would do this)");
+    }
   }
   const std::string out_name = file.output.empty() ? (g.outputs.empty() ? "" : g.outputs[0].name) : file.output;
   check_output(file, y, batch(data, 0, y.size(0) == data.size() ? data.size() : probe.size()), data, out_name);

@@ -1100,8 +1100,11 @@ void op_gather(Exec& e) {
     Array a = *e.in[1].host;
     if (!a.integer()) e.fail("indices must be integers");
     for (auto& v : a.i) {
+      const std::int64_t given = v;
       if (v < 0) v += size;
-      if (v < 0 || v >= size) e.fail("index is out of range for size " + std::to_string(size));
+      if (v < 0 || v >= size)
+        e.fail("index " + std::to_string(given) + " is out of range for the " + std::to_string(size) + " rows of \"" +
+               e.node.inputs[0] + "\" (token ids in the data must be below the vocabulary's size)");
     }
     indices = a.to_tensor().to(e.device);
   } else {

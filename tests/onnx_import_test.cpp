@@ -359,6 +359,23 @@ TEST(OnnxCli, BadModelsAndDataExitTwoNamingTheProblem) {
   r = run_cli({"run", "--model", model, "--data", mlp_data_dir(), "--loss", "hinge", "-q"});
   EXPECT_EQ(r.code, 2);
   EXPECT_TRUE(has(r.err, "unknown loss \"hinge\"")) << r.err;
+
+  // A token id beyond the embedding's table in a later batch: found mid-training, still
+  // the user's data to fix (exit 2), not an internal error.
+  OnnxBuilder e;
+  e.input("input", {-1, 2}, onnx::TensorProto::INT64).output("logits", {-1, 2});
+  e.init("emb.weight", {3, 2}, {1, 0, 0, 1, 1, 1});
+  e.node("Gather", "/emb/Gather", {"emb.weight", "input"}, {"v"});
+  auto& reduce = e.node("ReduceMean", "/ReduceMean", {"v"}, {"logits"});
+  OnnxBuilder::attr(reduce, "keepdims", std::int64_t{0});
+  OnnxBuilder::attr(reduce, "axes", std::vector<std::int64_t>{1});
+  const std::string dir = temp_path("bad_tokens");
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/input.npy", std::ios::binary) << npy_bytes(Array::ints({6, 2}, {0, 1, 2, 0, 1, 1, 2, 2, 0, 0, 7, 1}));
+  std::ofstream(dir + "/labels.npy", std::ios::binary) << npy_bytes(Array::ints({6}, {0, 1, 0, 1, 0, 1}));
+  r = run_cli({"run", "--model", e.save("tokens.onnx"), "--data", dir, "--batch", "2", "--steps", "3", "-q"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.err, "index 7 is out of range for the 3 rows of \"emb.weight\"")) << r.err;
 }
 
 TEST(OnnxCli, OpsListsTheModelsOpTypesWithTheirAmpDecisions) {
