@@ -136,6 +136,7 @@ def _torch_probes(torch) -> dict[str, Callable[[_TorchInputs], object]]:
         # ampcheck's pow is tensor ** scalar (engine/ops/ops.h: pow(x, double exponent))
         "pow": lambda m: torch.pow(m.act(4, 8, positive=True), 2.5),
         "reciprocal": lambda m: torch.reciprocal(m.act(4, 8, positive=True)),
+        "erf": lambda m: torch.erf(m.act(4, 8)),
         "clamp": lambda m: torch.clamp(m.act(4, 8), -0.25, 0.25),
         "sum": lambda m: torch.sum(m.act(4, 8)),
         "mean": lambda m: torch.mean(m.act(4, 8)),
@@ -306,6 +307,7 @@ def _paddle_calls(paddle) -> dict[str, tuple[list[str], Callable[[], object]]]:
         "rsqrt": (["rsqrt"], lambda: paddle.rsqrt(pos)),
         "pow": (["pow"], lambda: paddle.pow(pos, 2.5)),  # tensor ** scalar, as ampcheck's
         "reciprocal": (["reciprocal"], lambda: paddle.reciprocal(pos)),
+        "erf": (["erf"], lambda: paddle.erf(a)),
         "clamp": (["clip"], lambda: paddle.clip(a, -0.25, 0.25)),
         "sum": (["reduce_sum"], lambda: paddle.sum(a)),
         "mean": (["reduce_mean"], lambda: paddle.mean(a)),
