@@ -22,7 +22,8 @@
 # folder), OUT_DIR (default bench/results), BENCH_STEPS (steps per timing, default 30),
 # SAMPLES (default: every sample), BENCH_SAMPLES (the samples timed; default SAMPLES),
 # SKIP_CTEST=1 (to iterate on the later parts), FULL_CTEST=1 (every test, not only the GPU
-# ones), RUN_JOBS (sample runs at once, default 8).
+# ones), RUN_JOBS (sample runs at once, default 8), ONNX_MODELS (a folder bench/onnx/export.py
+# wrote: its models' forward on the GPU against PyTorch's outputs).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
@@ -271,6 +272,45 @@ if os.access(inspector_bench, os.X_OK):
                 else (r.stderr.strip().splitlines() or ["?"])[-1]}
     print("inspector overhead:\n" + overhead["summary"], flush=True)
 
+# ---- 8. ONNX models on the GPU (ONNX_MODELS: the folder bench/onnx/export.py wrote, carried
+# or exported on this machine): `ampcheck infer --device cuda` against PyTorch's f32 outputs
+# (the bench's 1e-4 relative), and its O2 forward beside the CPU's O2 (the same fp16 rounding
+# points, GEMM accumulation orders apart).
+onnx_rows = []
+models_dir = os.environ.get("ONNX_MODELS", "")
+if models_dir:
+    import glob
+    try:
+        import numpy as np
+    except ImportError:
+        np = None
+        problems.append("ONNX: numpy is missing, the outputs cannot be compared")
+    for model in sorted(glob.glob(os.path.join(models_dir, "*.onnx"))) if np else []:
+        name = os.path.basename(model)[:-len(".onnx")]
+        data, ref = os.path.join(models_dir, name + ".eval.npz"), os.path.join(models_dir, name + ".ref.npy")
+        if not (os.path.exists(data) and os.path.exists(ref)):
+            continue
+        row, outs = {"model": name}, {}
+        for device, level in (("cuda", "O0"), ("cuda", "O2"), ("cpu", "O2")):
+            out = os.path.join(work, f"{name}.{device}.{level}.npy")
+            r = run(["infer", "--model", model, "--data", data, "--out", out, "--device", device, "--level", level, "--quiet"])
+            if r.returncode != 0:
+                row[f"{device}_{level}_error"] = (r.stderr.strip().splitlines() or ["(no message)"])[-1]
+                continue
+            outs[(device, level)] = np.load(out).astype(np.float64)
+        want = np.load(ref).astype(np.float64)
+        rel = lambda a, b: float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30))
+        if ("cuda", "O0") in outs:
+            row["cuda_f32_vs_torch"] = rel(outs[("cuda", "O0")], want)
+            if row["cuda_f32_vs_torch"] >= 1e-4:
+                problems.append(f"ONNX {name}: ampcheck infer --device cuda differs from PyTorch by {row['cuda_f32_vs_torch']:.3g} (>= 1e-4)")
+        if ("cuda", "O2") in outs and ("cpu", "O2") in outs:
+            row["cuda_o2_vs_cpu_o2"] = rel(outs[("cuda", "O2")], outs[("cpu", "O2")])
+            row["cuda_o2_vs_torch_f32"] = rel(outs[("cuda", "O2")], want)
+        problems += [f"ONNX {name}: {k[:-6]}: {v}" for k, v in row.items() if k.endswith("_error")]
+        onnx_rows.append(row)
+        print("onnx: " + json.dumps(row), flush=True)
+
 # ---- the results files
 doctor = json.load(open(f"{work}/doctor.json"))
 gpu = doctor["cuda"]["gpus"][0]
@@ -309,7 +349,7 @@ doc = {"ampcheck_gpu_check": 1, "date": date, "gpu": gpu, "cpu": doctor["cpu"]["
                  "ampcheck's bench/peer_step worker (the step of `run --inspect off`), PyTorch's step of the same model",
                  "torch_note": torch_note,
                  "rows": bench},
-       "cupti": cupti, "inspector_overhead": overhead, "problems": problems}
+       "cupti": cupti, "inspector_overhead": overhead, "onnx": onnx_rows, "problems": problems}
 
 
 def num(v):
@@ -365,6 +405,12 @@ if cupti.get("counts"):
     md += ["", "Kernel check findings:", ""] + [f"- {f}" for f in cupti.get("findings", [])] + ([] if cupti.get("findings") else ["- none"])
 if overhead:
     md += ["", "## Inspector overhead on the GPU (CUPTI off and on)", "", "```", overhead.get("summary", ""), "```"]
+if onnx_rows:
+    fmt3 = lambda v: f"{v:.3g}" if isinstance(v, float) else "-"
+    md += ["", "## ONNX models on the GPU (`ampcheck infer`; max relative error)", "",
+           "| model | cuda f32 vs PyTorch f32 | cuda O2 vs cpu O2 | cuda O2 vs PyTorch f32 |", "|---|---:|---:|---:|"]
+    md += [f"| {r['model']} | {fmt3(r.get('cuda_f32_vs_torch'))} | {fmt3(r.get('cuda_o2_vs_cpu_o2'))} | "
+           f"{fmt3(r.get('cuda_o2_vs_torch_f32'))} |" for r in onnx_rows]
 errors = [f"- {r['sample']} {k[:-6]}: {v}" for r in bench for k, v in r.items() if k.endswith("_error")]
 if errors:
     md += ["", "Errors:", ""] + errors
