@@ -128,9 +128,12 @@ class Scope : public nn::Module {
  public:
   explicit Scope(std::string type) : nn::Module(std::move(type)) {}
   Tensor forward(const Tensor&) override { throw std::logic_error("an ONNX scope module is not called itself"); }
-  Scope* child(const std::string& name) {
+  // `type` names the layer a scope is ("LayerNorm", "BatchNorm2d": AMP O2 keeps their
+  // parameters fp32, as decorate does for the framework's norm layers), given when the
+  // scope is created.
+  Scope* child(const std::string& name, const std::string& type = "Module") {
     auto& c = children_[name];
-    if (!c) c = register_module(name, std::make_shared<Scope>("Module"));
+    if (!c) c = register_module(name, std::make_shared<Scope>(type));
     return c.get();
   }
   Tensor add_parameter(const std::string& name, Tensor t) { return register_parameter(name, std::move(t)); }
@@ -255,6 +258,7 @@ class OnnxModel : public Scope {
   std::unordered_map<std::string, Value> base_;  // initializers: parameters, buffers, constants
   std::set<std::string> consumed_;
   std::set<const Array*> fixed_;  // host arrays that never change (their tensors are cached)
+  std::map<std::string, std::string> layer_types_;  // module path -> the layer it is
   std::map<std::pair<const Array*, Device>, Tensor> cache_;
   Generator gen_;
 };
@@ -1416,6 +1420,16 @@ OnnxModel::OnnxModel(std::shared_ptr<const Graph> g, std::string output, std::ui
   consumed_.insert(output_);
   for (const auto& o : graph.outputs) consumed_.insert(o.name);
 
+  // The layers the modules are, from the op that reads their weights: normalisation
+  // layers keep fp32 parameters at O2 (amp::decorate's keep_norm_fp32).
+  for (const Node& n : graph.nodes) {
+    const char* type = n.op_type == "BatchNormalization"   ? "BatchNorm2d"
+                       : n.op_type == "LayerNormalization" ? "LayerNorm"
+                       : n.op_type == "Conv"               ? "Conv2d"
+                       : n.op_type == "Gemm"               ? "Linear"
+                                                           : nullptr;
+    if (type) layer_types_.emplace(module_path_of(graph, n), type);
+  }
   // Parameters and buffers in the modules their names give; constants stay on the host.
   for (const std::string& name : graph.initializer_order) {
     const Array& a = graph.initializers.at(name);
@@ -1455,7 +1469,8 @@ Scope* OnnxModel::scope_for(const std::string& path) {
   while (at < path.size()) {
     const std::size_t dot = path.find('.', at);
     const std::string part = path.substr(at, dot == std::string::npos ? std::string::npos : dot - at);
-    s = s->child(part);
+    const auto type = layer_types_.find(path.substr(0, dot));
+    s = s->child(part, type == layer_types_.end() ? "Module" : type->second);
     if (dot == std::string::npos) break;
     at = dot + 1;
   }

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "cli_harness.h"
+#include "engine/amp/decorate.h"
 #include "engine/autograd.h"
 #include "onnx_builder.h"
 #include "samples/arrays.h"
@@ -271,6 +272,14 @@ TEST(OnnxImport, TrainingBatchNormUpdatesRunningStatisticsAsPyTorch) {
   EXPECT_NEAR(mean[1], 0.9 * -1 + 0.1 * 0, 1e-6);
   EXPECT_NEAR(var[0], 0.9 * 2 + 0.1 * 4, 1e-6);  // the unbiased batch variance, as PyTorch
   EXPECT_NEAR(var[1], 0.9 * 1 + 0.1 * 4, 1e-6);
+  {
+    // At O2 the norm layer keeps fp32 parameters, as decorate keeps PyTorch's and Paddle's.
+    auto o2 = build_onnx(graph_of(b.save("bn_o2.onnx")), "", 0);
+    amp::AmpOptions options;
+    options.level = amp::Level::O2;
+    amp::decorate(*o2, nullptr, options);
+    for (const auto& [name, t] : o2->named_parameters()) EXPECT_EQ(t.dtype(), DType::f32) << name;
+  }
   model->eval();  // the running statistics now
   const std::vector<double> e = (*model)(Tensor::from(std::vector<double>{1, 2}, {1, 2})).to_f64();
   EXPECT_NEAR(e[0], (1 - mean[0]) / std::sqrt(var[0] + 1e-5), 1e-5);
