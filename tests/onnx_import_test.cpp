@@ -517,3 +517,42 @@ TEST(OnnxDocs, ListEverySupportedOpTypeAndRunTheModelFileExample) {
 
 }  // namespace
 }  // namespace ampcheck::samples
+
+namespace ampcheck::samples {
+namespace {
+
+// Models torch.onnx.export wrote (samples/onnx/, from bench/onnx/export.py: a BERT-style and
+// a GPT-2-style block with PyTorch's own names, folded constants, Erf-GELU, tanh-GELU, a
+// causal Where mask and a Split; an MLP): ampcheck's forward against PyTorch's own f32
+// outputs, within the benchmark's 1e-4 relative.
+TEST(OnnxPytorchExports, ForwardMatchesPytorchsOutputs) {
+  const std::string dir = std::string(AMPCHECK_SOURCE_DIR) + "/samples/onnx/";
+  for (const char* name : {"bert_block", "gpt2_block", "overflow_mlp"}) {
+    const auto g = graph_of(dir + name + ".onnx");
+    EXPECT_EQ(producer_framework(*g), "pytorch");
+    auto model = build_onnx(g, "", 0);
+    model->eval();
+    NoGradGuard no_grad;
+    const Tensor x = dataset_of(read_arrays(dir + name + ".eval.npz"), name, "input", false).x;
+    const std::vector<double> got = (*model)(x).to_f64();
+    const Array want = read_npy(dir + name + ".ref.npy");
+    ASSERT_EQ(got.size(), want.f.size()) << name;
+    double worst = 0, scale = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      worst = std::max(worst, std::fabs(got[i] - want.f[i]));
+      scale = std::max(scale, std::fabs(want.f[i]));
+    }
+    EXPECT_LT(worst / scale, 1e-4) << name;
+  }
+}
+
+TEST(OnnxPytorchExports, NamesAreTheModulesOfThePytorchModel) {
+  const auto g = graph_of(std::string(AMPCHECK_SOURCE_DIR) + "/samples/onnx/bert_block.onnx");
+  std::set<std::string> modules;
+  for (const auto& n : g->nodes) modules.insert(module_path_of(*g, n));
+  for (const char* m : {"attn.q", "attn.k", "attn.v", "attn.out", "ffn.0", "ffn.2", "tok_emb", "emb_norm"})
+    EXPECT_TRUE(modules.count(m)) << m;
+}
+
+}  // namespace
+}  // namespace ampcheck::samples
