@@ -31,7 +31,9 @@ fi
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 
 models=${ONNX_MODELS_DIR:-$(mktemp -d /tmp/onnx-models.XXXXXX)}
-"$venv/bin/python" "$root/bench/onnx/export.py" --out "$models"
+# BatchNormalization kept (not folded into the convolutions), so that training runs it in
+# training mode with its running statistics, as PyTorch does.
+"$venv/bin/python" "$root/bench/onnx/export.py" --out "$models" --bn preserve
 
 # The machine in the file name as the other results name it: "AMD EPYC 7B13" -> cpu-amd-epyc-7b13.
 cpu=$(grep -m1 -iE '^(model name|hardware|cpu model)' /proc/cpuinfo 2> /dev/null | cut -d: -f2- || true)
