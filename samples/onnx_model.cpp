@@ -367,8 +367,8 @@ void host_unary_op(Exec& e) {
     for (auto& v : o.i) v = v == 0;
     return e.set(0, std::move(o));
   }
-  if (a.integer() && (op == "Neg" || op == "Abs" || op == "Identity" || op == "Floor" || op == "Ceil")) {
-    for (auto& v : o.i) v = op == "Neg" ? -v : op == "Abs" ? std::abs(v) : v;
+  if (a.integer() && (op == "Neg" || op == "Abs" || op == "Identity" || op == "Floor" || op == "Ceil" || op == "Sign")) {
+    for (auto& v : o.i) v = op == "Neg" ? -v : op == "Abs" ? std::abs(v) : op == "Sign" ? (v > 0) - (v < 0) : v;
     return e.set(0, std::move(o));
   }
   if (a.integer()) e.fail(op + " of an integer tensor is not supported");
@@ -382,6 +382,9 @@ void host_unary_op(Exec& e) {
     else if (op == "Floor") v = std::floor(v);
     else if (op == "Ceil") v = std::ceil(v);
     else if (op == "Erf") v = std::erf(v);
+    else if (op == "Sin") v = std::sin(v);
+    else if (op == "Cos") v = std::cos(v);
+    else if (op == "Sign") v = v > 0 ? 1 : v < 0 ? -1 : v;
     else if (op == "Relu") v = v > 0 ? v : 0;
     else if (op == "Sigmoid") v = 1 / (1 + std::exp(-v));
     else if (op == "Tanh") v = std::tanh(v);
@@ -610,8 +613,8 @@ std::vector<SliceAxis> slice_axes(const Exec& e, const Shape& shape) {
     ends = e.attr_ints("ends").value_or(std::vector<std::int64_t>{});
     axes = e.attr_ints("axes").value_or(std::vector<std::int64_t>{});
   } else {
-    starts = *e.ints_from("starts", 1, 10);
-    ends = *e.ints_from("ends", 2, 10);
+    starts = e.ints_from("starts", 1, 10).value_or(std::vector<std::int64_t>{});
+    ends = e.ints_from("ends", 2, 10).value_or(std::vector<std::int64_t>{});
     if (auto a = e.ints_from("axes", 3, 10)) axes = *a;
     if (auto s = e.ints_from("steps", 4, 10)) steps = *s;
   }
@@ -1023,8 +1026,275 @@ void op_reduce(Exec& e) {
   }
   for (auto& a : *axes) a = norm_axis(a, x.dim(), "axis");
   const std::string& op = e.node.op_type;
-  Tensor y = op == "ReduceSum" ? sum(x, *axes, keep) : op == "ReduceMean" ? mean(x, *axes, keep) : max(x, *axes, keep);
+  Tensor y;
+  if (op == "ReduceSum") y = sum(x, *axes, keep);
+  else if (op == "ReduceMean") y = mean(x, *axes, keep);
+  else if (op == "ReduceMax") y = max(x, *axes, keep);
+  else if (op == "ReduceMin") y = neg(max(neg(x), *axes, keep));
+  else if (op == "ReduceSumSquare") y = sum(square(x), *axes, keep);
+  else if (op == "ReduceL1") y = sum(abs(x), *axes, keep);
+  else if (op == "ReduceL2") y = sqrt(sum(square(x), *axes, keep));
+  else {  // ReduceLogSumExp, shifted by the maximum (whose gradient cancels)
+    const Tensor m = max(x, *axes, true);
+    y = add(log(sum(exp(sub(x, m)), *axes, true)), m);
+    if (!keep) {
+      Shape shape;
+      for (std::int64_t d = 0; d < y.dim(); ++d)
+        if (std::find(axes->begin(), axes->end(), d) == axes->end()) shape.push_back(y.size(d));
+      y = reshape(y, shape);
+    }
+  }
   e.set(0, y);
+}
+
+// ---- activations composed of registry ops (value and gradient as the framework's) ----
+
+// relu(x) - a relu(-x): x where x > 0, a x elsewhere (LeakyRelu, PRelu)
+Tensor leaky(const Tensor& x, const Tensor& slope, double alpha) {
+  const Tensor negative = relu(neg(x));
+  return sub(relu(x), slope.defined() ? mul(slope, negative) : mul(negative, alpha));
+}
+
+// relu(x) + alpha (exp(min(x, 0) / beta) - 1): Elu (beta 1), Celu (beta alpha)
+Tensor exponential_linear(const Tensor& x, double alpha, double beta) {
+  Tensor low = neg(relu(neg(x)));  // min(x, 0)
+  if (beta != 1) low = div(low, beta);
+  return add(relu(x), mul(sub(exp(low), 1.0), alpha));
+}
+
+void op_activation(Exec& e) {
+  const std::string& op = e.node.op_type;
+  const Tensor x = e.tensor(0);
+  if (op == "LeakyRelu") return e.set(0, leaky(x, Tensor(), e.attr_f("alpha", 0.01)));
+  if (op == "PRelu") {
+    Tensor slope = e.tensor(1);
+    // Before opset 7 a 1-D slope of C values is per channel (dim 1); since, it broadcasts.
+    if (e.node.opset < 7 && slope.dim() == 1 && x.dim() > 2 && slope.size(0) == x.size(1) && slope.size(0) != x.size(-1)) {
+      Shape per_channel = {slope.size(0)};
+      for (std::int64_t d = 2; d < x.dim(); ++d) per_channel.push_back(1);
+      slope = reshape(slope, per_channel);
+    }
+    return e.set(0, leaky(x, slope, 0));
+  }
+  if (op == "Elu") return e.set(0, exponential_linear(x, e.attr_f("alpha", 1), 1));
+  if (op == "Celu") {
+    const double alpha = e.attr_f("alpha", 1);
+    return e.set(0, exponential_linear(x, alpha, alpha));
+  }
+  if (op == "Selu")
+    return e.set(0, mul(exponential_linear(x, e.attr_f("alpha", 1.67326319217681884765625), 1),
+                        e.attr_f("gamma", 1.05070102214813232421875)));
+  if (op == "Softplus")  // relu(x) + log(1 + exp(-|x|)): no overflow for large x
+    return e.set(0, add(relu(x), log(add(exp(neg(abs(x))), 1.0))));
+  if (op == "Softsign") return e.set(0, div(x, add(abs(x), 1.0)));
+  e.fail("no composition");
+}
+
+// Sum and Mean of any number of inputs (broadcasting).
+void op_variadic(Exec& e) {
+  Tensor acc;
+  std::int64_t n = 0;
+  for (std::size_t k = 0; k < e.in.size(); ++k)
+    if (e.has(k)) {
+      acc = acc.defined() ? add(acc, e.tensor(k)) : e.tensor(k);
+      ++n;
+    }
+  if (!acc.defined()) e.fail("no inputs");
+  e.set(0, e.node.op_type == "Mean" && n > 1 ? div(acc, static_cast<double>(n)) : acc);
+}
+
+void host_variadic(Exec& e) {
+  Array acc = e.host(0, "data_0");
+  std::int64_t n = 1;
+  for (std::size_t k = 1; k < e.in.size(); ++k)
+    if (e.has(k)) {
+      acc = host_binary(e, acc, e.host(k, "data"), "Add");
+      ++n;
+    }
+  if (e.node.op_type == "Mean" && n > 1) acc = host_binary(e, acc, Array::floats({}, {static_cast<double>(n)}), "Div");
+  e.set(0, std::move(acc));
+}
+
+void op_instance_norm(Exec& e) {
+  const Tensor x = e.tensor(0);
+  if (x.dim() < 3) e.fail("takes [N, C, ...], got " + to_string(x.shape()));
+  std::vector<std::int64_t> dims;
+  for (std::int64_t d = 2; d < x.dim(); ++d) dims.push_back(d);
+  const Tensor m = mean(x, dims, true);
+  const Tensor centred = sub(x, m);
+  const Tensor normed = mul(centred, rsqrt(add(mean(square(centred), dims, true), e.attr_f("epsilon", 1e-5))));
+  Shape per_channel = {x.size(1)};
+  for (std::int64_t d = 2; d < x.dim(); ++d) per_channel.push_back(1);
+  e.set(0, add(mul(normed, reshape(e.tensor(1), per_channel)), reshape(e.tensor(2), per_channel)));
+}
+
+// Pad: constant (any value), reflect and edge, per axis; negative pads crop.
+void op_pad(Exec& e) {
+  Tensor x = e.tensor(0);
+  const std::string mode = e.attr_s("mode", "constant");
+  if (mode != "constant" && mode != "reflect" && mode != "edge") e.fail("mode " + mode + " is not supported");
+  std::vector<std::int64_t> pads;
+  double value = 0;
+  if (e.node.opset < 11) {
+    pads = e.attr_ints("pads").value_or(std::vector<std::int64_t>{});
+    value = e.attr_f("value", 0);
+  } else {
+    pads = e.ints_from("pads", 1, 11).value_or(std::vector<std::int64_t>{});
+    if (e.has(2) && e.host(2, "constant_value").numel() > 0) value = e.host(2, "constant_value").at(0);
+  }
+  const auto rank = x.dim();
+  std::vector<std::int64_t> axes;
+  if (e.node.opset >= 18 && e.has(3)) {
+    const std::vector<std::int64_t> given = e.ints_from("axes", 3, 18).value_or(std::vector<std::int64_t>{});
+    for (std::int64_t a : given) axes.push_back(norm_axis(a, rank, "axis"));
+  } else {
+    for (std::int64_t d = 0; d < rank; ++d) axes.push_back(d);
+  }
+  if (pads.size() != 2 * axes.size()) e.fail("pads has " + std::to_string(pads.size()) + " values for " + std::to_string(axes.size()) + " axes");
+  for (std::size_t k = 0; k < axes.size(); ++k) {
+    const std::int64_t axis = axes[k];
+    std::int64_t before = pads[k], after = pads[k + axes.size()];
+    if (before < 0 || after < 0) {  // crop first
+      const std::int64_t size = x.size(axis);
+      x = slice(x, axis, std::max<std::int64_t>(0, -before), size - std::max<std::int64_t>(0, -after));
+      before = std::max<std::int64_t>(0, before);
+      after = std::max<std::int64_t>(0, after);
+    }
+    if (before == 0 && after == 0) continue;
+    const std::int64_t size = x.size(axis);
+    std::vector<Tensor> parts;
+    auto fill = [&](std::int64_t n) {
+      Shape s = x.shape();
+      s[static_cast<std::size_t>(axis)] = n;
+      return Tensor::full(s, value, x.dtype(), x.device());
+    };
+    auto row = [&](std::int64_t i) { return slice(x, axis, i, i + 1); };
+    if (mode == "reflect" && (before >= size || after >= size))
+      e.fail("reflect padding of " + std::to_string(std::max(before, after)) + " needs more than " + std::to_string(size) + " elements");
+    if (before > 0) {
+      if (mode == "constant") parts.push_back(fill(before));
+      else
+        for (std::int64_t i = before; i >= 1; --i) parts.push_back(row(mode == "reflect" ? i : 0));
+    }
+    parts.push_back(x);
+    if (after > 0) {
+      if (mode == "constant") parts.push_back(fill(after));
+      else
+        for (std::int64_t i = 1; i <= after; ++i) parts.push_back(row(mode == "reflect" ? size - 1 - i : size - 1));
+    }
+    x = concat(parts, axis);
+  }
+  e.set(0, x);
+}
+
+void op_tile(Exec& e) {
+  Tensor x = e.tensor(0);
+  const Array& r = e.host(1, "repeats");
+  if (r.numel() != x.dim()) e.fail("repeats has " + std::to_string(r.numel()) + " values for rank " + std::to_string(x.dim()));
+  for (std::int64_t d = 0; d < x.dim(); ++d) {
+    const std::int64_t n = r.int_at(d);
+    if (n < 0) e.fail("a negative repeat");
+    if (n == 1) continue;
+    x = n == 0 ? slice(x, d, 0, 0) : concat(std::vector<Tensor>(static_cast<std::size_t>(n), x), d);
+  }
+  e.set(0, x);
+}
+
+// Resize and Upsample, mode nearest with whole scale factors: each element repeated along
+// each axis (a broadcast add of zeros, whose gradient sums the copies).
+void op_resize(Exec& e) {
+  Tensor x = e.tensor(0);
+  const std::string mode = e.attr_s("mode", "nearest");
+  if (mode != "nearest")
+    e.fail("mode " + mode + " is not supported (nearest with whole scale factors is: F.interpolate(mode='nearest'))");
+  std::vector<double> scales;
+  if (e.node.op_type == "Upsample") {
+    if (e.node.opset < 9) {
+      const Attribute* a = e.attr("scales");
+      if (!a) e.fail("scales are missing");
+      scales = a->floats;
+    } else {
+      const Array& s = e.host(1, "scales");
+      for (std::int64_t k = 0; k < s.numel(); ++k) scales.push_back(s.at(k));
+    }
+  } else {
+    // Whole factors repeat each element exactly when the sampling position rounds back to
+    // floor(i / s): asymmetric with floor (F.interpolate's nearest), or half-pixel with
+    // either round mode (its positions are never halfway).
+    const std::string coords = e.attr_s("coordinate_transformation_mode", "half_pixel");
+    const std::string rounding = e.attr_s("nearest_mode", "round_prefer_floor");
+    const bool repeats = coords == "asymmetric" ? rounding == "floor"
+                         : coords == "half_pixel" || coords == "pytorch_half_pixel"
+                             ? rounding == "round_prefer_floor" || rounding == "round_prefer_ceil"
+                             : false;
+    if (!repeats)
+      e.fail("coordinate_transformation_mode " + coords + " with nearest_mode " + rounding +
+             " is not supported (asymmetric with floor, and half_pixel with rounding, are)");
+    const std::size_t scales_at = e.node.opset < 11 ? 1 : 2;
+    if (e.has(scales_at) && e.host(scales_at, "scales").numel() > 0) {
+      const Array& s = e.host(scales_at, "scales");
+      for (std::int64_t k = 0; k < s.numel(); ++k) scales.push_back(s.at(k));
+    } else if (e.has(3)) {
+      const Array& sizes = e.host(3, "sizes");
+      for (std::int64_t k = 0; k < sizes.numel(); ++k)
+        scales.push_back(static_cast<double>(sizes.int_at(k)) / static_cast<double>(x.size(k)));
+    }
+  }
+  if (static_cast<std::int64_t>(scales.size()) != x.dim()) e.fail("scales or sizes do not match the input's rank");
+  for (std::int64_t d = 0; d < x.dim(); ++d) {
+    const double s = scales[static_cast<std::size_t>(d)];
+    const auto n = static_cast<std::int64_t>(std::llround(s));
+    if (n < 1 || std::fabs(s - static_cast<double>(n)) > 1e-9)
+      e.fail("scale " + std::to_string(s) + " is not supported: nearest resizing by whole factors only");
+    if (n == 1) continue;
+    Shape split = x.shape(), repeated = x.shape(), merged = x.shape();
+    split.insert(split.begin() + d + 1, 1);
+    repeated.insert(repeated.begin() + d + 1, n);
+    merged[static_cast<std::size_t>(d)] *= n;
+    x = reshape(add(reshape(x, split), Tensor::zeros(repeated, x.dtype(), x.device())), merged);
+  }
+  e.set(0, x);
+}
+
+// Trilu and CumSum on the host (masks and position ids).
+void host_trilu(Exec& e) {
+  Array a = e.host(0, "input");
+  if (a.shape.size() < 2) e.fail("takes at least 2 dims");
+  const std::int64_t k = e.has(1) ? e.host(1, "k").int_at(0) : 0;
+  const bool upper = e.attr_i("upper", 1) != 0;
+  const std::int64_t rows = a.shape[a.shape.size() - 2], cols = a.shape.back();
+  for (std::int64_t i = 0; i < a.numel(); ++i) {
+    const std::int64_t c = i % cols, r = (i / cols) % rows;
+    const bool keep = upper ? c - r >= k : c - r <= k;
+    if (keep) continue;
+    if (a.integer()) a.i[static_cast<std::size_t>(i)] = 0;
+    else a.f[static_cast<std::size_t>(i)] = 0;
+  }
+  e.set(0, std::move(a));
+}
+
+void host_cumsum(Exec& e) {
+  Array a = e.host(0, "x");
+  const auto rank = static_cast<std::int64_t>(a.shape.size());
+  const std::int64_t axis = norm_axis(e.host(1, "axis").int_at(0), rank, "axis");
+  const bool exclusive = e.attr_i("exclusive", 0) != 0, reverse = e.attr_i("reverse", 0) != 0;
+  const Shape st = strides_of(a.shape);
+  const std::int64_t size = a.shape[static_cast<std::size_t>(axis)], stride = st[static_cast<std::size_t>(axis)];
+  const Array src = a;
+  for (std::int64_t i = 0; i < a.numel(); ++i) {
+    const std::int64_t pos = (i / stride) % size, base = i - pos * stride;
+    double f = 0;
+    std::int64_t n = 0;
+    for (std::int64_t j = 0; j < size; ++j) {
+      const bool in = reverse ? (exclusive ? j > pos : j >= pos) : (exclusive ? j < pos : j <= pos);
+      if (!in) continue;
+      if (a.integer()) n += src.i[static_cast<std::size_t>(base + j * stride)];
+      else f += src.f[static_cast<std::size_t>(base + j * stride)];
+    }
+    if (a.integer()) a.i[static_cast<std::size_t>(i)] = n;
+    else a.f[static_cast<std::size_t>(i)] = a.dtype == DType::f32 ? static_cast<double>(static_cast<float>(f)) : f;
+  }
+  e.set(0, std::move(a));
 }
 
 void op_reshape_like(Exec& e) {
@@ -1210,13 +1480,17 @@ const std::vector<OpDef>& op_table() {
         {{"BatchNormalization", {"batch_norm"}, "batch statistics and running-stat updates when training (PyTorch momentum = 1 - ONNX momentum), running statistics in eval"}, op_batch_norm, nullptr},
         {{"Cast", {"cast"}, "between float types; integer and bool casts on the host"}, op_cast, host_cast_op},
         {{"Ceil", {}, "on constants and shapes (host)"}, HOST_ONLY, host_unary_op},
+        {{"Celu", {"neg", "relu", "div_scalar", "exp", "sub_scalar", "mul_scalar", "add"}, "alpha; composed of registry ops"}, op_activation, nullptr},
         {{"Clip", {"clamp"}, "constant min and max (ReLU6)"}, op_clip, nullptr},
         {{"Concat", {"concat"}, "any axis"}, op_concat, host_concat},
         {{"Constant", {}, "tensor, float(s) and int(s) values (host)"}, HOST_ONLY, op_constant},
         {{"ConstantOfShape", {}, "host"}, HOST_ONLY, op_constant_of_shape},
+        {{"Cos", {}, "on constants (host: positional encodings)"}, HOST_ONLY, host_unary_op},
+        {{"CumSum", {}, "exclusive, reverse; on constants and shapes (host: position ids)"}, HOST_ONLY, host_cumsum},
         {{"Conv", {"conv2d"}, "2-D and 1-D, groups, dilations, strides, symmetric pads"}, op_conv, nullptr},
         {{"Div", {"div", "div_scalar", "reciprocal"}, "broadcasting; x / constant runs as div_scalar, constant / x as reciprocal"}, op_binary, host_binary_op},
         {{"Dropout", {"dropout"}, "ratio and training_mode; identity in eval"}, op_dropout, op_identity},
+        {{"Elu", {"neg", "relu", "exp", "sub_scalar", "mul_scalar", "add"}, "alpha; composed of registry ops"}, op_activation, nullptr},
         {{"Equal", {}, "on constants and shapes (host)"}, HOST_ONLY, host_binary_op},
         {{"Erf", {"erf"}, "elementwise"}, op_unary, host_unary_op},
         {{"Exp", {"exp"}, "elementwise"}, op_unary, host_unary_op},
@@ -1233,6 +1507,8 @@ const std::vector<OpDef>& op_table() {
         {{"HardSigmoid", {"hardsigmoid"}, "alpha 1/6, beta 0.5 as hardsigmoid; other alpha, beta as mul, add, clamp"}, op_hard_sigmoid, nullptr},
         {{"HardSwish", {"hardswish"}, "elementwise"}, op_unary, nullptr},
         {{"Identity", {}, "passes its input on"}, op_identity, op_identity},
+        {{"InstanceNormalization", {"mean", "sub", "square", "add_scalar", "rsqrt", "mul", "reshape", "add"}, "over the spatial dims, per sample and channel; composed of registry ops"}, op_instance_norm, nullptr},
+        {{"LeakyRelu", {"relu", "neg", "mul_scalar", "sub"}, "alpha; relu(x) - alpha relu(-x)"}, op_activation, nullptr},
         {{"LayerNormalization", {"layer_norm"}, "any axis (normalised over the trailing dims), scale and optional bias"}, op_layer_norm, nullptr},
         {{"Less", {}, "on constants and shapes (host)"}, HOST_ONLY, host_binary_op},
         {{"LessOrEqual", {}, "on constants and shapes (host)"}, HOST_ONLY, host_binary_op},
@@ -1240,6 +1516,7 @@ const std::vector<OpDef>& op_table() {
         {{"LogSoftmax", {"log_softmax"}, "any axis (opset < 13: the 2-D coercion)"}, op_softmax, nullptr},
         {{"MatMul", {"matmul"}, "numpy.matmul semantics, batched"}, op_matmul, nullptr},
         {{"Max", {}, "any number of inputs, on constants and shapes (host)"}, HOST_ONLY, host_binary_op},
+        {{"Mean", {"add", "div_scalar"}, "any number of inputs, broadcasting"}, op_variadic, host_variadic},
         {{"MaxPool", {"max_pool2d"}, "2-D and 1-D, symmetric pads, ceil_mode 0, no dilation"}, op_pool, nullptr},
         {{"Min", {}, "any number of inputs, on constants and shapes (host)"}, HOST_ONLY, host_binary_op},
         {{"Mod", {}, "fmod 0 and 1, on constants and shapes (host)"}, HOST_ONLY, host_binary_op},
@@ -1247,26 +1524,43 @@ const std::vector<OpDef>& op_table() {
         {{"Neg", {"neg"}, "elementwise"}, op_unary, host_unary_op},
         {{"Not", {}, "on constants and shapes (host)"}, HOST_ONLY, host_unary_op},
         {{"Or", {}, "on constants and shapes (host)"}, HOST_ONLY, host_binary_op},
+        {{"PRelu", {"relu", "neg", "mul", "sub"}, "a learnt slope (broadcast); relu(x) - slope relu(-x)"}, op_activation, nullptr},
+        {{"Pad", {"concat", "slice"}, "constant (any value), reflect and edge; negative pads crop"}, op_pad, nullptr},
         {{"Pow", {"pow"}, "a constant one-element exponent"}, op_pow, host_binary_op},
         {{"Range", {}, "host"}, HOST_ONLY, op_range},
         {{"Reciprocal", {"reciprocal"}, "elementwise"}, op_unary, host_unary_op},
+        {{"ReduceL1", {"abs", "sum"}, "axes, keepdims"}, op_reduce, nullptr},
+        {{"ReduceL2", {"square", "sum", "sqrt"}, "axes, keepdims"}, op_reduce, nullptr},
+        {{"ReduceLogSumExp", {"max", "sub", "exp", "sum", "log", "add"}, "axes, keepdims; shifted by the maximum"}, op_reduce, nullptr},
         {{"ReduceMax", {"max"}, "axes, keepdims"}, op_reduce, nullptr},
         {{"ReduceMean", {"mean"}, "axes (attribute before opset 18, input since), keepdims, noop_with_empty_axes"}, op_reduce, nullptr},
+        {{"ReduceMin", {"neg", "max"}, "axes, keepdims"}, op_reduce, nullptr},
         {{"ReduceSum", {"sum"}, "axes (attribute before opset 13, input since), keepdims, noop_with_empty_axes"}, op_reduce, nullptr},
         {{"Relu", {"relu"}, "elementwise"}, op_unary, host_unary_op},
+        {{"ReduceSumSquare", {"square", "sum"}, "axes, keepdims"}, op_reduce, nullptr},
         {{"Reshape", {"reshape"}, "0 (copy) and -1 (infer), allowzero"}, op_reshape_like, host_shape_op},
+        {{"Resize", {"reshape", "add"}, "mode nearest with whole scale factors (scales or sizes)"}, op_resize, nullptr},
+        {{"Selu", {"neg", "relu", "exp", "sub_scalar", "mul_scalar", "add"}, "alpha, gamma; composed of registry ops"}, op_activation, nullptr},
         {{"Shape", {}, "start and end (host)"}, op_shape, op_shape},
         {{"Sigmoid", {"sigmoid"}, "elementwise"}, op_unary, host_unary_op},
+        {{"Sign", {}, "on constants and shapes (host)"}, HOST_ONLY, host_unary_op},
+        {{"Sin", {}, "on constants (host: positional encodings)"}, HOST_ONLY, host_unary_op},
         {{"Size", {}, "host"}, op_shape, op_shape},
         {{"Slice", {"slice"}, "any axes, positive steps"}, op_slice, host_slice},
+        {{"Softplus", {"relu", "abs", "neg", "exp", "add_scalar", "log", "add"}, "relu(x) + log(1 + exp(-|x|))"}, op_activation, nullptr},
+        {{"Softsign", {"abs", "add_scalar", "div"}, "x / (1 + |x|)"}, op_activation, nullptr},
         {{"Softmax", {"softmax"}, "any axis (opset < 13: the 2-D coercion)"}, op_softmax, nullptr},
         {{"Split", {"slice"}, "split sizes (attribute or input) or equal parts"}, op_split, nullptr},
         {{"Sqrt", {"sqrt"}, "elementwise"}, op_unary, host_unary_op},
         {{"Squeeze", {"reshape"}, "axes (attribute before opset 13, input since)"}, op_reshape_like, host_shape_op},
         {{"Sub", {"sub", "sub_scalar", "neg", "add_scalar"}, "broadcasting; x - constant runs as sub_scalar, constant - x as neg and add_scalar"}, op_binary, host_binary_op},
+        {{"Sum", {"add"}, "any number of inputs, broadcasting"}, op_variadic, host_variadic},
         {{"Tanh", {"tanh"}, "elementwise"}, op_unary, host_unary_op},
+        {{"Tile", {"concat", "slice"}, "constant repeats"}, op_tile, nullptr},
         {{"Transpose", {"permute"}, "any perm"}, op_transpose, host_transpose},
+        {{"Trilu", {}, "upper and lower, k; on constants (host: causal masks)"}, HOST_ONLY, host_trilu},
         {{"Unsqueeze", {"reshape"}, "axes (attribute before opset 13, input since)"}, op_reshape_like, host_shape_op},
+        {{"Upsample", {"reshape", "add"}, "mode nearest with whole scale factors"}, op_resize, nullptr},
         {{"Where", {"where", "masked_fill"}, "a bool condition; a constant fill value runs as masked_fill"}, op_where, host_where},
         {{"Xor", {}, "on constants and shapes (host)"}, HOST_ONLY, host_binary_op},
     };
@@ -1348,16 +1642,18 @@ const OnnxOpInfo* find_onnx_op(std::string_view op_type) {
 InitializerRole initializer_role(const Graph& g, const std::string& name) {
   const Array& a = g.initializers.at(name);
   if (a.integer()) return InitializerRole::constant;
-  bool weight = false, running = false, used = false;
+  bool weight = false, running = false, used = false, data = false;
   for (const Node& n : g.nodes)
     for (std::size_t k = 0; k < n.inputs.size(); ++k) {
       if (n.inputs[k] != name) continue;
       used = true;
       if (n.op_type == "BatchNormalization" && (k == 3 || k == 4)) running = true;
       else if (is_weight_slot(n, k)) weight = true;
+      if (!is_attribute_input(n, k)) data = true;
     }
   if (running) return InitializerRole::buffer;
-  if (!used) return InitializerRole::constant;
+  // Unused, or only read as an attribute (Resize's scales, Clip's bounds, a Pad value).
+  if (!used || !data) return InitializerRole::constant;
   if (weight || a.numel() > 1) return InitializerRole::parameter;
   return InitializerRole::constant;
 }
@@ -1603,7 +1899,9 @@ bool is_attribute_input(const Node& n, std::size_t k) {
   if (op == "Reshape" || op == "Expand" || op == "Split" || op == "Squeeze" || op == "Unsqueeze" ||
       op.rfind("Reduce", 0) == 0)
     return k == 1;
-  if (op == "Slice") return k >= 1;
+  if (op == "Slice" || op == "Pad") return k >= 1 && !(op == "Pad" && k == 0);
+  if (op == "Tile" || op == "CumSum" || op == "Trilu") return k == 1;
+  if (op == "Resize" || op == "Upsample") return k >= 1;
   if (op == "Pow") return k == 1;
   return false;
 }

@@ -208,11 +208,11 @@ TEST(OnnxImport, AnUnsupportedNodeIsAnErrorNamingItsTypeAndOpset) {
   OnnxBuilder b;
   b.input("input", {-1, 3}).output("y", {-1, 3});
   b.node("Relu", "/a/Relu", {"input"}, {"r"});
-  b.node("Softplus", "/b/Softplus", {"r"}, {"y"});
+  b.node("Hardmax", "/b/Hardmax", {"r"}, {"y"});
   const auto g = graph_of(b.save("unsupported.onnx"));
   const std::string e = error_of([&] { build_onnx(g, "", 0); });
-  EXPECT_TRUE(has(e, "node \"/b/Softplus\" (Softplus, opset 17) is not supported")) << e;
-  EXPECT_TRUE(has(e, "Softplus x1")) << e;
+  EXPECT_TRUE(has(e, "node \"/b/Hardmax\" (Hardmax, opset 17) is not supported")) << e;
+  EXPECT_TRUE(has(e, "Hardmax x1")) << e;
 }
 
 TEST(OnnxImport, MalformedFilesAreErrors) {
@@ -345,11 +345,11 @@ TEST(OnnxCli, RunTrainsTheModelUnderAmpWithItsLayerNames) {
 TEST(OnnxCli, BadModelsAndDataExitTwoNamingTheProblem) {
   OnnxBuilder b;
   b.input("input", {-1, 3}).output("y", {-1, 3});
-  b.node("Softplus", "/head/Softplus", {"input"}, {"y"});
+  b.node("Hardmax", "/head/Hardmax", {"input"}, {"y"});
   const std::string unsupported = b.save("cli_unsupported.onnx");
   auto r = run_cli({"run", "--model", unsupported, "--data", mlp_data_dir(), "-q"});
   EXPECT_EQ(r.code, 2);
-  EXPECT_TRUE(has(r.err, "\"/head/Softplus\" (Softplus, opset 17) is not supported")) << r.err;
+  EXPECT_TRUE(has(r.err, "\"/head/Hardmax\" (Hardmax, opset 17) is not supported")) << r.err;
   const std::string garbage = temp_path("cli_garbage.onnx");
   std::ofstream(garbage, std::ios::binary) << "not protobuf at all \xff\xfe";
   r = run_cli({"run", "--model", garbage, "--data", mlp_data_dir(), "-q"});
@@ -404,7 +404,7 @@ TEST(OnnxCli, OpsListsTheModelsOpTypesWithTheirAmpDecisions) {
   }
   OnnxBuilder b;
   b.input("input", {-1, 3}).output("y", {-1, 3});
-  b.node("Softplus", "/head/Softplus", {"input"}, {"y"});
+  b.node("Hardmax", "/head/Hardmax", {"input"}, {"y"});
   r = run_cli({"ops", "--onnx", b.save("cli_ops_unsupported.onnx")});
   EXPECT_EQ(r.code, 2);
   EXPECT_TRUE(has(r.out, "NOT SUPPORTED")) << r.out;
@@ -552,6 +552,99 @@ TEST(OnnxPytorchExports, NamesAreTheModulesOfThePytorchModel) {
   for (const auto& n : g->nodes) modules.insert(module_path_of(*g, n));
   for (const char* m : {"attn.q", "attn.k", "attn.v", "attn.out", "ffn.0", "ffn.2", "tok_emb", "emb_norm"})
     EXPECT_TRUE(modules.count(m)) << m;
+}
+
+}  // namespace
+}  // namespace ampcheck::samples
+
+namespace ampcheck::samples {
+namespace {
+
+// The op types the importer composes of registry ops: their gradient, through autograd,
+// against central finite differences of the imported forward, in f64.
+TEST(OnnxComposites, GradientsMatchFiniteDifferences) {
+  struct Case {
+    const char* op;
+    std::vector<std::int64_t> shape;
+    std::function<void(OnnxBuilder&, onnx::NodeProto&)> extra;
+  };
+  auto attr_f = [](const char* name, float v) {
+    return [=](OnnxBuilder&, onnx::NodeProto& n) { OnnxBuilder::attr(n, name, v); };
+  };
+  const std::vector<Case> cases = {
+      {"LeakyRelu", {2, 5}, attr_f("alpha", 0.1f)},
+      {"Elu", {2, 5}, attr_f("alpha", 0.7f)},
+      {"Selu", {2, 5}, {}},
+      {"Celu", {2, 5}, attr_f("alpha", 2.0f)},
+      {"Softplus", {2, 5}, {}},
+      {"Softsign", {2, 5}, {}},
+      {"InstanceNormalization", {2, 3, 2, 2},
+       [](OnnxBuilder& b, onnx::NodeProto& n) {
+         b.init("in.scale", {3}, {1.5f, -0.5f, 2});
+         b.init("in.bias", {3}, {0.1f, 0.2f, -0.3f});
+         n.add_input("in.scale");
+         n.add_input("in.bias");
+       }},
+      {"Pad", {1, 2, 3, 3},
+       [](OnnxBuilder& b, onnx::NodeProto& n) {
+         b.init_i64("pads", {8}, {0, 0, 1, 2, 0, 0, 2, 1});
+         n.add_input("pads");
+         auto* a = n.add_attribute();
+         a->set_name("mode");
+         a->set_type(onnx::AttributeProto::STRING);
+         a->set_s("reflect");
+       }},
+      {"Resize", {1, 2, 2, 3},
+       [](OnnxBuilder& b, onnx::NodeProto& n) {
+         b.init("scales", {4}, {1, 1, 2, 3});
+         n.add_input("");
+         n.add_input("scales");
+         auto* a = n.add_attribute();
+         a->set_name("mode");
+         a->set_type(onnx::AttributeProto::STRING);
+         a->set_s("nearest");
+       }},
+      {"ReduceLogSumExp", {2, 5}, [](OnnxBuilder&, onnx::NodeProto& n) { OnnxBuilder::attr(n, "axes", std::vector<std::int64_t>{1}); }},
+      {"ReduceL2", {2, 5}, [](OnnxBuilder&, onnx::NodeProto& n) { OnnxBuilder::attr(n, "axes", std::vector<std::int64_t>{1}); }},
+  };
+  for (const Case& c : cases) {
+    OnnxBuilder b;
+    std::vector<std::int64_t> dims = c.shape;
+    b.input("x", dims, onnx::TensorProto::DOUBLE);
+    auto& n = b.node(c.op, std::string("/") + c.op, {"x"}, {"y"});
+    if (c.extra) c.extra(b, n);
+    const std::string op = c.op;
+    std::vector<std::int64_t> out = dims;
+    if (op == "Pad") out = {1, 2, 6, 6};
+    if (op == "Resize") out = {1, 2, 4, 9};
+    if (op.rfind("Reduce", 0) == 0) out = {2, 1};
+    b.output("y", out, onnx::TensorProto::DOUBLE);
+    auto model = build_onnx(graph_of(b.save(std::string("grad_") + c.op + ".onnx")), "", 0);
+    Generator gen(3);
+    const Tensor x0 = Tensor::uniform(dims, gen, -2, 2, DType::f64);
+    auto f = [&](const Tensor& x) {
+      const Tensor y = (*model)(x);
+      const std::vector<double> v = y.to_f64();
+      double s = 0;
+      for (std::size_t i = 0; i < v.size(); ++i) s += v[i] * (1 + 0.1 * static_cast<double>(i % 7));
+      return s;
+    };
+    Tensor x = x0.clone().set_requires_grad(true);
+    const Tensor y = (*model)(x);
+    std::vector<double> w;
+    for (std::int64_t i = 0; i < y.numel(); ++i) w.push_back(1 + 0.1 * static_cast<double>(i % 7));
+    sum(mul(y, Tensor::from(w, y.shape(), DType::f64))).backward();
+    const std::vector<double> g = x.grad().to_f64();
+    std::vector<double> base = x0.to_f64();
+    for (std::size_t i = 0; i < base.size(); ++i) {
+      const double h = 1e-6;
+      std::vector<double> up = base, down = base;
+      up[i] += h;
+      down[i] -= h;
+      const double fd = (f(Tensor::from(up, dims, DType::f64)) - f(Tensor::from(down, dims, DType::f64))) / (2 * h);
+      EXPECT_NEAR(g[i], fd, 1e-6 * (1 + std::fabs(fd))) << c.op << " element " << i;
+    }
+  }
 }
 
 }  // namespace
