@@ -385,4 +385,24 @@ Dataset dataset_of(const std::vector<Array>& arrays, const std::string& source, 
   return d;
 }
 
+Dataset dataset_of(const std::vector<Array>& arrays, const std::string& source, const std::vector<std::string>& input_names,
+                   bool need_labels) {
+  if (input_names.empty()) fail(source, "the model takes no inputs");
+  Dataset d = dataset_of(arrays, source, input_names[0], need_labels);
+  for (std::size_t k = 1; k < input_names.size(); ++k) {
+    const std::string& name = input_names[k];
+    auto it = std::find_if(arrays.begin(), arrays.end(), [&](const Array& a) {
+      return a.name == name || a.name == "input_" + std::to_string(k);
+    });
+    if (it == arrays.end())
+      fail(source, "the model takes " + std::to_string(input_names.size()) + " inputs; no array named \"" + name +
+                       "\" (or \"input_" + std::to_string(k) + "\")");
+    if (it->shape.empty() || it->shape[0] != d.x.size(0))
+      fail(source, "\"" + it->name + "\" " + to_string(it->shape) + " needs the inputs' leading dimension, " +
+                       std::to_string(d.x.size(0)));
+    d.more.push_back(it->to_tensor());
+  }
+  return d;
+}
+
 }  // namespace ampcheck::samples

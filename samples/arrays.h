@@ -65,5 +65,9 @@ std::vector<Array> read_arrays(const std::string& path);
 // missing and the arrays the file has.
 Dataset dataset_of(const std::vector<Array>& arrays, const std::string& source, const std::string& input_name,
                    bool need_labels = true);
+// A model of several inputs: each one the array of its name (the first also "input" or
+// "input_0", the others "input_<k>"), into x and more. Throws ArrayError naming what is missing.
+Dataset dataset_of(const std::vector<Array>& arrays, const std::string& source, const std::vector<std::string>& input_names,
+                   bool need_labels = true);
 
 }  // namespace ampcheck::samples

@@ -50,7 +50,9 @@ Dataset batch(const Dataset& data, std::int64_t start, std::int64_t count) {
           "batch: rows [" + std::to_string(start) + ", +" + std::to_string(count) +
               ") is outside a data set of " + std::to_string(n) + " rows");
   count = std::min(count, n - start);
-  return {data.x.rows(start, count), data.y.rows(start, count)};
+  Dataset b{data.x.rows(start, count), data.y.rows(start, count), {}};
+  for (const Tensor& t : data.more) b.more.push_back(t.rows(start, count));
+  return b;
 }
 
 Dataset spiral(std::int64_t n_per_class, std::int64_t classes, double noise, std::uint64_t seed) {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "engine/tensor.h"
 
@@ -16,6 +17,9 @@ namespace ampcheck::samples {
 struct Dataset {
   Tensor x;  // inputs, leading dim N
   Tensor y;  // i64 labels [N]
+  // A model's further inputs, leading dim N (an imported graph's attention mask, token
+  // types), in the order the model takes them after x; batch() takes the same rows.
+  std::vector<Tensor> more = {};
   std::int64_t size() const { return y.defined() ? y.size(0) : 0; }
 };
 

@@ -972,8 +972,12 @@ Dataset make_data(const ModelFile& file, std::uint64_t seed) {
                       "or a model file's \"data\" (docs/onnx.md)");
   try {
     if (!d.file.empty() && is_array_data(d.file)) {
-      const std::string input = file.onnx_graph && !file.onnx_graph->inputs.empty() ? file.onnx_graph->inputs[0].name : "input";
-      return dataset_of(read_arrays(d.file), d.file, input);
+      std::vector<std::string> inputs = {"input"};
+      if (file.onnx_graph && !file.onnx_graph->inputs.empty()) {
+        inputs.clear();
+        for (const auto& v : file.onnx_graph->inputs) inputs.push_back(v.name);
+      }
+      return dataset_of(read_arrays(d.file), d.file, inputs);
     }
     if (!d.file.empty()) return load_samples(d.file);
     const json& p = d.params;
@@ -1041,6 +1045,7 @@ std::shared_ptr<nn::Module> build_onnx_model(const ModelFile& file, const Datase
     Tensor x = probe.x;
     if (in.shape && !in.shape->empty() && (*in.shape)[0] > 0 && (*in.shape)[0] != probe.size()) x = data.x;
     try {
+      set_side_inputs(*model, x.size(0) == probe.size() ? probe.more : data.more);
       y = (*model)(x);
     } catch (const std::exception& e) {
       fail(file.source, std::string(e.what()) + " (on a first batch of " + std::to_string(x.size(0)) +

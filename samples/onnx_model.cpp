@@ -232,6 +232,7 @@ class OnnxModel : public Scope {
  public:
   OnnxModel(std::shared_ptr<const Graph> g, std::string output, std::uint64_t seed);
   Tensor forward(const Tensor& x) override;
+  void set_side(std::vector<Tensor> more) { side_ = std::move(more); }
   // Every data input in graph order; the values named (graph outputs or any other value).
   std::vector<Tensor> run(const std::vector<Tensor>& inputs, const std::vector<std::string>& outputs,
                           const std::vector<bool>& constant = {});
@@ -261,6 +262,7 @@ class OnnxModel : public Scope {
   std::map<std::string, std::string> layer_types_;  // module path -> the layer it is
   std::map<std::pair<const Array*, Device>, Tensor> cache_;
   Generator gen_;
+  std::vector<Tensor> side_;  // the inputs after the first (set_side_inputs)
 };
 
 Tensor Exec::tensor(std::size_t i) const {
@@ -1774,14 +1776,16 @@ Scope* OnnxModel::scope_for(const std::string& path) {
 }
 
 Tensor OnnxModel::forward(const Tensor& x) {
-  if (g_->inputs.size() != 1) {
+  if (g_->inputs.size() != 1 + side_.size()) {
     if (g_->inputs.empty()) throw OnnxError(g_->path + ": the graph has no data input");
     std::string names;
     for (const auto& v : g_->inputs) names += (names.empty() ? "" : ", ") + ("\"" + v.name + "\"");
     throw OnnxError(g_->path + ": the graph takes " + std::to_string(g_->inputs.size()) + " data inputs (" + names +
-                    "); ampcheck trains models with one input: export with the others fixed (as constants) or folded");
+                    "); give each as an array of its name in the data (docs/onnx.md)");
   }
-  return run({x}, {output_}).front();
+  std::vector<Tensor> inputs = {x};
+  inputs.insert(inputs.end(), side_.begin(), side_.end());
+  return run(inputs, {output_}).front();
 }
 
 std::vector<Tensor> OnnxModel::run(const std::vector<Tensor>& inputs, const std::vector<std::string>& outputs,
@@ -1854,6 +1858,12 @@ std::vector<Tensor> OnnxModel::run(const std::vector<Tensor>& inputs, const std:
 
 std::shared_ptr<nn::Module> build_onnx(std::shared_ptr<const Graph> graph, const std::string& output, std::uint64_t seed) {
   return std::make_shared<OnnxModel>(std::move(graph), output, seed);
+}
+
+void set_side_inputs(nn::Module& model, std::vector<Tensor> more) {
+  auto* m = dynamic_cast<OnnxModel*>(&model);
+  if (!m) throw std::logic_error("set_side_inputs: not a model built by build_onnx");
+  m->set_side(std::move(more));
 }
 
 std::vector<Tensor> run_onnx(nn::Module& model, const std::vector<Tensor>& inputs, const std::vector<std::string>& outputs,

@@ -58,6 +58,10 @@ std::string producer_framework(const onnx_file::Graph& g);
 std::shared_ptr<nn::Module> build_onnx(std::shared_ptr<const onnx_file::Graph> graph, const std::string& output,
                                        std::uint64_t seed);
 
+// A model of build_onnx() whose graph takes several inputs: the ones after the first, for
+// the forward passes that follow (Module::forward takes one tensor). Empty for one input.
+void set_side_inputs(nn::Module& model, std::vector<Tensor> more);
+
 // Runs a model of build_onnx() on every data input of its graph, in graph order, and returns
 // the values named (graph outputs, or any value a node computes), as tensors.
 // `constant[k]` marks input k as a known constant (computed on the host, like an

@@ -8,6 +8,7 @@
 #include "engine/hooks.h"
 #include "engine/optim/optimizer.h"
 #include "samples/data.h"
+#include "samples/onnx_model.h"
 
 namespace ampcheck::samples {
 namespace {
@@ -68,6 +69,7 @@ struct Trainer::State {
     model->to(o.device);
     data.x.move_to_(o.device);
     data.y.move_to_(o.device);
+    for (Tensor& t : data.more) t.move_to_(o.device);
     result.lr = o.lr > 0 ? o.lr : file.train.lr;
     optimizer = make_optimizer(file.train, *model, result.lr);
     amp::decorate(*model, optimizer.get(), o.amp);
@@ -107,6 +109,7 @@ StepResult Trainer::step() {
   Tensor loss;
   {
     amp::Autocast on(s.active);
+    if (!b.more.empty()) set_side_inputs(*s.model, b.more);
     loss = loss_of(s.file.loss, (*s.model)(b.x), b.y);
   }
   // The loss weight outside autocast: the loss stays fp32 whatever the level.
@@ -134,6 +137,7 @@ double Trainer::evaluate() {
   s.model->eval();
   NoGradGuard no_grad;
   amp::Autocast on(s.active);
+  if (!s.data.more.empty()) set_side_inputs(*s.model, s.data.more);
   const std::vector<double> logits = (*s.model)(s.data.x).to_f64();
   const std::vector<std::int64_t> labels = s.data.y.to_i64();
   const std::size_t classes = logits.size() / labels.size();
