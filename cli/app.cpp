@@ -21,12 +21,14 @@
 #include "cli/report_command.h"
 #include "cli/run_command.h"
 #include "cli/selftest_command.h"
-#include "samples/model_file.h"
+#include "cli/mpi_launch.h"
 #include "cli/usage_error.h"
 #include "engine/dtype/convert.h"  // conversion_isa
 #include "engine/device.h"
 #include "engine/tensor.h"  // OutOfMemory
+#include "engine/dist/communicator.h"
 #include "engine/util/strings.h"  // closest: did-you-mean
+#include "samples/model_file.h"
 
 namespace ampcheck::cli {
 
@@ -37,7 +39,11 @@ std::string version_text() {
 }
 }  // namespace
 
-int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+int run(int argc, const char* const* argv, std::ostream& given_out, std::ostream& err) {
+  set_command_line(argc, argv);
+  // Under mpirun, rank 0 speaks for the job: the other ranks train, silently.
+  std::ostream null(nullptr);
+  std::ostream& out = dist::launched_by_mpi() && dist::world().rank() != 0 ? null : given_out;
   CLI::App app{"ampcheck: is mixed precision really on, where do NaNs come from, what drifted"};
   app.name("ampcheck");
   app.require_subcommand(1);

@@ -18,6 +18,8 @@
 #include "cli/usage_error.h"
 #include "engine/amp/config.h"
 #include "engine/ops/registry.h"  // op_info: the AMP category of a candidate
+#include "cli/mpi_launch.h"
+#include "engine/dist/communicator.h"
 #include "reports/advice.h"
 #include "samples/onnx_file.h"
 #include "samples/onnx_model.h"  // the loss scaler's cure, in the user's framework's keys
@@ -390,6 +392,7 @@ int finish_bisect(const BisectOptions& o, const reports::Report& report, const s
 }
 
 int run_bisect(const BisectOptions& o, std::ostream& out, std::ostream& err) {
+  if (o.args.nproc > 1 && !dist::launched_by_mpi()) return launch_under_mpi(o.args.nproc, err);
   if (o.granularity != "type" && o.granularity != "instance")
     throw UsageError("--granularity \"" + o.granularity + "\": use type (op types) or instance (module paths)");
   if (!(o.max_skipped >= 0 && o.max_skipped < 1))

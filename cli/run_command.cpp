@@ -8,7 +8,10 @@
 
 #include "cli/exit_codes.h"
 #include "cli/interrupt.h"
+#include "cli/mpi_launch.h"
 #include "cli/usage_error.h"
+#include "engine/dist/communicator.h"
+#include "inspector/consensus.h"
 #include "inspector/to_report.h"
 #include "reports/advice.h"  // probing_note, gradient_underflow_text
 #include "reports/chrome_trace.h"
@@ -48,6 +51,7 @@ CLI::App* add_options(CLI::App& app, RunCommandOptions& o) {
 constexpr int kMaxSeeds = 100;
 
 int run_run(const RunCommandOptions& o, std::ostream& out, std::ostream& err) {
+  if (o.args.nproc > 1 && !dist::launched_by_mpi()) return launch_under_mpi(o.args.nproc, err);
   const Resolved resolved = resolve(o.args);
   if (!o.args.quiet) err << resolved.device_notice;
   const auto mode = inspector::parse_mode(o.inspect);
@@ -235,6 +239,25 @@ InstrumentedRun instrumented_run(const RunArgs& args, const Resolved& resolved, 
         r.failure = f.detail;
       }
     }
+  }
+  if (result.world > 1) {
+    // The consensus check: every rank's view of every step, compared on rank 0; every rank
+    // then ends with rank 0's verdict.
+    dist::Communicator& comm = dist::world();
+    const std::vector<std::string> all = comm.gather(inspector::encode_steps(result.data_parallel), 0);
+    std::string failure;
+    if (comm.rank() == 0) {
+      std::vector<std::vector<DataParallelStep>> ranks;
+      for (const std::string& text : all) ranks.push_back(inspector::decode_steps(text));
+      rep.distributed = inspector::consensus(ranks, comm.runtime());
+      failure = inspector::consensus_failure(*rep.distributed);
+    }
+    failure = comm.broadcast(failure, 0);
+    if (!failure.empty()) {  // the ranks' disagreement first: what followed comes of it
+      r.failure = failure + (r.failed && !r.failure.empty() ? "; then " + r.failure : "");
+      r.failed = true;
+    }
+    r.failed = comm.all_reduce_or(r.failed);
   }
   set_verdict(rep, insp.trace() != nullptr, r.failed, r.failure);
   if (rep.kernels) {  // the kernel check's warnings belong in the line a person reads

@@ -12,6 +12,7 @@
 #include "cli/usage_error.h"
 #include "engine/amp/config.h"
 #include "engine/device.h"
+#include "engine/dist/communicator.h"
 #include "engine/dtype/convert.h"
 #include "engine/ops/registry.h"  // op_from_name: allow-list names
 #include "engine/util/strings.h"  // closest
@@ -89,6 +90,13 @@ void add_run_args(CLI::App* cmd, RunArgs& a, bool level) {
                   "separated: not counted as a failure")
       ->delimiter(',');
   cmd->add_option("--device", a.device, "where to train: auto, cpu, cuda")->capture_default_str();
+  if (level) {  // data parallel: run and bisect-nan
+    cmd->add_option("--nproc", a.nproc, "data parallel over N processes: starts `mpirun -np N` (or start under mpirun yourself)")
+        ->check(CLI::Range(1, 4096));
+    cmd->add_flag("--dp-no-inf-reduce", a.dp_no_inf_reduce,
+                  "debug: each rank acts on its own found_inf instead of the reduced one (the consensus check must "
+                  "flag the divergence)");
+  }
   if (level)  // run and bisect-nan; compare's levels train side by side, and CUPTI traces one at a time
     cmd->add_option("--cupti", a.cupti,
                     "on a GPU with --inspect trace or above: record which kernels each op really ran (CUPTI), on or off")
@@ -111,6 +119,7 @@ Resolved resolve(const RunArgs& a) {
   samples::RunOptions& o = r.options;
   o.model = a.model;
   o.overrides = a.overrides;
+  o.reduce_found_inf = !a.dp_no_inf_reduce;
   r.onnx = file.onnx_graph;
   o.steps = a.steps.value_or(file.train.steps);
   o.batch = a.batch.value_or(file.train.batch);
@@ -223,6 +232,7 @@ void check_output(const std::string& option, const std::string& path) {
 }
 
 void write_output(const std::string& option, const std::string& path, const std::string& content) {
+  if (dist::launched_by_mpi() && dist::world().rank() != 0) return;  // rank 0 writes the job's files
   const ReportWrite whole;  // a second Ctrl-C meanwhile waits for this file to be in place
   try {
     reports::write_file_atomically(path, content);

@@ -35,6 +35,8 @@ struct RunArgs {
   std::vector<std::string> allow_inf;  // op names or module paths whose Inf/-Inf is intended
   std::string device = "auto";
   std::string cupti = "on";  // on a GPU, with the op trace: the kernels each op ran (CUPTI)
+  int nproc = 1;                  // --nproc N: start under mpirun with N ranks
+  bool dp_no_inf_reduce = false;  // debug: each rank acts on its own found_inf (breaks the consensus)
   bool quiet = false;
 };
 

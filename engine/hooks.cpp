@@ -53,6 +53,10 @@ void param_update(const ParamUpdate& u) {
 void scaler_update(const amp::ScalerEvent& e) {
   for (Observer* o : observers()) o->on_scaler_update(e);
 }
+
+void data_parallel_step(const DataParallelStep& e) {
+  for (Observer* o : observers()) o->on_data_parallel_step(e);
+}
 std::uint64_t next_sequence() { return ++g_sequence; }
 }  // namespace hooks
 

@@ -59,6 +59,22 @@ struct ParamUpdate {
   const std::map<std::string, Tensor>* state = nullptr;  // exp_avg, momentum_buffer, ...
 };
 
+// One data-parallel step as one rank saw it (engine/dist/data_parallel.h): its own
+// finding, the decision it acted on, and its parameters' checksum after the step.
+struct DataParallelStep {
+  std::int64_t step = 0;
+  int rank = 0, world = 1;
+  bool local_found_inf = false;  // this rank's gradients held Inf/NaN before any reduction
+  bool found_inf = false;        // the decision the scaler acted on
+  bool reduced = true;           // whether found_inf was reduced over the ranks
+  double scale = 0;              // the loss scale of this step
+  double local_loss = 0;         // the loss of this rank's shard
+  std::int64_t shard_rows = 0;
+  std::uint64_t checksum = 0;    // of every parameter after the update (or the skip)
+  std::string overflow;          // the first parameter whose local gradient was non-finite
+  bool skipped = false;          // the optimizer step was skipped
+};
+
 class Observer {
  public:
   virtual ~Observer() = default;
@@ -68,6 +84,7 @@ class Observer {
   virtual void on_scaler_update(const amp::ScalerEvent&) {}
   virtual void on_step_begin(std::int64_t) {}
   virtual void on_step_end(std::int64_t) {}
+  virtual void on_data_parallel_step(const DataParallelStep&) {}
 };
 
 void add_observer(Observer* observer);
@@ -80,6 +97,7 @@ void op_begin(const OpEvent& e);
 void op_end(const OpEvent& e);
 void param_update(const ParamUpdate& u);
 void scaler_update(const amp::ScalerEvent& e);
+void data_parallel_step(const DataParallelStep& e);
 std::uint64_t next_sequence();
 }  // namespace hooks
 

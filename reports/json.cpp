@@ -424,6 +424,39 @@ constexpr void fields(V& v, S& s) {
   v("name", s.name);
   v("mean", s.mean);
 }
+template <class V, Is<RankOverflow> S>
+constexpr void fields(V& v, S& s) {
+  v("rank", s.rank);
+  v("step", s.step);
+  v("tensor", s.tensor);
+}
+template <class V, Is<RankDisagreement> S>
+constexpr void fields(V& v, S& s) {
+  v("step", s.step);
+  v("skipped", s.skipped);
+  v("applied", s.applied);
+  v("detail", s.detail);
+}
+template <class V, Is<RankSummary> S>
+constexpr void fields(V& v, S& s) {
+  v("rank", s.rank);
+  v("rows", s.rows);
+  v("local_overflows", s.local_overflows);
+  v("skipped", s.skipped);
+  v("final_checksum", s.final_checksum);
+}
+template <class V, Is<Distributed> S>
+constexpr void fields(V& v, S& s) {
+  v("world_size", s.world_size);
+  v("runtime", s.runtime);
+  v("found_inf_reduced", s.found_inf_reduced);
+  v("in_agreement", s.in_agreement);
+  v("local_overflows", s.local_overflows);
+  v("disagreements", s.disagreements);
+  v("first_divergence", s.first_divergence);
+  v("divergence", s.divergence);
+  v("ranks", s.ranks);
+}
 template <class V, Is<Spread> S>
 constexpr void fields(V& v, S& s) {
   v("seeds", s.seeds);
@@ -501,6 +534,7 @@ constexpr void fields(V& v, S& s) {
   v("compare", s.compare);
   v("spread", s.spread);  // 1.2; optional
   v("kernels", s.kernels);  // 1.4; optional (CUDA runs with CUPTI)
+  v("distributed", s.distributed);  // 1.5; optional (several ranks)
 }
 
 // The guard: a member added to a struct in report.h fails the build here until its
@@ -545,11 +579,11 @@ static_assert(kEveryMemberHasAField<
               NamedNumerics, OpInstance, TensorNumerics, Swamping, TensorRange, RangeLoss, LostValue,
               NanEvent, Failure, IntendedInf, ScalerProbing, ZeroGradients, NonFinite, Summary, Trial, Suggestion, Bisect, LevelRun, LevelError, CompareOp, Compare,
               Interruption, SeedOutcome, LowPrecisionSeen, LocalErrorSeen, Spread, GpuKernel, KernelTypeRow,
-              KernelFinding, OutsideKernel, Kernels>);
+              KernelFinding, OutsideKernel, Kernels, RankOverflow, RankDisagreement, RankSummary, Distributed>);
 // Report's default schema_version is not constexpr, so fields(Report) cannot be walked
-// here: its members are counted by hand (schema_version, written apart, and the 14 of
+// here: its members are counted by hand (schema_version, written apart, and the 15 of
 // fields(Report)), and the test of the top-level keys checks fields(Report) itself.
-static_assert(member_count<Report>() == 1 + 14,
+static_assert(member_count<Report>() == 1 + 15,
               "Report gained a member: add it to fields(Report) in reports/json.cpp");
 
 template <class T>

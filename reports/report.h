@@ -27,8 +27,9 @@ namespace ampcheck::reports {
 inline constexpr int kSchemaMajor = 1;
 // 1.1: Report::interrupted; 1.2: Report::spread; 1.3: NonFinite::producers, intended,
 // probing, zero_gradients, NanEvent::lost, OpInstance::range_loss; 1.4: Report::kernels,
-// OpInstance::gpu_kernels (CUDA runs with CUPTI).
-inline constexpr int kSchemaMinor = 4;
+// OpInstance::gpu_kernels (CUDA runs with CUPTI); 1.5: Report::distributed (data-parallel
+// runs under mpirun).
+inline constexpr int kSchemaMinor = 5;
 
 // What wrote the report. Nothing of the machine it ran on: the same build gives the same
 // bytes on every x86-64 CPU (the CPU paths differ in speed only).
@@ -497,6 +498,37 @@ struct Kernels {
   }
 };
 
+// Data parallelism (mpirun -np N): what each rank found and decided, gathered on rank 0.
+struct RankOverflow {  // a gradient that overflowed on one rank's shard
+  std::int64_t rank = 0;
+  std::int64_t step = 0;
+  std::string tensor;  // the first parameter whose local gradient was non-finite
+};
+struct RankDisagreement {  // a step where the ranks did not act alike
+  std::int64_t step = 0;
+  std::vector<std::int64_t> skipped;  // ranks that skipped the update
+  std::vector<std::int64_t> applied;  // ranks that applied it
+  std::string detail;
+};
+struct RankSummary {
+  std::int64_t rank = 0;
+  std::int64_t rows = 0;             // samples it trained on, over the steps
+  std::int64_t local_overflows = 0;  // steps its own gradients held Inf/NaN
+  std::int64_t skipped = 0;          // updates it skipped
+  std::string final_checksum;        // of its parameters after the last step (hex)
+};
+struct Distributed {
+  std::int64_t world_size = 1;
+  std::string runtime;            // "mpi"
+  bool found_inf_reduced = true;  // false only with the debug switch that breaks the consensus
+  bool in_agreement = true;       // every step: the same decision, scale and parameters on every rank
+  std::vector<RankOverflow> local_overflows;
+  std::vector<RankDisagreement> disagreements;
+  std::int64_t first_divergence = 0;  // the first step after which the replicas differ; 0: none
+  std::string divergence;             // what differed there, in words
+  std::vector<RankSummary> ranks;
+};
+
 struct Report {
   std::string schema_version = std::to_string(kSchemaMajor) + "." + std::to_string(kSchemaMinor);
   RunInfo run;
@@ -513,6 +545,7 @@ struct Report {
   std::optional<Compare> compare;
   std::optional<Spread> spread;  // 1.2: `run --seeds N`; absent for one seed
   std::optional<Kernels> kernels;  // 1.4: CUDA runs with CUPTI (traced or saying why not)
+  std::optional<Distributed> distributed;  // 1.5: data-parallel runs (several ranks)
 };
 
 }  // namespace ampcheck::reports

@@ -339,6 +339,35 @@ std::string paddle_operator_table(const std::vector<OpTypeRow>& rows, const std:
   return out + "\n";
 }
 
+// mpirun -np N: whether the ranks agreed, and where they did not.
+std::string distributed_section(const Report& r) {
+  if (!r.distributed) return "";
+  const Distributed& d = *r.distributed;
+  std::string s = fmt::format("Data parallel: {} ranks ({}), found_inf {}: {}\n", d.world_size, d.runtime,
+                              d.found_inf_reduced ? "reduced over the ranks before each skip decision"
+                                                  : "NOT reduced (--dp-no-inf-reduce: each rank acted on its own)",
+                              d.in_agreement ? "all in agreement (the same decision, scale and parameters at every step)"
+                                             : "the ranks did NOT agree");
+  for (std::size_t i = 0; i < d.local_overflows.size();) {
+    // One line per step: the ranks whose own gradients overflowed, before the reduction.
+    std::size_t j = i;
+    std::string who;
+    while (j < d.local_overflows.size() && d.local_overflows[j].step == d.local_overflows[i].step) {
+      const RankOverflow& o = d.local_overflows[j++];
+      who += fmt::format("{}rank {} ({})", who.empty() ? "" : ", ", o.rank, o.tensor.empty() ? "a parameter" : o.tensor);
+    }
+    s += fmt::format("  step {}: local gradients overflowed on {}{}\n", d.local_overflows[i].step, who,
+                     j - i == 1 && d.world_size > 1 ? ", alone" : "");
+    i = j;
+  }
+  for (const RankDisagreement& x : d.disagreements) s += fmt::format("  step {}: {}\n", x.step, x.detail);
+  if (d.first_divergence > 0) s += fmt::format("  diverged from step {}: {}\n", d.first_divergence, d.divergence);
+  for (const RankSummary& k : d.ranks)
+    s += fmt::format("  rank {}: {} rows, {} local overflow(s), {} skipped update(s), parameters {}\n", k.rank, k.rows,
+                     k.local_overflows, k.skipped, k.final_checksum);
+  return s;
+}
+
 std::string to_text(const Report& r, std::size_t top) {
   const RunInfo& run = r.run;
   std::string s = fmt::format("ampcheck {}: {} ({} parameters)\n", run.command, run.model_description, run.parameters);
@@ -364,6 +393,7 @@ std::string to_text(const Report& r, std::size_t top) {
   if (r.bisect) s += bisect_section(*r.bisect, r.interrupted.has_value()) + "\n";
   if (r.compare) s += compare_section(*r.compare) + "\n";
   if (r.spread) s += spread_section(r) + "\n";
+  if (r.distributed) s += distributed_section(r) + "\n";
   return s + "verdict: " + sum.verdict_text + "\n";
 }
 

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "engine/amp/decorate.h"
+#include "engine/dist/data_parallel.h"
 #include "engine/hooks.h"
 #include "engine/optim/optimizer.h"
 #include "samples/data.h"
@@ -81,6 +82,10 @@ struct Trainer::State {
     result.optimizer = file.train.optimizer;
     result.scaling = behaviour_name(scaler.options());
     result.final_scale = scaler.scale();
+    result.world = dist::world().size();
+    if (result.world > 1 && std::min(result.batch, data.size()) < result.world)
+      throw std::invalid_argument("--batch " + std::to_string(result.batch) + " is smaller than the " +
+                                  std::to_string(result.world) + " ranks: each needs at least one row of every batch");
   }
   RunOptions options;
   ModelFile file;
@@ -104,7 +109,14 @@ StepResult Trainer::step() {
   const std::int64_t n = s.data.size();
   const std::int64_t step = static_cast<std::int64_t>(r.steps.size());
   begin_step(step + 1);  // steps count from 1, per run
-  const Dataset b = batch(s.data, (step * r.batch) % n, r.batch);
+  dist::Communicator& comm = dist::world();
+  const Dataset global = batch(s.data, (step * r.batch) % n, r.batch);
+  // Data parallel: this rank's shard of the global batch (the same rows a single process
+  // would train on, split in rank order), its loss weighted by its share so that the
+  // average over the ranks is the global batch's mean.
+  const std::int64_t len = global.size();
+  const std::int64_t lo = len * comm.rank() / comm.size(), hi = len * (comm.rank() + 1) / comm.size();
+  const Dataset b = comm.size() > 1 ? batch(global, lo, hi - lo) : global;
   s.optimizer->zero_grad();
   Tensor loss;
   {
@@ -116,10 +128,24 @@ StepResult Trainer::step() {
   if (s.file.loss.weight != 1) loss = loss * s.file.loss.weight;
   StepResult out;
   out.loss_scale = s.scaler.scale();
-  s.scaler.scale(loss).backward();
-  s.scaler.step(*s.optimizer);
-  s.scaler.update();
-  out.loss = loss.item();
+  if (comm.size() == 1) {
+    s.scaler.scale(loss).backward();
+    s.scaler.step(*s.optimizer);
+    s.scaler.update();
+    out.loss = loss.item();
+  } else {
+    const double share = static_cast<double>(hi - lo) * comm.size() / static_cast<double>(len);
+    s.scaler.scale(share == 1 ? loss : loss * share).backward();
+    dist::DataParallelOptions dp;
+    dp.reduce_found_inf = s.options.reduce_found_inf;
+    const double local = loss.item();
+    r.data_parallel.push_back(
+        dist::data_parallel_update(s.scaler, *s.optimizer, comm, dp, step + 1, local, hi - lo));
+    s.scaler.update();
+    double global_loss = local * static_cast<double>(hi - lo) / static_cast<double>(len);
+    comm.all_reduce_sum(&global_loss, 1);
+    out.loss = global_loss;
+  }
   const auto& history = s.scaler.history();
   if (!history.empty() && history.back().step == step + 1) {
     out.found_inf = history.back().found_inf;

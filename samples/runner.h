@@ -12,6 +12,7 @@
 
 #include "engine/amp/grad_scaler.h"
 #include "engine/amp/policy.h"
+#include "engine/hooks.h"
 #include "samples/model_file.h"
 
 namespace ampcheck::samples {
@@ -26,6 +27,9 @@ struct RunOptions {
   Device device = Device::cpu;  // where the model, its data and every op live
   amp::AmpOptions amp;     // O0: no autocast, no decorate
   amp::ScalingOptions scaling = amp::TorchScaling{};  // O0 runs unscaled
+  // Under mpirun (dist::world() of several ranks): each rank trains on its shard of every
+  // global batch of `batch` rows. A debug switch turns the found_inf reduction off.
+  bool reduce_found_inf = true;
 };
 
 // One optimizer step as the scaler saw it.
@@ -48,6 +52,8 @@ struct RunResult {
   std::int64_t skipped = 0;    // optimizer steps the scaler skipped
   double final_scale = 1;
   std::string scaling;         // the behaviour's name
+  int world = 1;               // ranks that trained (dist::world())
+  std::vector<DataParallelStep> data_parallel;  // this rank's view of each step, with several ranks
 };
 
 class Trainer {

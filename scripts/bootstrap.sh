@@ -11,6 +11,7 @@ packages=(
   libopenblas-dev       # OpenBLAS: CPU GEMM
   libonnx-dev libprotobuf-dev  # ONNX: reading, checking and shape-inferring users' models
   libzip-dev            # libzip: numpy .npz archives (--data)
+  libopenmpi-dev openmpi-bin  # OpenMPI: data-parallel training (mpirun -np N ampcheck run)
   libgtest-dev libgmock-dev googletest  # GoogleTest
   libbenchmark-dev      # Google Benchmark: bench/
   chromium              # tests: the HTML report rendered headless

@@ -109,6 +109,9 @@ class GradScaler {
   ScalerEvent update(bool found_inf);
 
   bool found_inf() const { return found_inf_; }
+  // Data parallelism: the decision reduced over the ranks replaces this rank's own finding,
+  // between unscale_() and step().
+  void set_found_inf(bool found) { found_inf_ = found; }
   const std::vector<ScalerEvent>& history() const { return history_; }
   void set_listener(std::function<void(const ScalerEvent&)> listener) { listener_ = std::move(listener); }
 
