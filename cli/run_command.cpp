@@ -241,23 +241,41 @@ InstrumentedRun instrumented_run(const RunArgs& args, const Resolved& resolved, 
     }
   }
   if (result.world > 1) {
-    // The consensus check: every rank's view of every step, compared on rank 0; every rank
-    // then ends with rank 0's verdict.
+    // The job's report. The consensus check: every rank's view of every step, on every
+    // rank. Then one rank's report for all (the first that failed, else rank 0's), so that
+    // every rank reads the same verdict and the same numbers: bisect-nan's search goes in
+    // lock step, each trial a run of all the ranks.
     dist::Communicator& comm = dist::world();
-    const std::vector<std::string> all = comm.gather(inspector::encode_steps(result.data_parallel), 0);
-    std::string failure;
-    if (comm.rank() == 0) {
-      std::vector<std::vector<DataParallelStep>> ranks;
-      for (const std::string& text : all) ranks.push_back(inspector::decode_steps(text));
-      rep.distributed = inspector::consensus(ranks, comm.runtime());
-      failure = inspector::consensus_failure(*rep.distributed);
-    }
-    failure = comm.broadcast(failure, 0);
-    if (!failure.empty()) {  // the ranks' disagreement first: what followed comes of it
+    std::string joined;
+    for (const std::string& text : comm.gather(inspector::encode_steps(result.data_parallel), 0))
+      joined += text + '\x1d';
+    joined = comm.broadcast(joined, 0);
+    std::vector<std::vector<DataParallelStep>> ranks;
+    for (std::size_t at = 0, end; (end = joined.find('\x1d', at)) != std::string::npos; at = end + 1)
+      ranks.push_back(inspector::decode_steps(joined.substr(at, end - at)));
+    const reports::Distributed consensus = inspector::consensus(ranks, comm.runtime());
+    int source = 0;
+    const std::vector<std::string> flags = comm.gather(r.failed ? "1" : "0", 0);
+    for (std::size_t k = 0; k < flags.size(); ++k)
+      if (flags[k] == "1") {
+        source = static_cast<int>(k);
+        break;
+      }
+    source = std::stoi(comm.broadcast(std::to_string(source), 0));
+    const bool any_failed = comm.all_reduce_or(r.failed);
+    const std::string shared =
+        comm.broadcast(comm.rank() == source ? reports::to_json(rep) + '\x1e' + r.failure : std::string(), source);
+    const std::size_t cut = shared.rfind('\x1e');
+    rep = reports::from_json(shared.substr(0, cut), "rank " + std::to_string(source) + "'s report");
+    r.failure = shared.substr(cut + 1);
+    r.failed = any_failed;
+    rep.distributed = consensus;
+    if (const std::string failure = inspector::consensus_failure(consensus); !failure.empty()) {
+      // The ranks' disagreement first: what followed comes of it.
       r.failure = failure + (r.failed && !r.failure.empty() ? "; then " + r.failure : "");
       r.failed = true;
     }
-    r.failed = comm.all_reduce_or(r.failed);
+    if (source != 0) r.failure += " (on rank " + std::to_string(source) + ")";
   }
   set_verdict(rep, insp.trace() != nullptr, r.failed, r.failure);
   if (rep.kernels) {  // the kernel check's warnings belong in the line a person reads
