@@ -12,8 +12,6 @@ if [[ " $* " == *" --sanitize "* ]]; then
   dir=${AMPCHECK_BUILD_DIR:-$root/build-sanitize}
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:protect_shadow_gap=0}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-  # OpenMPI keeps its allocations until exit in the ranks that mpirun starts.
-  export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$root/tests/lsan.supp}
 else
   dir=${AMPCHECK_BUILD_DIR:-$root/build}
 fi
