@@ -5,6 +5,9 @@
 #include <vector>
 
 #include "engine/hooks.h"
+#ifdef AMPCHECK_HAVE_NCCL
+#include "engine/dist/nccl_reduce.h"
+#endif
 
 namespace ampcheck::dist {
 namespace {
@@ -58,6 +61,20 @@ void average_gradients(optim::Optimizer& optimizer, Communicator& comm, std::siz
       f32.push_back(g);
     }
   }
+#ifdef AMPCHECK_HAVE_NCCL
+  // Gradients on the GPU: NCCL when every rank can use it (all ranks decide alike).
+  std::vector<Tensor> on_gpu;
+  for (auto* list : {&f32, &f64})
+    for (const Tensor& g : *list)
+      if (g.device() == Device::cuda) on_gpu.push_back(g);
+  if (!on_gpu.empty()) {
+    std::string why_not;
+    if (nccl_average(on_gpu, comm, why_not)) {
+      for (auto* list : {&f32, &f64})
+        std::erase_if(*list, [](const Tensor& g) { return g.device() == Device::cuda; });
+    }
+  }
+#endif
   average_bucketed<float>(f32, comm, bucket_bytes);
   average_bucketed<double>(f64, comm, bucket_bytes);
 }
