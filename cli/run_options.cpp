@@ -93,6 +93,10 @@ void add_run_args(CLI::App* cmd, RunArgs& a, bool level) {
   if (level) {  // data parallel: run and bisect-nan
     cmd->add_option("--nproc", a.nproc, "data parallel over N processes: starts `mpirun -np N` (or start under mpirun yourself)")
         ->check(CLI::Range(1, 4096));
+    cmd->add_option("--dp-reduce-dtype", a.dp_reduce_dtype,
+                    "data parallel: average the gradients in float32 after unscaling, or in their own dtype (grad: "
+                    "float16/bfloat16 at O2) before, as DDP does")
+        ->capture_default_str();
     cmd->add_flag("--dp-no-inf-reduce", a.dp_no_inf_reduce,
                   "debug: each rank acts on its own found_inf instead of the reduced one (the consensus check must "
                   "flag the divergence)");
@@ -120,6 +124,10 @@ Resolved resolve(const RunArgs& a) {
   o.model = a.model;
   o.overrides = a.overrides;
   o.reduce_found_inf = !a.dp_no_inf_reduce;
+  if (a.dp_reduce_dtype != "float32" && a.dp_reduce_dtype != "grad")
+    throw UsageError("--dp-reduce-dtype \"" + a.dp_reduce_dtype + "\": use float32 (after unscaling) or grad (the "
+                     "gradients' own dtype, before)");
+  o.reduce_dtype = a.dp_reduce_dtype;
   r.onnx = file.onnx_graph;
   o.steps = a.steps.value_or(file.train.steps);
   o.batch = a.batch.value_or(file.train.batch);

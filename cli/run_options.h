@@ -36,7 +36,8 @@ struct RunArgs {
   std::string device = "auto";
   std::string cupti = "on";  // on a GPU, with the op trace: the kernels each op ran (CUPTI)
   int nproc = 1;                  // --nproc N: start under mpirun with N ranks
-  bool dp_no_inf_reduce = false;  // debug: each rank acts on its own found_inf (breaks the consensus)
+  bool dp_no_inf_reduce = false;
+  std::string dp_reduce_dtype = "float32";  // --dp-reduce-dtype float32|grad  // debug: each rank acts on its own found_inf (breaks the consensus)
   bool quiet = false;
 };
 

@@ -138,6 +138,7 @@ StepResult Trainer::step() {
     s.scaler.scale(share == 1 ? loss : loss * share).backward();
     dist::DataParallelOptions dp;
     dp.reduce_found_inf = s.options.reduce_found_inf;
+    dp.reduce_dtype = s.options.reduce_dtype;
     const double local = loss.item();
     r.data_parallel.push_back(
         dist::data_parallel_update(s.scaler, *s.optimizer, comm, dp, step + 1, local, hi - lo));

@@ -30,6 +30,7 @@ struct RunOptions {
   // Under mpirun (dist::world() of several ranks): each rank trains on its shard of every
   // global batch of `batch` rows. A debug switch turns the found_inf reduction off.
   bool reduce_found_inf = true;
+  std::string reduce_dtype = "float32";  // dist::DataParallelOptions::reduce_dtype
 };
 
 // One optimizer step as the scaler saw it.

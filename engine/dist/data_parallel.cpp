@@ -79,6 +79,21 @@ void average_gradients(optim::Optimizer& optimizer, Communicator& comm, std::siz
   average_bucketed<double>(f64, comm, bucket_bytes);
 }
 
+void average_gradients_in_dtype(optim::Optimizer& optimizer, Communicator& comm, std::size_t bucket_bytes) {
+  if (comm.size() == 1) return;
+  // Summed in f32 (exact for two ranks' 16-bit values, and at most one rounding more for
+  // more ranks than a 16-bit ring), averaged, and rounded once into the gradient's dtype.
+  for (std::size_t i = 0; i < optimizer.size(); ++i) {
+    const Tensor g = optimizer.gradient(i);
+    if (!g.defined() || g.dtype() == DType::f32 || g.dtype() == DType::f64) continue;
+    std::vector<Tensor> one = {g.to(DType::f32)};
+    average_bucketed<float>(one, comm, bucket_bytes);
+    Tensor back = one[0].to(g.dtype());
+    optimizer.set_gradient(i, back);
+  }
+  average_gradients(optimizer, comm, bucket_bytes);  // those already f32 or f64
+}
+
 std::string first_nonfinite_gradient(const optim::Optimizer& optimizer) {
   for (std::size_t i = 0; i < optimizer.size(); ++i) {
     const Tensor g = optimizer.gradient(i);
@@ -113,12 +128,24 @@ DataParallelStep data_parallel_update(amp::GradScaler& scaler, optim::Optimizer&
   e.local_loss = local_loss;
   e.shard_rows = shard_rows;
   e.reduced = options.reduce_found_inf;
-  scaler.unscale_(optimizer);  // this rank's gradients, checked before any reduction
-  e.local_found_inf = scaler.found_inf();
-  if (e.local_found_inf) e.overflow = first_nonfinite_gradient(optimizer);
-  e.found_inf = options.reduce_found_inf ? comm.all_reduce_or(e.local_found_inf) : e.local_found_inf;
-  scaler.set_found_inf(e.found_inf);
-  average_gradients(optimizer, comm, options.bucket_bytes);
+  if (options.reduce_dtype == "grad") {
+    // This rank's scaled gradients checked, then averaged in their own dtype, then unscaled
+    // and checked again: an overflow of the sum is found on every rank.
+    e.overflow = first_nonfinite_gradient(optimizer);
+    e.local_found_inf = !e.overflow.empty();
+    average_gradients_in_dtype(optimizer, comm, options.bucket_bytes);
+    scaler.unscale_(optimizer);
+    const bool found = scaler.found_inf() || e.local_found_inf;
+    e.found_inf = options.reduce_found_inf ? comm.all_reduce_or(found) : found;
+    scaler.set_found_inf(e.found_inf);
+  } else {
+    scaler.unscale_(optimizer);  // this rank's gradients, checked before any reduction
+    e.local_found_inf = scaler.found_inf();
+    if (e.local_found_inf) e.overflow = first_nonfinite_gradient(optimizer);
+    e.found_inf = options.reduce_found_inf ? comm.all_reduce_or(e.local_found_inf) : e.local_found_inf;
+    scaler.set_found_inf(e.found_inf);
+    average_gradients(optimizer, comm, options.bucket_bytes);
+  }
   e.skipped = !scaler.step(optimizer);
   e.checksum = parameter_checksum(optimizer);
   if (observed()) hooks::data_parallel_step(e);

@@ -21,6 +21,12 @@ struct DataParallelOptions {
   // A debug switch that breaks what keeps replicas equal: each rank acts on its own
   // found_inf (the consensus check must catch the divergence that follows).
   bool reduce_found_inf = true;
+  // Where the gradients are averaged: "float32" (the default), after the scaler unscaled
+  // them into f32; or "grad", before, in the parameters' gradient dtype (float16 or
+  // bfloat16 at O2), as DDP reduces a half model's gradients: the sum of the ranks' scaled
+  // gradients is rounded to that dtype, and can overflow where no rank's own did, which
+  // the scaler's check after the reduction then catches on every rank alike.
+  std::string reduce_dtype = "float32";
   std::size_t bucket_bytes = std::size_t{25} << 20;  // per all-reduce, as DDP's bucket_cap_mb
 };
 
@@ -28,6 +34,10 @@ struct DataParallelOptions {
 // ranks: packed into buckets of up to bucket_bytes per dtype, all-reduced (sum), divided
 // by the world size. The identity on one rank.
 void average_gradients(optim::Optimizer& optimizer, Communicator& comm, std::size_t bucket_bytes);
+
+// The same before the scaler unscales: each 16-bit gradient averaged and rounded back into
+// its own dtype (f32 and f64 ones as average_gradients).
+void average_gradients_in_dtype(optim::Optimizer& optimizer, Communicator& comm, std::size_t bucket_bytes);
 
 // The first parameter, in the optimizer's order, whose gradient holds Inf or NaN ("" when none).
 std::string first_nonfinite_gradient(const optim::Optimizer& optimizer);

@@ -60,6 +60,19 @@ print(max(abs(x - y) / abs(x) for x, y in zip(a, b)))" "$WORK/one.$level.json" "
   fi
 done
 
+# 4b. Averaging in the gradients' own dtype (float16 at O2, before unscaling, as DDP does):
+#     the ranks agree, and the losses stay within 5e-3 of one rank's.
+expect 0 "all in agreement" -- "$bin" run --model mlp --level O2 --steps 50 --nproc 2 --dp-reduce-dtype grad --quiet \
+  --report "$WORK/two.grad.json"
+worst=$(python3 -c "import json, sys
+a = [s['loss'] for s in json.load(open(sys.argv[1]))['steps']]
+b = [s['loss'] for s in json.load(open(sys.argv[2]))['steps']]
+print(max(abs(x - y) / abs(x) for x, y in zip(a, b)))" "$WORK/one.O2.json" "$WORK/two.grad.json")
+python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < 5e-3 else 1)" "$worst" \
+  && ok "1 vs 2 ranks at O2, averaged in float16: worst relative loss difference $worst < 5e-3" \
+  || fail "1 vs 2 ranks at O2, averaged in float16: worst relative loss difference $worst >= 5e-3"
+expect 2 '--dp-reduce-dtype "half"' -- "$bin" run --model mlp --dp-reduce-dtype half
+
 # 5. bisect-nan under MPI: every trial a 2-rank run, the search in lock step.
 expect 0 "fix found" -- "$bin" bisect-nan --model "$model" --nproc 2 --quiet
 exit $((fails > 0))
