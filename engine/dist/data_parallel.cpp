@@ -1,5 +1,6 @@
 #include "engine/dist/data_parallel.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -129,13 +130,24 @@ DataParallelStep data_parallel_update(amp::GradScaler& scaler, optim::Optimizer&
   e.shard_rows = shard_rows;
   e.reduced = options.reduce_found_inf;
   if (options.reduce_dtype == "grad") {
-    // This rank's scaled gradients checked, then averaged in their own dtype, then unscaled
-    // and checked again: an overflow of the sum is found on every rank.
-    e.overflow = first_nonfinite_gradient(optimizer);
-    e.local_found_inf = !e.overflow.empty();
+    // Averaged in their own dtype, then unscaled and checked: a rank's Inf/NaN carries into
+    // the sum, and an overflow of the sum is found on every rank. Only then is this rank's
+    // own gradient (the parameter's .grad, which the average did not replace) searched, to
+    // name it.
     average_gradients_in_dtype(optimizer, comm, options.bucket_bytes);
     scaler.unscale_(optimizer);
-    const bool found = scaler.found_inf() || e.local_found_inf;
+    if (scaler.found_inf()) {
+      for (const auto& [name, p] : optimizer.params()) {
+        if (!p.grad().defined()) continue;
+        const std::vector<double> v = p.grad().to_f64();
+        if (std::any_of(v.begin(), v.end(), [](double x) { return !std::isfinite(x); })) {
+          e.overflow = name;
+          break;
+        }
+      }
+      e.local_found_inf = !e.overflow.empty();
+    }
+    const bool found = scaler.found_inf();
     e.found_inf = options.reduce_found_inf ? comm.all_reduce_or(found) : found;
     scaler.set_found_inf(e.found_inf);
   } else {
