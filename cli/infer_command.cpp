@@ -33,26 +33,6 @@ struct InferOptions {
   bool quiet = false;
 };
 
-amp::AmpOptions amp_options(const InferOptions& o) {
-  amp::AmpOptions a;
-  if (!o.config.empty()) {
-    try {
-      a = amp::load_config(o.config).amp;
-    } catch (const amp::ConfigError& e) {
-      throw UsageError(e.what());
-    }
-  }
-  const auto level = amp::parse_level(o.level);
-  if (!level) throw UsageError("--level \"" + o.level + "\" is not a level; use O0, O1, O2 or O3");
-  a.level = *level;
-  const auto dtype = try_parse_dtype(o.dtype);
-  if (!dtype || !is_low_precision(*dtype)) throw UsageError("--dtype \"" + o.dtype + "\": AMP runs in float16 or bfloat16");
-  a.dtype = *dtype;
-  a.custom_white_list.insert(a.custom_white_list.end(), o.white.begin(), o.white.end());
-  a.custom_black_list.insert(a.custom_black_list.end(), o.black.begin(), o.black.end());
-  return a;
-}
-
 int run_infer(const InferOptions& o, std::ostream& out, std::ostream& err) {
   if (o.batch <= 0) throw UsageError("--batch must be positive, got " + std::to_string(o.batch));
   check_output("--out", o.out);
@@ -94,7 +74,7 @@ int run_infer(const InferOptions& o, std::ostream& out, std::ostream& err) {
     throw UsageError(std::string("--data: ") + e.what());
   }
   if (g.inputs.empty()) throw UsageError("--model " + o.model + ": the graph has no data input");
-  const amp::AmpOptions options = amp_options(o);
+  const amp::AmpOptions options = amp_options_of(o.config, o.level, o.dtype, o.white, o.black);
   std::optional<amp::Policy> policy;
   try {
     policy.emplace(options);

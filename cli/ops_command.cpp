@@ -10,6 +10,7 @@
 #include <optional>
 #include <ostream>
 
+#include "cli/run_options.h"
 #include "cli/usage_error.h"
 #include "engine/amp/config.h"
 #include "engine/amp/policy.h"
@@ -164,29 +165,7 @@ std::string ops_json(const amp::Policy& policy, const std::vector<OpRow>& rows) 
 }
 
 amp::AmpOptions resolve_options(const OpsOptions& opts) {
-  amp::AmpOptions o;
-  if (!opts.config.empty()) {
-    try {
-      o = amp::load_config(opts.config).amp;
-    } catch (const amp::ConfigError& e) {
-      throw UsageError(e.what());
-    }
-  }
-  if (!opts.level.empty()) {
-    const auto level = amp::parse_level(opts.level);
-    if (!level) throw UsageError("--level \"" + opts.level + "\" is not an AMP level; use O0, O1, O2 or O3");
-    o.level = *level;
-  }
-  if (!opts.dtype.empty()) {
-    try {
-      o.dtype = parse_dtype(opts.dtype);
-    } catch (const DTypeError& e) {
-      throw UsageError(std::string("--dtype: ") + e.what());
-    }
-  }
-  o.custom_white_list.insert(o.custom_white_list.end(), opts.white.begin(), opts.white.end());
-  o.custom_black_list.insert(o.custom_black_list.end(), opts.black.begin(), opts.black.end());
-  return o;
+  return amp_options_of(opts.config, opts.level, opts.dtype, opts.white, opts.black);
 }
 
 CLI::App* add_options(CLI::App& app, OpsOptions& o) {

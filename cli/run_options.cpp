@@ -230,6 +230,33 @@ reports::RunInfo run_info(const std::string& command, const RunArgs& a, const Re
   return info;
 }
 
+amp::AmpOptions amp_options_of(const std::string& config, const std::string& level, const std::string& dtype,
+                               const std::vector<std::string>& white, const std::vector<std::string>& black) {
+  amp::AmpOptions o;
+  if (!config.empty()) {
+    try {
+      o = amp::load_config(config).amp;
+    } catch (const amp::ConfigError& e) {
+      throw UsageError(e.what());
+    }
+  }
+  if (!level.empty()) {
+    const auto parsed = amp::parse_level(level);
+    if (!parsed) throw UsageError("--level \"" + level + "\" is not an AMP level; use O0, O1, O2 or O3");
+    o.level = *parsed;
+  }
+  if (!dtype.empty()) {
+    try {
+      o.dtype = parse_dtype(dtype);
+    } catch (const DTypeError& e) {
+      throw UsageError(std::string("--dtype: ") + e.what());
+    }
+  }
+  o.custom_white_list.insert(o.custom_white_list.end(), white.begin(), white.end());
+  o.custom_black_list.insert(o.custom_black_list.end(), black.begin(), black.end());
+  return o;
+}
+
 void check_output(const std::string& option, const std::string& path) {
   if (path.empty()) return;
   try {

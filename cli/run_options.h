@@ -77,6 +77,12 @@ reports::RunInfo run_info(const std::string& command, const RunArgs& args, const
 // (cli/interrupt.h), so it leaves neither half a report nor a temporary file.
 // Refuses an output path that cannot be written (exit 2 naming the option), before a run
 // that would only fail at its end.
+// The AMP options of a command that does not train (ops, infer): the config file's, then
+// --level, --dtype and the custom lists over them; an empty level or dtype keeps the
+// config's (or the default's). Bad values throw UsageError naming the option.
+amp::AmpOptions amp_options_of(const std::string& config, const std::string& level, const std::string& dtype,
+                               const std::vector<std::string>& white, const std::vector<std::string>& black);
+
 void check_output(const std::string& option, const std::string& path);
 void write_output(const std::string& option, const std::string& path, const std::string& content);
 
