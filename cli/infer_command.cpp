@@ -48,32 +48,18 @@ int run_infer(const InferOptions& o, std::ostream& out, std::ostream& err) {
   const samples::onnx_file::Graph& g = *file.onnx_graph;
   std::string data_path = o.data.empty() ? file.data.file : o.data;
   if (data_path.empty()) throw UsageError("--data: give the inputs (an .npz with the array \"input\", an .npy or a .pb)");
-  // One array per graph input: by the input's name, or for a one-input graph as training
-  // data finds it ("input", "input_0", the only array).
+  if (g.inputs.empty()) throw UsageError("--model " + o.model + ": the graph has no data input");
+  // One array per graph input, as training finds them (samples::dataset_of).
+  std::vector<std::string> names;
+  for (const auto& v : g.inputs) names.push_back(v.name);
   std::vector<Tensor> inputs;
   try {
-    const std::vector<samples::Array> arrays = samples::read_arrays(data_path);
-    if (g.inputs.size() == 1) {
-      inputs.push_back(samples::dataset_of(arrays, data_path, g.inputs[0].name, false).x);
-    } else {
-      for (std::size_t k = 0; k < g.inputs.size(); ++k) {
-        const std::string& name = g.inputs[k].name;
-        auto it = std::find_if(arrays.begin(), arrays.end(), [&](const samples::Array& a) {
-          return a.name == name || a.name == "input_" + std::to_string(k);
-        });
-        if (it == arrays.end())
-          throw std::invalid_argument(data_path + ": the model takes " + std::to_string(g.inputs.size()) +
-                                      " inputs; no array named \"" + name + "\" (or \"input_" + std::to_string(k) + "\")");
-        if (it->shape.empty() || (!inputs.empty() && it->shape[0] != inputs[0].size(0)))
-          throw std::invalid_argument(data_path + ": \"" + it->name + "\" " + to_string(it->shape) +
-                                      " needs the same leading batch dimension as the other inputs");
-        inputs.push_back(it->to_tensor());
-      }
-    }
+    samples::Dataset data = samples::dataset_of(samples::read_arrays(data_path), data_path, names, false);
+    inputs.push_back(data.x);
+    inputs.insert(inputs.end(), data.more.begin(), data.more.end());
   } catch (const std::invalid_argument& e) {
     throw UsageError(std::string("--data: ") + e.what());
   }
-  if (g.inputs.empty()) throw UsageError("--model " + o.model + ": the graph has no data input");
   const amp::AmpOptions options = amp_options_of(o.config, o.level, o.dtype, o.white, o.black);
   std::optional<amp::Policy> policy;
   try {

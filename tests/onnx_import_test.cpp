@@ -459,11 +459,6 @@ TEST(OnnxCli, BisectFindsAPlantedOverflowAndNamesItInTheFrameworksWords) {
   EXPECT_TRUE(has(r.out, "ONNX node \"/Mul_1\" (Mul)")) << r.out;
 }
 
-}  // namespace
-}  // namespace ampcheck::samples
-
-namespace ampcheck::samples {
-namespace {
 
 TEST(OnnxCli, InferFeedsEveryInputOfAGraphByName) {
   OnnxBuilder b;
@@ -515,11 +510,6 @@ TEST(OnnxDocs, ListEverySupportedOpTypeAndRunTheModelFileExample) {
   EXPECT_TRUE(has(r.out, "O1 float16")) << r.out;
 }
 
-}  // namespace
-}  // namespace ampcheck::samples
-
-namespace ampcheck::samples {
-namespace {
 
 // Models torch.onnx.export wrote (samples/onnx/, from bench/onnx/export.py: a BERT-style and
 // a GPT-2-style block with PyTorch's own names, folded constants, Erf-GELU, tanh-GELU, a
@@ -554,11 +544,6 @@ TEST(OnnxPytorchExports, NamesAreTheModulesOfThePytorchModel) {
     EXPECT_TRUE(modules.count(m)) << m;
 }
 
-}  // namespace
-}  // namespace ampcheck::samples
-
-namespace ampcheck::samples {
-namespace {
 
 // The op types the importer composes of registry ops: their gradient, through autograd,
 // against central finite differences of the imported forward, in f64.
@@ -647,11 +632,6 @@ TEST(OnnxComposites, GradientsMatchFiniteDifferences) {
   }
 }
 
-}  // namespace
-}  // namespace ampcheck::samples
-
-namespace ampcheck::samples {
-namespace {
 
 // A transformer-style export with token ids and an attention mask: each input from the
 // data's array of its name, batched together.
