@@ -6,8 +6,11 @@
 // scaler update, loss.item()).
 //
 //   ampcheck_bench_peer_step --model mlp --level O1 --dtype bfloat16 --scaler none
+//   ampcheck_bench_peer_step --model resnet18.onnx --data resnet18.npz --loss cross_entropy --batch 16
 //   stdin:  "steps K"   -> stdout: {"ms": [t1, ..., tK]}   (one line per command)
 //
+// --inspect trace|stats|full attaches the inspector in that mode for the whole run, as
+// `ampcheck run --inspect MODE` does (its cost is then part of each step's time).
 // --device cuda trains on GPU 0 (each step ends with loss.item(), so its time is the GPU's too).
 // --scaler dynamic is PyTorch's GradScaler behaviour at its defaults; none is a static
 // scale of 1 (what a bf16 user runs). O0 always runs unscaled.
@@ -24,6 +27,7 @@
 #include "engine/amp/policy.h"
 #include "engine/dtype/dtype.h"
 #include "engine/parallel.h"
+#include "inspector/inspector.h"
 #include "samples/runner.h"
 
 namespace {
@@ -33,23 +37,37 @@ using namespace ampcheck;
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "ampcheck_bench_peer_step: %s\nusage: ampcheck_bench_peer_step --model NAME|FILE [--level O0|O1|O2] "
-               "[--dtype float16|bfloat16] [--scaler dynamic|none] [--threads N] [--seed N] [--device cpu|cuda]\n",
+               "[--dtype float16|bfloat16] [--scaler dynamic|none] [--threads N] [--seed N] [--device cpu|cuda] "
+               "[--data FILE] [--loss cross_entropy|mse] [--batch N] [--inspect off|trace|stats|full]\n",
                why.c_str());
   std::exit(2);
 }
 
-samples::RunOptions parse(int argc, char** argv) {
+struct Options {
+  samples::RunOptions run;
+  inspector::Mode inspect = inspector::Mode::off;
+};
+
+Options parse(int argc, char** argv) {
   std::map<std::string, std::string> args{{"--model", "mlp"},     {"--level", "O0"},  {"--dtype", "float16"},
                                           {"--scaler", "dynamic"}, {"--threads", "0"}, {"--seed", "0"},
-                                          {"--device", "cpu"}};
+                                          {"--device", "cpu"},      {"--data", ""},     {"--loss", ""},
+                                          {"--batch", "0"},        {"--inspect", "off"}};
   for (int i = 1; i < argc; i += 2) {
     if (!args.count(argv[i])) usage(std::string("unknown option ") + argv[i]);
     if (i + 1 >= argc) usage(std::string(argv[i]) + " needs a value");
     args[argv[i]] = argv[i + 1];
   }
-  samples::RunOptions o;
+  Options options;
+  const auto mode = inspector::parse_mode(args["--inspect"]);
+  if (!mode) usage("--inspect " + args["--inspect"] + ": give off, trace, stats or full");
+  options.inspect = *mode;
+  samples::RunOptions& o = options.run;
   o.model = args["--model"];
   o.seed = std::stoull(args["--seed"]);
+  o.overrides.data = args["--data"];
+  o.overrides.loss = args["--loss"];
+  o.batch = std::stoll(args["--batch"]);
   const auto level = amp::parse_level(args["--level"]);
   if (!level) usage("--level " + args["--level"] + ": give O0, O1, O2 or O3");
   o.amp.level = *level;
@@ -61,14 +79,19 @@ samples::RunOptions parse(int argc, char** argv) {
   if (const int threads = std::stoi(args["--threads"]); threads > 0) set_num_threads(threads);
   if (args["--device"] == "cuda") o.device = Device::cuda;
   else if (args["--device"] != "cpu") usage("--device " + args["--device"] + ": give cpu or cuda");
-  return o;
+  return options;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
-    samples::Trainer trainer(parse(argc, argv));
+    const Options options = parse(argc, argv);
+    inspector::InspectorOptions io;
+    io.mode = options.inspect;
+    inspector::Inspector insp(io);
+    samples::Trainer trainer(options.run);
+    if (options.inspect != inspector::Mode::off) insp.attach();
     std::string command;
     long steps = 0;
     while (std::cin >> command >> steps) {

@@ -12,6 +12,7 @@ projections, scores scaled by 1/sqrt(head dim), softmax, no mask."""
 import json
 import math
 import os
+import sys
 
 SUPPORTED = {"linear", "relu", "gelu", "conv2d", "batch_norm", "layer_norm", "add",
              "adaptive_avg_pool2d", "flatten", "embedding", "attention", "mean"}
@@ -291,3 +292,40 @@ def paddle_worker(model, mode, batch, lr, threads):
 
 
 WORKERS = {"torch": torch_worker, "paddle": paddle_worker}
+
+
+def torch_onnx_worker(name, onnx_dir, mode, batch, lr, threads):
+    """A model of the ONNX benchmark (bench/onnx/export.py) trained in PyTorch, as ampcheck
+    trains its export: the first `batch` rows of NAME.npz, cross-entropy, Adam at `lr`."""
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "onnx"))
+    import export
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    ctor, _classes, _kind = export.MODELS[name]
+    net = ctor().train()
+    data = np.load(os.path.join(onnx_dir, name + ".npz"))
+    xb = torch.from_numpy(data["input"][:batch])
+    yb = torch.from_numpy(data["labels"][:batch]).long()
+    opt = torch.optim.Adam(net.parameters(), lr=lr)
+    low = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[mode]
+    scaler = torch.amp.GradScaler("cpu") if mode == "fp16" else None
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=low or torch.bfloat16, enabled=low is not None):
+            loss = F.cross_entropy(net(xb), yb)
+        if scaler:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
+        return loss.item()
+
+    return step

@@ -1,10 +1,15 @@
 """ampcheck beside PyTorch and PaddlePaddle on the CPU (issue 9).
 
   peers.py speed  --ampcheck-build DIR --out-dir bench/results   step times, interleaved
+  peers.py inspect --ampcheck-build DIR                           the inspector's cost per mode
   peers.py scaler --ampcheck BIN [--cases 200]                    GradScaler histories
   peers.py ops    --ampcheck BIN                                  O1 op decisions
   peers.py all    --ampcheck-build DIR --out-dir bench/results    the three, one report
   peers.py worker --framework torch|paddle --model FILE --mode fp32|bf16|fp16 ...
+
+With --onnx-dir DIR (the output of bench/onnx/export.py), `speed` also times the real
+models of the ONNX benchmark: ampcheck trains DIR/NAME.onnx on DIR/NAME.npz, PyTorch the
+same architecture (export.py's MODELS), same batch, threads, loss and Adam.
 
 bench/peers/run.sh makes the virtual environment and the Release build, then runs `all`.
 """
@@ -27,6 +32,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 SAMPLES = ["mlp", "cnn", "transformer"]
+ONNX_MODELS = ["resnet18", "mobilenet_v3", "bert_block", "gpt2_block"]
+ONNX_LR = 1e-3  # ampcheck's default for an ONNX model (samples/model_file.h TrainSpec)
 
 # ---------------------------------------------------------------- workers (one per process)
 
@@ -35,8 +42,11 @@ def worker(args):
     sys.path.insert(0, HERE)
     import frameworks
 
-    model = frameworks.load_model_file(args.model)
-    step = frameworks.WORKERS[args.framework](model, args.mode, args.batch, args.lr, args.threads)
+    if args.onnx_dir:
+        step = frameworks.torch_onnx_worker(args.model, args.onnx_dir, args.mode, args.batch, args.lr, args.threads)
+    else:
+        model = frameworks.load_model_file(args.model)
+        step = frameworks.WORKERS[args.framework](model, args.mode, args.batch, args.lr, args.threads)
     print("ready", flush=True)
     for line in sys.stdin:
         command, k = line.split()
@@ -103,36 +113,35 @@ def speed(args, out):
     step_bin = os.path.join(args.ampcheck_build, "bench", "ampcheck_bench_peer_step")
     rng = random.Random(args.seed)
     rows = []
+    cases = []  # (name, batch, ampcheck's model arguments, the peer worker's model arguments, peers)
     for sample in args.samples:
         path = os.path.join(ROOT, "samples", "models", sample + ".json")
         model = frameworks.load_model_file(path)
         batch, lr = model["train"]["batch"], model["train"]["lr"]
+        cases.append((sample, batch, ["--model", path],
+                      ["--model", path, "--batch", str(batch), "--lr", str(lr)], ("torch", "paddle")))
+    if args.onnx_dir:
+        for name in args.onnx_models:
+            onnx_path = os.path.join(args.onnx_dir, name + ".onnx")
+            if not os.path.exists(onnx_path):
+                sys.exit(f"peers.py: {onnx_path} is missing: run bench/onnx/export.py --out {args.onnx_dir} --bn preserve")
+            cases.append((name, args.onnx_batch,
+                          ["--model", onnx_path, "--data", os.path.join(args.onnx_dir, name + ".npz"),
+                           "--loss", "cross_entropy", "--batch", str(args.onnx_batch)],
+                          ["--model", name, "--onnx-dir", args.onnx_dir, "--batch", str(args.onnx_batch),
+                           "--lr", str(ONNX_LR)], ("torch",)))
+    for sample, batch, ours, theirs, peers in cases:
         runners = []
         for key, label, (level, dtype, scaler), torch_mode, paddle_mode in MODES:
             runners.append(Runner("ampcheck", key, f"{sample} ampcheck {key}",
-                                  [step_bin, "--model", path, "--level", level, "--dtype", dtype, "--scaler", scaler,
+                                  [step_bin, *ours, "--level", level, "--dtype", dtype, "--scaler", scaler,
                                    "--threads", str(args.threads)], env))
             for fw, mode in (("torch", torch_mode), ("paddle", paddle_mode)):
-                if mode:
+                if mode and fw in peers:
                     runners.append(Runner(fw, key, f"{sample} {fw} {key}",
                                           [sys.executable, os.path.abspath(__file__), "worker", "--framework", fw,
-                                           "--model", path, "--mode", mode, "--batch", str(batch), "--lr", str(lr),
-                                           "--threads", str(args.threads)], env))
-        for r in runners:
-            r.wait_ready()
-        # Warm-up: a block each, discarded; it sizes the blocks to about --block-seconds.
-        for r in runners:
-            r.run(3, keep=False)
-            warm = statistics.median(r.run(5, keep=False))
-            r.block = max(5, min(400, int(args.block_seconds * 1e3 / max(warm, 1e-3))))
-        for _ in range(args.rounds):
-            order = runners[:]
-            rng.shuffle(order)
-            for r in order:
-                time.sleep(args.gap)  # let the last worker's threads go idle
-                r.run(r.block)
-        for r in runners:
-            r.close()
+                                           *theirs, "--mode", mode, "--threads", str(args.threads)], env))
+        interleave(runners, args, rng)
         for key, label, *_ in MODES:
             row = {"sample": sample, "mode": key, "label": label, "batch": batch}
             for r in runners:
@@ -149,6 +158,52 @@ def speed(args, out):
                 r[f"ratio_{fw}"] = ours / r[fw]["median_ms"]
         r["ratio_own_fp32"] = ours / fp32[r["sample"]]
     out["speed"] = {"threads": args.threads, "rounds": args.rounds, "rows": rows}
+
+
+INSPECT_MODES = ["off", "trace", "stats", "full"]
+INSPECT_AIMS = {"trace": 1.02, "stats": 1.05, "full": 2.0}
+
+
+def interleave(runners, args, rng):
+    """Warm-up blocks (discarded, sizing each block to about --block-seconds), then
+    --rounds rounds running every worker once in a shuffled order."""
+    for r in runners:
+        r.wait_ready()
+    for r in runners:
+        r.run(3, keep=False)
+        warm = statistics.median(r.run(5, keep=False))
+        r.block = max(5, min(400, int(args.block_seconds * 1e3 / max(warm, 1e-3))))
+    for _ in range(args.rounds):
+        order = runners[:]
+        rng.shuffle(order)
+        for r in order:
+            time.sleep(args.gap)  # let the last worker's threads go idle
+            r.run(r.block)
+    for r in runners:
+        r.close()
+
+
+def inspect(args, out):
+    """The inspector's cost: ampcheck's step with `--inspect MODE` against the same step
+    with the inspector off, interleaved, per sample (O1 float16 with the dynamic scaler:
+    what a user debugging fp16 runs)."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    step_bin = os.path.join(args.ampcheck_build, "bench", "ampcheck_bench_peer_step")
+    rng = random.Random(args.seed + 1)
+    rows = []
+    for sample in args.samples:
+        path = os.path.join(ROOT, "samples", "models", sample + ".json")
+        runners = [Runner("ampcheck", mode, f"{sample} inspect {mode}",
+                          [step_bin, "--model", path, "--level", "O1", "--dtype", "float16", "--scaler", "dynamic",
+                           "--threads", str(args.threads), "--inspect", mode], env) for mode in INSPECT_MODES]
+        interleave(runners, args, rng)
+        off = statistics.median(runners[0].ms)
+        for r in runners:
+            med = statistics.median(r.ms)
+            rows.append({"sample": sample, "mode": r.mode, "median_ms": med, "steps": len(r.ms),
+                         "iqr_ms": iqr(r.ms), "ratio_off": med / off})
+        print(f"  {sample}: inspector modes done", file=sys.stderr, flush=True)
+    out["inspect"] = {"threads": args.threads, "rounds": args.rounds, "rows": rows}
 
 
 def iqr(xs):
@@ -359,6 +414,19 @@ def to_markdown(out):
         lines += ["", "—: the framework has no such mode on the CPU (PaddlePaddle's auto_cast and GradScaler make no "
                   "effect there), or the mode is ampcheck's own (O2 keeps parameters and activations in the low "
                   "dtype; PyTorch's CPU autocast is O1 only).", ""]
+    if "inspect" in out:
+        s = out["inspect"]
+        lines += ["## The inspector's cost", "",
+                  f"ampcheck's step (O1 float16, dynamic loss scaling, Adam) with the inspector attached in each mode, "
+                  f"as `ampcheck run --inspect MODE` trains, against the same step with it off; {s['threads']} threads, "
+                  f"{s['rounds']} interleaved rounds. Aims: trace <= {INSPECT_AIMS['trace']}x, stats <= "
+                  f"{INSPECT_AIMS['stats']}x, full <= {INSPECT_AIMS['full']}x.", "",
+                  "| sample | mode | ms/step | / off | aim |", "| --- | --- | ---: | ---: | --- |"]
+        for r in s["rows"]:
+            aim = INSPECT_AIMS.get(r["mode"])
+            verdict = "" if aim is None else (f"<= {aim} met" if r["ratio_off"] <= aim else f"<= {aim} **missed**")
+            lines.append(f"| {r['sample']} | {r['mode']} | {fmt_ms(r['median_ms'])} | {r['ratio_off']:.2f} | {verdict} |")
+        lines.append("")
     if "scaler" in out:
         lines += ["## GradScaler histories", "",
                   "Random found_inf sequences (1 to 80 steps) with random initial scales, ratios and intervals; the "
@@ -398,7 +466,8 @@ def main():
     w.add_argument("--batch", type=int, required=True)
     w.add_argument("--lr", type=float, required=True)
     w.add_argument("--threads", type=int, default=os.cpu_count())
-    for name in ("speed", "scaler", "ops", "all"):
+    w.add_argument("--onnx-dir", default=None, help="--model names a model of bench/onnx/export.py in this folder")
+    for name in ("speed", "inspect", "scaler", "ops", "all"):
         c = sub.add_parser(name)
         c.add_argument("--ampcheck-build", default=os.path.join(ROOT, "build"))
         c.add_argument("--out-dir", default=None, help="write DATE-peers-cpu.{md,json} here")
@@ -409,6 +478,10 @@ def main():
         c.add_argument("--gap", type=float, default=0.2)
         c.add_argument("--cases", type=int, default=200, help="random scaler sequences per framework")
         c.add_argument("--seed", type=int, default=0)
+        c.add_argument("--onnx-dir", default=None,
+                       help="also time the ONNX benchmark's models (bench/onnx/export.py --out DIR --bn preserve)")
+        c.add_argument("--onnx-models", nargs="+", default=ONNX_MODELS)
+        c.add_argument("--onnx-batch", type=int, default=16)
     args = p.parse_args()
     if args.command == "worker":
         return worker(args)
@@ -418,7 +491,8 @@ def main():
             sys.exit(f"peers.py: {f} is not built: run bench/peers/run.sh, or cmake --build {args.ampcheck_build}")
     out = {"date": datetime.date.today().isoformat(), "machine": machine(),
            "command": "bench/peers/peers.py " + " ".join(a.replace(ROOT + os.sep, "") for a in sys.argv[1:])}
-    steps = {"speed": [speed], "scaler": [scaler], "ops": [ops], "all": [scaler, ops, speed]}[args.command]
+    steps = {"speed": [speed], "inspect": [inspect], "scaler": [scaler], "ops": [ops],
+             "all": [scaler, ops, speed, inspect]}[args.command]
     for f in steps:
         f(args, out)
     text = to_markdown(out)

@@ -3,7 +3,9 @@
 # the project's own bootstrap and Release build, a virtual environment in
 # bench/peers/.venv with PyTorch, PaddlePaddle and numpy from PyPI (peers and oracles
 # only: the product never imports them), then all three parts: GradScaler histories,
-# O1 op decisions, interleaved step times. Writes bench/results/DATE-peers-cpu.{md,json}.
+# O1 op decisions, interleaved step times of the samples and of the ONNX benchmark's real
+# models (exported by bench/onnx/export.py into a temporary folder, or ONNX_MODELS_DIR).
+# Writes bench/results/DATE-peers-cpu.{md,json}.
 # Exit 1 if a GradScaler history differs.
 #
 #   bench/peers/run.sh [peers.py all options, e.g. --rounds 9 --cases 300]
@@ -18,7 +20,11 @@ if [[ ! -x "$venv/bin/python" ]]; then
 fi
 # numpy < 2.4: PaddlePaddle 3.3.1's GradScaler calls float() on a one-element array when
 # it lowers the scale, which numpy 2.4 refuses (TypeError).
-"$venv/bin/pip" install --quiet --disable-pip-version-check "torch==2.15.*" "paddlepaddle==3.3.*" "numpy<2.4"
+# torchvision and onnx: bench/onnx/export.py, for the real models.
+"$venv/bin/pip" install --quiet --disable-pip-version-check "torch==2.15.*" "paddlepaddle==3.3.*" "numpy<2.4" \
+  "torchvision==0.29.*" "onnx==1.23.*"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
+models=${ONNX_MODELS_DIR:-$(mktemp -d /tmp/peers-onnx.XXXXXX)}
+[[ -f $models/gpt2_block.onnx ]] || "$venv/bin/python" "$root/bench/onnx/export.py" --out "$models" --bn preserve --no-verify > /dev/null
 exec "$venv/bin/python" "$root/bench/peers/peers.py" all --ampcheck-build "${AMPCHECK_BUILD_DIR:-$root/build}" \
-  --out-dir "$root/bench/results" "$@"
+  --out-dir "$root/bench/results" --onnx-dir "$models" "$@"

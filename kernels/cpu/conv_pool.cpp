@@ -1,6 +1,6 @@
 // The convolution and pooling family on the CPU (kernels/conv_pool_kernels.h).
-//   conv2d: im2col + GEMM per sample and group (float GEMM for f32/f16/bf16, double for
-//           f64), parallel over the batch;
+//   conv2d: im2col + GEMM per group over several samples at once (float GEMM for
+//           f32/f16/bf16, double for f64), parallel over groups of samples;
 //   max_pool2d, avg_pool2d, adaptive_avg_pool2d: direct loops, parallel over planes.
 // Every kernel loads its inputs into the compute type, works there, and stores each
 // result once, so f16/bf16 results are the f32 results rounded once. No reduction is
@@ -37,15 +37,16 @@ ColumnRange valid_columns(const ConvGeometry& g, i64 j) {
   return {lo, hi};
 }
 
-// col[(c, i, j), (oy, ox)] = x[c, oy*sh - ph + i*dh, ox*sw - pw + j*dw], 0 in the padding;
-// rows are channel-major, so group g's rows are the contiguous block [g*k, (g+1)*k).
+// col[(c, i, j), (oy, ox)] = x[c, oy*sh - ph + i*dh, ox*sw - pw + j*dw], 0 in the padding,
+// into the columns [0, OH*OW) of rows `ld` apart (a sample's block of a batched column
+// matrix); rows are channel-major, so group g's rows are the contiguous block [g*k, (g+1)*k).
 template <typename T>
-void im2col(const ConvGeometry& g, const T* x, T* col) {
+void im2col(const ConvGeometry& g, const T* x, T* col, i64 ld) {
   for (i64 c = 0; c < g.c_in; ++c) {
     const T* plane = x + c * g.hw();
     for (i64 i = 0; i < g.kh; ++i) {
       for (i64 j = 0; j < g.kw; ++j) {
-        T* row = col + ((c * g.kh + i) * g.kw + j) * g.ohw();
+        T* row = col + ((c * g.kh + i) * g.kw + j) * ld;
         const ColumnRange r = valid_columns(g, j);
         const i64 shift = j * g.dw - g.pw;
         for (i64 oy = 0; oy < g.oh; ++oy) {
@@ -68,26 +69,16 @@ void im2col(const ConvGeometry& g, const T* x, T* col) {
   }
 }
 
-// Sample s of x loaded into `x`, and the GEMM operand it gives: its im2col columns, or x
-// itself for a pointwise (1x1, stride 1, no padding) convolution.
+// The adjoint of im2col: x[c, iy, ix] += col[(c, i, j), (oy, ox)] (x zeroed first), the
+// columns read from rows `ld` apart.
 template <typename T>
-const T* sample_columns(const ConvGeometry& g, const View& input, i64 s, std::vector<T>& x, std::vector<T>& col) {
-  const i64 x_size = g.c_in * g.hw();
-  load(input, s * x_size, x_size, x.data());
-  if (g.pointwise()) return x.data();
-  im2col(g, x.data(), col.data());
-  return col.data();
-}
-
-// The adjoint of im2col: x[c, iy, ix] += col[(c, i, j), (oy, ox)] (x zeroed first).
-template <typename T>
-void col2im(const ConvGeometry& g, const T* col, T* x) {
+void col2im(const ConvGeometry& g, const T* col, i64 ld, T* x) {
   std::fill(x, x + g.c_in * g.hw(), T{0});
   for (i64 c = 0; c < g.c_in; ++c) {
     T* plane = x + c * g.hw();
     for (i64 i = 0; i < g.kh; ++i) {
       for (i64 j = 0; j < g.kw; ++j) {
-        const T* row = col + ((c * g.kh + i) * g.kw + j) * g.ohw();
+        const T* row = col + ((c * g.kh + i) * g.kw + j) * ld;
         const ColumnRange r = valid_columns(g, j);
         const i64 shift = j * g.dw - g.pw;
         for (i64 oy = 0; oy < g.oh; ++oy) {
@@ -102,28 +93,79 @@ void col2im(const ConvGeometry& g, const T* col, T* x) {
   }
 }
 
+// The GEMMs take several samples at once: the column matrices of samples [s0, s0 + S)
+// side by side ([rows, S*OH*OW], sample j in columns [j*OH*OW, (j+1)*OH*OW)), so that a
+// late layer's 2x2 or 4x4 output still gives the GEMM whole vectors of columns, and the
+// weight gradient's chain runs S*OH*OW steps per call instead of OH*OW. Each element of
+// C is the same fma chain over k either way (the forward and input-gradient chains run
+// over the channels and taps; the weight gradient's over the samples in order, then the
+// pixels), so how the batch is cut changes the speed, not the bits.
+constexpr i64 kColumnBudget = i64{1} << 21;  // elements of one batched column matrix
+
+// Sample groups of at most `cap` samples: at least one per thread (the forward and input
+// gradient are parallel over groups), each column matrix within the budget.
+struct SampleGroups {
+  i64 count = 0, size = 0;
+  i64 first(i64 grp, i64 n) const { return std::min(n, grp * size); }
+};
+SampleGroups sample_groups(i64 n, i64 per_sample, i64 threads) {
+  const i64 cap = std::max<i64>(1, kColumnBudget / std::max<i64>(1, per_sample));
+  i64 count = std::max(std::min(n, threads), (n + cap - 1) / cap);
+  const i64 size = n == 0 ? 1 : (n + count - 1) / count;
+  count = n == 0 ? 0 : (n + size - 1) / size;
+  return {count, size};
+}
+
+// Samples [s0, s1) of x as one batched GEMM operand [C_in*kh*kw, S*OH*OW] (for a
+// pointwise convolution: x's planes themselves, [C_in, S*H*W]).
+template <typename T>
+void batched_columns(const ConvGeometry& g, const View& input, i64 s0, i64 s1, std::vector<T>& x, T* cols) {
+  const i64 x_size = g.c_in * g.hw(), ld = (s1 - s0) * g.ohw();
+  for (i64 s = s0; s < s1; ++s) {
+    T* block = cols + (s - s0) * g.ohw();
+    if (g.pointwise()) {
+      for (i64 c = 0; c < g.c_in; ++c) load(input, s * x_size + c * g.hw(), g.hw(), block + c * ld);
+      continue;
+    }
+    load(input, s * x_size, x_size, x.data());
+    im2col(g, x.data(), block, ld);
+  }
+}
+
+// Rows of `per_row` elements of samples [s0, s1) of a [N, rows, per_row] tensor, side by
+// side: out[r, (s - s0)*per_row + i] = v[s, r, i].
+template <typename T>
+void load_batched_rows(const View& v, i64 rows, i64 per_row, i64 s0, i64 s1, T* out) {
+  const i64 ld = (s1 - s0) * per_row;
+  for (i64 s = s0; s < s1; ++s)
+    for (i64 r = 0; r < rows; ++r) load(v, (s * rows + r) * per_row, per_row, out + r * ld + (s - s0) * per_row);
+}
+
 template <typename T>
 void conv_forward(const ConvGeometry& g, const View& input, const View& weight_v, const View& bias_v,
                   const View& out) {
   const std::vector<T> weight = values<T>(weight_v);
   const bool has_bias = bias_v.data != nullptr;
   const std::vector<T> bias = has_bias ? values<T>(bias_v) : std::vector<T>{};
-  const i64 x_size = g.c_in * g.hw(), y_size = g.c_out * g.ohw();
-  parallel_for(g.n, 1, [&](i64 begin, i64 end) {
-    std::vector<T> x(usize(x_size)), y(usize(y_size));
-    std::vector<T> col(g.pointwise() ? 0 : usize(g.c_in * g.kh * g.kw * g.ohw()));
-    for (i64 s = begin; s < end; ++s) {
-      const T* cols = sample_columns(g, input, s, x, col);
-      // y_g [C_out/g, OH*OW] = W_g [C_out/g, k] . col_g [k, OH*OW]
+  const i64 rows = g.c_in * g.kh * g.kw;
+  const SampleGroups sg = sample_groups(g.n, rows * g.ohw(), num_threads());
+  parallel_for(sg.count, 1, [&](i64 begin, i64 end) {
+    std::vector<T> x(usize(g.c_in * g.hw())), cols, y;
+    for (i64 grp_s = begin; grp_s < end; ++grp_s) {
+      const i64 s0 = sg.first(grp_s, g.n), s1 = sg.first(grp_s + 1, g.n), ld = (s1 - s0) * g.ohw();
+      cols.resize(usize(rows * ld));
+      y.resize(usize(g.c_out * ld));
+      batched_columns(g, input, s0, s1, x, cols.data());
+      // y_g [C_out/g, S*OH*OW] = W_g [C_out/g, k] . cols_g [k, S*OH*OW]
       for (i64 grp = 0; grp < g.groups; ++grp)
-        gemm(false, false, g.cout_g(), g.ohw(), g.k(), weight.data() + grp * g.cout_g() * g.k(), g.k(),
-             cols + grp * g.k() * g.ohw(), g.ohw(), y.data() + grp * g.cout_g() * g.ohw(), g.ohw());
-      if (has_bias)
-        for (i64 c = 0; c < g.c_out; ++c) {
-          T* row = y.data() + c * g.ohw();
-          for (i64 i = 0; i < g.ohw(); ++i) row[i] += bias[usize(c)];
-        }
-      store(out, s * y_size, y_size, y.data());
+        gemm(false, false, g.cout_g(), ld, g.k(), weight.data() + grp * g.cout_g() * g.k(), g.k(),
+             cols.data() + grp * g.k() * ld, ld, y.data() + grp * g.cout_g() * ld, ld);
+      for (i64 c = 0; c < g.c_out; ++c) {
+        T* row = y.data() + c * ld;
+        if (has_bias)
+          for (i64 i = 0; i < ld; ++i) row[i] += bias[usize(c)];
+        for (i64 s = s0; s < s1; ++s) store(out, (s * g.c_out + c) * g.ohw(), g.ohw(), row + (s - s0) * g.ohw());
+      }
     }
   });
 }
@@ -132,52 +174,64 @@ void conv_forward(const ConvGeometry& g, const View& input, const View& weight_v
 constexpr i64 kWeightSlotBudget = i64{1} << 22;
 constexpr i64 kMaxWeightSlots = 16;
 
-// grad_x_n = col2im(W^T . gy_n), per group: gcol_g [k, OH*OW] = W_g^T . gy_g
+// grad_x_n = col2im(W^T . gy_n), per group: gcol_g [k, S*OH*OW] = W_g^T . gy_g
 template <typename T>
 void conv_grad_x(const ConvGeometry& g, const View& grad, const View& weight_v, const View& gx) {
   const std::vector<T> weight = values<T>(weight_v);
-  const i64 x_size = g.c_in * g.hw(), y_size = g.c_out * g.ohw();
-  parallel_for(g.n, 1, [&](i64 begin, i64 end) {
-    std::vector<T> gy(usize(y_size)), gcol(usize(g.c_in * g.kh * g.kw * g.ohw()));
-    std::vector<T> gx_buf(g.pointwise() ? 0 : usize(x_size));
-    for (i64 s = begin; s < end; ++s) {
-      load(grad, s * y_size, y_size, gy.data());
+  const i64 x_size = g.c_in * g.hw(), rows = g.c_in * g.kh * g.kw;
+  const SampleGroups sg = sample_groups(g.n, (rows + g.c_out) * g.ohw(), num_threads());
+  parallel_for(sg.count, 1, [&](i64 begin, i64 end) {
+    std::vector<T> gy, gcol, gx_buf(usize(x_size));
+    for (i64 grp_s = begin; grp_s < end; ++grp_s) {
+      const i64 s0 = sg.first(grp_s, g.n), s1 = sg.first(grp_s + 1, g.n), ld = (s1 - s0) * g.ohw();
+      gy.resize(usize(g.c_out * ld));
+      gcol.resize(usize(rows * ld));
+      load_batched_rows(grad, g.c_out, g.ohw(), s0, s1, gy.data());
       for (i64 grp = 0; grp < g.groups; ++grp)
-        gemm(true, false, g.k(), g.ohw(), g.cout_g(), weight.data() + grp * g.cout_g() * g.k(), g.k(),
-             gy.data() + grp * g.cout_g() * g.ohw(), g.ohw(), gcol.data() + grp * g.k() * g.ohw(), g.ohw());
-      if (g.pointwise()) {
-        store(gx, s * x_size, x_size, gcol.data());
-      } else {
-        col2im(g, gcol.data(), gx_buf.data());
-        store(gx, s * x_size, x_size, gx_buf.data());
+        gemm(true, false, g.k(), ld, g.cout_g(), weight.data() + grp * g.cout_g() * g.k(), g.k(),
+             gy.data() + grp * g.cout_g() * ld, ld, gcol.data() + grp * g.k() * ld, ld);
+      for (i64 s = s0; s < s1; ++s) {
+        const T* block = gcol.data() + (s - s0) * g.ohw();
+        if (g.pointwise()) {
+          for (i64 c = 0; c < g.c_in; ++c) store(gx, s * x_size + c * g.hw(), g.hw(), block + c * ld);
+        } else {
+          col2im(g, block, ld, gx_buf.data());
+          store(gx, s * x_size, x_size, gx_buf.data());
+        }
       }
     }
   });
 }
 
 // grad_W_g = sum_n gy_n,g [C_out/g, OH*OW] . col_n,g^T. The batch is cut into a number
-// of slots that depends on the shapes only; each slot sums its samples in order and
-// the slots are added in order, so the result does not depend on the thread count.
+// of slots that depends on the shapes only; each slot sums its samples in order (one
+// chain per weight over the slot's samples, then pixels) and the slots are added in
+// order, so the result does not depend on the thread count.
 template <typename T>
 void conv_grad_w(const ConvGeometry& g, const View& input, const View& grad, const View& gw_out) {
-  const i64 x_size = g.c_in * g.hw(), y_size = g.c_out * g.ohw();
-  const i64 col_size = g.pointwise() ? 0 : g.c_in * g.kh * g.kw * g.ohw();
+  const i64 rows = g.c_in * g.kh * g.kw;
   const i64 w_size = g.c_out * g.k();
   std::vector<T> gw(usize(w_size), T{0});
   if (g.n > 0) {
     const i64 slots = std::max<i64>(1, std::min({g.n, kMaxWeightSlots, kWeightSlotBudget / w_size}));
+    // Samples per GEMM within a slot: a function of the shapes only, as the slots are.
+    const i64 per_gemm = std::max<i64>(1, kColumnBudget / ((rows + g.c_out) * g.ohw()));
     std::vector<std::vector<T>> partial(usize(slots));
     parallel_for(slots, 1, [&](i64 begin, i64 end) {
-      std::vector<T> x(usize(x_size)), gy(usize(y_size)), col(usize(col_size));
+      std::vector<T> x(usize(g.c_in * g.hw())), gy, cols;
       for (i64 slot = begin; slot < end; ++slot) {
         std::vector<T>& acc = partial[usize(slot)];
         acc.assign(usize(w_size), T{0});
-        for (i64 s = slot * g.n / slots; s < (slot + 1) * g.n / slots; ++s) {
-          const T* cols = sample_columns(g, input, s, x, col);
-          load(grad, s * y_size, y_size, gy.data());
+        const i64 last = (slot + 1) * g.n / slots;
+        for (i64 s0 = slot * g.n / slots; s0 < last; s0 += per_gemm) {
+          const i64 s1 = std::min(last, s0 + per_gemm), ld = (s1 - s0) * g.ohw();
+          gy.resize(usize(g.c_out * ld));
+          cols.resize(usize(rows * ld));
+          batched_columns(g, input, s0, s1, x, cols.data());
+          load_batched_rows(grad, g.c_out, g.ohw(), s0, s1, gy.data());
           for (i64 grp = 0; grp < g.groups; ++grp)
-            gemm(false, true, g.cout_g(), g.k(), g.ohw(), gy.data() + grp * g.cout_g() * g.ohw(), g.ohw(),
-                 cols + grp * g.k() * g.ohw(), g.ohw(), acc.data() + grp * g.cout_g() * g.k(), g.k(),
+            gemm(false, true, g.cout_g(), g.k(), ld, gy.data() + grp * g.cout_g() * ld, ld,
+                 cols.data() + grp * g.k() * ld, ld, acc.data() + grp * g.cout_g() * g.k(), g.k(),
                  /*accumulate=*/true);
         }
       }

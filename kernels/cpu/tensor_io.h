@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/vectorize.h"
 #include "kernels/view.h"
 
 namespace ampcheck::kernels::cpu {
@@ -63,7 +64,9 @@ void map_unary(const View& x, const View& out, F f) {
     parallel_for(out.numel(), kChunk, [&](std::int64_t b, std::int64_t e) {
       T buf[kChunk];
       load(x, b, e - b, buf);
-      for (std::int64_t i = 0; i < e - b; ++i) buf[i] = f(buf[i]);
+      vectorized([&] {
+        for (std::int64_t i = 0; i < e - b; ++i) buf[i] = f(buf[i]);
+      });
       store(out, b, e - b, buf);
     });
   });
@@ -78,7 +81,9 @@ void map_binary(const View& a, const View& b, const View& out, F f) {
       T x[kChunk], y[kChunk];
       load_broadcast(a, out.shape, lo, hi, x);
       load_broadcast(b, out.shape, lo, hi, y);
-      for (std::int64_t i = 0; i < hi - lo; ++i) x[i] = f(x[i], y[i]);
+      vectorized([&] {
+        for (std::int64_t i = 0; i < hi - lo; ++i) x[i] = f(x[i], y[i]);
+      });
       store(out, lo, hi - lo, x);
     });
   });
@@ -94,7 +99,9 @@ void map_ternary(const View& a, const View& b, const View& c, const View& out, F
       load_broadcast(a, out.shape, lo, hi, x);
       load_broadcast(b, out.shape, lo, hi, y);
       load_broadcast(c, out.shape, lo, hi, z);
-      for (std::int64_t i = 0; i < hi - lo; ++i) x[i] = f(x[i], y[i], z[i]);
+      vectorized([&] {
+        for (std::int64_t i = 0; i < hi - lo; ++i) x[i] = f(x[i], y[i], z[i]);
+      });
       store(out, lo, hi - lo, x);
     });
   });

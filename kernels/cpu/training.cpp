@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/cpu/tensor_io.h"
+#include "kernels/cpu/vectorize.h"
 #include "kernels/training_kernels.h"
 
 namespace ampcheck::kernels::cpu {
@@ -23,7 +24,9 @@ void for_each_element(const View& p, const View& g, const View* b0, const View* 
       load(g, lo, n, gv);
       if (b0) load(*b0, lo, n, v0);
       if (b1) load(*b1, lo, n, v1);
-      for (std::int64_t i = 0; i < n; ++i) f(pv[i], gv[i], v0[i], v1[i]);
+      vectorized([&] {
+        for (std::int64_t i = 0; i < n; ++i) f(pv[i], gv[i], v0[i], v1[i]);
+      });
       store(p, lo, n, pv);
       if (b0) store(*b0, lo, n, v0);
       if (b1) store(*b1, lo, n, v1);
@@ -63,7 +66,9 @@ bool unscale(const std::vector<View>& grads, const std::vector<View>& out, doubl
         const std::int64_t n = hi - lo;
         load(g, lo, n, buf);
         bool bad = false;
-        for (std::int64_t i = 0; i < n; ++i) buf[i] = unscale_element(buf[i], inv, bad);
+        vectorized([&] {
+          for (std::int64_t i = 0; i < n; ++i) buf[i] = unscale_element(buf[i], inv, bad);
+        });
         store(o, lo, n, buf);
         if (bad) found.store(true, std::memory_order_relaxed);
       });
