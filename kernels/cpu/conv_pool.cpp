@@ -8,6 +8,7 @@
 // every thread count.
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "kernels/conv_pool_kernels.h"
@@ -20,6 +21,24 @@ namespace {
 using i64 = std::int64_t;
 
 std::size_t usize(i64 n) { return static_cast<std::size_t>(n); }
+
+// A work buffer that grows without zeroing (every use below writes it whole before
+// reading it): a megabyte column matrix is not memset first on every call.
+template <typename T>
+class Buffer {
+ public:
+  T* get(i64 n) {
+    if (n > size_) {
+      data_ = std::make_unique_for_overwrite<T[]>(usize(n));
+      size_ = n;
+    }
+    return data_.get();
+  }
+
+ private:
+  std::unique_ptr<T[]> data_;
+  i64 size_ = 0;
+};
 
 // ---------------------------------------------------------------------------------
 // conv2d
@@ -119,7 +138,7 @@ SampleGroups sample_groups(i64 n, i64 per_sample, i64 threads) {
 // Samples [s0, s1) of x as one batched GEMM operand [C_in*kh*kw, S*OH*OW] (for a
 // pointwise convolution: x's planes themselves, [C_in, S*H*W]).
 template <typename T>
-void batched_columns(const ConvGeometry& g, const View& input, i64 s0, i64 s1, std::vector<T>& x, T* cols) {
+void batched_columns(const ConvGeometry& g, const View& input, i64 s0, i64 s1, Buffer<T>& x, T* cols) {
   const i64 x_size = g.c_in * g.hw(), ld = (s1 - s0) * g.ohw();
   for (i64 s = s0; s < s1; ++s) {
     T* block = cols + (s - s0) * g.ohw();
@@ -127,8 +146,7 @@ void batched_columns(const ConvGeometry& g, const View& input, i64 s0, i64 s1, s
       for (i64 c = 0; c < g.c_in; ++c) load(input, s * x_size + c * g.hw(), g.hw(), block + c * ld);
       continue;
     }
-    load(input, s * x_size, x_size, x.data());
-    im2col(g, x.data(), block, ld);
+    im2col(g, source(input, s * x_size, x_size, x.get(x_size)), block, ld);
   }
 }
 
@@ -144,26 +162,27 @@ void load_batched_rows(const View& v, i64 rows, i64 per_row, i64 s0, i64 s1, T* 
 template <typename T>
 void conv_forward(const ConvGeometry& g, const View& input, const View& weight_v, const View& bias_v,
                   const View& out) {
-  const std::vector<T> weight = values<T>(weight_v);
+  Buffer<T> weight_buf, bias_buf;
+  const T* weight = source(weight_v, 0, weight_v.numel(), weight_buf.get(weight_v.numel()));
   const bool has_bias = bias_v.data != nullptr;
-  const std::vector<T> bias = has_bias ? values<T>(bias_v) : std::vector<T>{};
+  const T* bias = has_bias ? source(bias_v, 0, g.c_out, bias_buf.get(g.c_out)) : nullptr;
   const i64 rows = g.c_in * g.kh * g.kw;
   const SampleGroups sg = sample_groups(g.n, rows * g.ohw(), num_threads());
   parallel_for(sg.count, 1, [&](i64 begin, i64 end) {
-    std::vector<T> x(usize(g.c_in * g.hw())), cols, y;
+    Buffer<T> x, cols_buf, y_buf;
     for (i64 grp_s = begin; grp_s < end; ++grp_s) {
       const i64 s0 = sg.first(grp_s, g.n), s1 = sg.first(grp_s + 1, g.n), ld = (s1 - s0) * g.ohw();
-      cols.resize(usize(rows * ld));
-      y.resize(usize(g.c_out * ld));
-      batched_columns(g, input, s0, s1, x, cols.data());
+      T* cols = cols_buf.get(rows * ld);
+      T* y = y_buf.get(g.c_out * ld);
+      batched_columns(g, input, s0, s1, x, cols);
       // y_g [C_out/g, S*OH*OW] = W_g [C_out/g, k] . cols_g [k, S*OH*OW]
       for (i64 grp = 0; grp < g.groups; ++grp)
-        gemm(false, false, g.cout_g(), ld, g.k(), weight.data() + grp * g.cout_g() * g.k(), g.k(),
-             cols.data() + grp * g.k() * ld, ld, y.data() + grp * g.cout_g() * ld, ld);
+        gemm(false, false, g.cout_g(), ld, g.k(), weight + grp * g.cout_g() * g.k(), g.k(),
+             cols + grp * g.k() * ld, ld, y + grp * g.cout_g() * ld, ld);
       for (i64 c = 0; c < g.c_out; ++c) {
-        T* row = y.data() + c * ld;
+        T* row = y + c * ld;
         if (has_bias)
-          for (i64 i = 0; i < ld; ++i) row[i] += bias[usize(c)];
+          for (i64 i = 0; i < ld; ++i) row[i] += bias[c];
         for (i64 s = s0; s < s1; ++s) store(out, (s * g.c_out + c) * g.ohw(), g.ohw(), row + (s - s0) * g.ohw());
       }
     }
@@ -177,26 +196,28 @@ constexpr i64 kMaxWeightSlots = 16;
 // grad_x_n = col2im(W^T . gy_n), per group: gcol_g [k, S*OH*OW] = W_g^T . gy_g
 template <typename T>
 void conv_grad_x(const ConvGeometry& g, const View& grad, const View& weight_v, const View& gx) {
-  const std::vector<T> weight = values<T>(weight_v);
+  Buffer<T> weight_buf;
+  const T* weight = source(weight_v, 0, weight_v.numel(), weight_buf.get(weight_v.numel()));
   const i64 x_size = g.c_in * g.hw(), rows = g.c_in * g.kh * g.kw;
   const SampleGroups sg = sample_groups(g.n, (rows + g.c_out) * g.ohw(), num_threads());
   parallel_for(sg.count, 1, [&](i64 begin, i64 end) {
-    std::vector<T> gy, gcol, gx_buf(usize(x_size));
+    Buffer<T> gy_buf, gcol_buf, gx_buf;
     for (i64 grp_s = begin; grp_s < end; ++grp_s) {
       const i64 s0 = sg.first(grp_s, g.n), s1 = sg.first(grp_s + 1, g.n), ld = (s1 - s0) * g.ohw();
-      gy.resize(usize(g.c_out * ld));
-      gcol.resize(usize(rows * ld));
-      load_batched_rows(grad, g.c_out, g.ohw(), s0, s1, gy.data());
+      T* gy = gy_buf.get(g.c_out * ld);
+      T* gcol = gcol_buf.get(rows * ld);
+      load_batched_rows(grad, g.c_out, g.ohw(), s0, s1, gy);
       for (i64 grp = 0; grp < g.groups; ++grp)
-        gemm(true, false, g.k(), ld, g.cout_g(), weight.data() + grp * g.cout_g() * g.k(), g.k(),
-             gy.data() + grp * g.cout_g() * ld, ld, gcol.data() + grp * g.k() * ld, ld);
+        gemm(true, false, g.k(), ld, g.cout_g(), weight + grp * g.cout_g() * g.k(), g.k(),
+             gy + grp * g.cout_g() * ld, ld, gcol + grp * g.k() * ld, ld);
       for (i64 s = s0; s < s1; ++s) {
-        const T* block = gcol.data() + (s - s0) * g.ohw();
+        const T* block = gcol + (s - s0) * g.ohw();
         if (g.pointwise()) {
           for (i64 c = 0; c < g.c_in; ++c) store(gx, s * x_size + c * g.hw(), g.hw(), block + c * ld);
         } else {
-          col2im(g, block, ld, gx_buf.data());
-          store(gx, s * x_size, x_size, gx_buf.data());
+          T* x = gx_buf.get(x_size);
+          col2im(g, block, ld, x);
+          store(gx, s * x_size, x_size, x);
         }
       }
     }
@@ -218,20 +239,20 @@ void conv_grad_w(const ConvGeometry& g, const View& input, const View& grad, con
     const i64 per_gemm = std::max<i64>(1, kColumnBudget / ((rows + g.c_out) * g.ohw()));
     std::vector<std::vector<T>> partial(usize(slots));
     parallel_for(slots, 1, [&](i64 begin, i64 end) {
-      std::vector<T> x(usize(g.c_in * g.hw())), gy, cols;
+      Buffer<T> x, gy_buf, cols_buf;
       for (i64 slot = begin; slot < end; ++slot) {
         std::vector<T>& acc = partial[usize(slot)];
         acc.assign(usize(w_size), T{0});
         const i64 last = (slot + 1) * g.n / slots;
         for (i64 s0 = slot * g.n / slots; s0 < last; s0 += per_gemm) {
           const i64 s1 = std::min(last, s0 + per_gemm), ld = (s1 - s0) * g.ohw();
-          gy.resize(usize(g.c_out * ld));
-          cols.resize(usize(rows * ld));
-          batched_columns(g, input, s0, s1, x, cols.data());
-          load_batched_rows(grad, g.c_out, g.ohw(), s0, s1, gy.data());
+          T* gy = gy_buf.get(g.c_out * ld);
+          T* cols = cols_buf.get(rows * ld);
+          batched_columns(g, input, s0, s1, x, cols);
+          load_batched_rows(grad, g.c_out, g.ohw(), s0, s1, gy);
           for (i64 grp = 0; grp < g.groups; ++grp)
-            gemm(false, true, g.cout_g(), g.k(), ld, gy.data() + grp * g.cout_g() * ld, ld,
-                 cols.data() + grp * g.k() * ld, ld, acc.data() + grp * g.cout_g() * g.k(), g.k(),
+            gemm(false, true, g.cout_g(), g.k(), ld, gy + grp * g.cout_g() * ld, ld,
+                 cols + grp * g.k() * ld, ld, acc.data() + grp * g.cout_g() * g.k(), g.k(),
                  /*accumulate=*/true);
         }
       }

@@ -11,6 +11,8 @@
 #include <mutex>
 #include <string>
 #include <thread>
+
+#include <malloc.h>  // mallopt (glibc)
 #include <vector>
 
 namespace ampcheck::kernels::cpu {
@@ -18,8 +20,17 @@ namespace {
 
 thread_local bool t_in_parallel = false;
 
-// A fixed set of workers that all join each parallel_for; chunks are claimed from an
-// atomic counter, so which thread runs a chunk varies but the chunks never do.
+// A fixed set of workers that join each parallel_for as they come; chunks are claimed
+// from one counter, so which thread runs a chunk varies but the chunks never do.
+//
+// A region ends when its last chunk is done, not when every worker has checked in: a
+// worker asleep in the kernel must not hold the caller up for its wake-up (tens of
+// microseconds) when the caller and the awake workers have already run every chunk.
+// So the claim counter carries the region's generation in its high half: a worker that
+// arrives late, after its region ended, finds another generation there and claims
+// nothing, and the caller may overwrite body_ and chunks_ as soon as the last chunk is
+// done (a worker reads them only before a claim of its own region succeeds, and that
+// region cannot end before the chunk it is about to claim is done).
 class Pool {
  public:
   explicit Pool(int threads) { resize(threads); }
@@ -37,36 +48,60 @@ class Pool {
 
   void run(std::int64_t chunks, const std::function<void(std::int64_t)>& body) {
     std::lock_guard<std::mutex> run(run_mu_);
+    const std::uint64_t gen = generation_.load(std::memory_order_relaxed) + 1;
+    body_.store(&body, std::memory_order_relaxed);
+    chunks_.store(chunks, std::memory_order_relaxed);
+    done_.store(0, std::memory_order_relaxed);
+    claim_.store(gen << 32, std::memory_order_release);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      body_ = &body;
-      chunks_ = chunks;
-      next_.store(0);
-      pending_.store(static_cast<int>(workers_.size()));
-      generation_.fetch_add(1, std::memory_order_release);
+      generation_.store(gen, std::memory_order_release);
     }
     cv_.notify_all();
-    drain();
-    spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; });
-    if (pending_.load(std::memory_order_acquire) != 0) {
+    drain(gen);
+    auto finished = [&] { return done_.load(std::memory_order_acquire) == chunks; };
+    spin_until(finished);
+    if (!finished()) {
       std::unique_lock<std::mutex> lock(mu_);
-      done_cv_.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
+      waiting_ = true;
+      done_cv_.wait(lock, finished);
+      waiting_ = false;
     }
-    body_ = nullptr;
     if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
   }
 
  private:
-  // Runs chunks until none is left; the first exception stops the rest and is rethrown
-  // by run() on the calling thread.
-  void drain() {
+  // Claims and runs chunks of region `gen` until none is left. After an exception the
+  // rest are claimed and counted without running; the first exception is rethrown by
+  // run() on the calling thread.
+  void drain(std::uint64_t gen) {
     t_in_parallel = true;
-    try {
-      for (std::int64_t c = next_++; c < chunks_; c = next_++) (*body_)(c);
-    } catch (...) {
-      next_.store(chunks_);
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!error_) error_ = std::current_exception();
+    bool failed = false;
+    for (;;) {
+      const auto* body = body_.load(std::memory_order_acquire);
+      const std::int64_t chunks = chunks_.load(std::memory_order_acquire);
+      std::uint64_t c = claim_.load(std::memory_order_acquire);
+      bool claimed = false;
+      while ((c >> 32) == (gen & 0xffffffffu) && static_cast<std::int64_t>(c & 0xffffffffu) < chunks) {
+        if (claim_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
+          claimed = true;
+          break;
+        }
+      }
+      if (!claimed) break;
+      if (!failed) {
+        try {
+          (*body)(static_cast<std::int64_t>(c & 0xffffffffu));
+        } catch (...) {
+          failed = true;
+          std::lock_guard<std::mutex> lock(mu_);
+          if (!error_) error_ = std::current_exception();
+        }
+      }
+      if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (waiting_) done_cv_.notify_one();
+      }
     }
     t_in_parallel = false;
   }
@@ -97,11 +132,7 @@ class Pool {
       }
       if (stop_.load(std::memory_order_acquire)) return;
       seen = generation_.load(std::memory_order_acquire);
-      drain();
-      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-        std::lock_guard<std::mutex> lock(mu_);
-        done_cv_.notify_one();
-      }
+      drain(seen);
     }
   }
 
@@ -118,11 +149,12 @@ class Pool {
   std::mutex run_mu_;  // one parallel_for at a time
   std::mutex mu_;
   std::condition_variable cv_, done_cv_;
+  bool waiting_ = false;  // the caller sleeps on done_cv_ (guarded by mu_)
   std::vector<std::thread> workers_;
-  const std::function<void(std::int64_t)>* body_ = nullptr;
-  std::int64_t chunks_ = 0;
-  std::atomic<std::int64_t> next_{0};
-  std::atomic<int> pending_{0};
+  std::atomic<const std::function<void(std::int64_t)>*> body_{nullptr};
+  std::atomic<std::int64_t> chunks_{0};
+  std::atomic<std::uint64_t> claim_{0};  // generation << 32 | next chunk
+  std::atomic<std::int64_t> done_{0};
   std::atomic<std::uint64_t> generation_{0};
   std::atomic<bool> stop_{false};
   int threads_ = 1;
@@ -137,8 +169,24 @@ int default_threads() {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
+// The kernels allocate their work buffers per call (a convolution's column matrix is
+// megabytes). glibc serves a block above its mmap threshold with a fresh mapping and
+// gives freed memory at the top of a heap back to the system, so each call paid for
+// page faults on memory the previous call had just returned (measured: the cnn sample's
+// step 1.7x slower, where which thread ran a chunk decided which arena freed it). Fixed
+// thresholds keep blocks up to 64 MiB in the heaps and up to 512 MiB of free memory
+// before trimming, as a caching allocator would; set once, before the first kernel.
+void keep_freed_memory() {
+#if defined(__GLIBC__)
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 512 << 20);
+#endif
+}
+
 Pool& pool() {
+  static const bool tuned = (keep_freed_memory(), true);
   static Pool p(default_threads());
+  (void)tuned;
   return p;
 }
 
@@ -156,7 +204,8 @@ void parallel_for(std::int64_t n, std::int64_t grain,
   grain = std::max<std::int64_t>(1, grain);
   const std::int64_t chunks = (n + grain - 1) / grain;
   auto chunk = [&](std::int64_t c) { body(c * grain, std::min(n, (c + 1) * grain)); };
-  if (chunks == 1 || t_in_parallel || pool().threads() == 1) {
+  // (More chunks than the claim counter's 32 bits hold run in order here: the same chunks.)
+  if (chunks == 1 || t_in_parallel || pool().threads() == 1 || chunks >= (std::int64_t{1} << 32)) {
     for (std::int64_t c = 0; c < chunks; ++c) chunk(c);
     return;
   }

@@ -24,6 +24,14 @@ void load(const View& v, std::int64_t start, std::int64_t n, double* out);
 // n values into v at element `start`, each rounded once (nearest even) to v's dtype.
 void store(const View& v, std::int64_t start, std::int64_t n, const float* in);
 void store(const View& v, std::int64_t start, std::int64_t n, const double* in);
+// v's elements [start, start + n) as T: v's own storage where its dtype is T (no copy),
+// else loaded into `buf` (n elements), which is returned.
+template <typename T>
+const T* source(const View& v, std::int64_t start, std::int64_t n, T* buf) {
+  if (v.dtype == (sizeof(T) == 4 ? DType::f32 : DType::f64)) return static_cast<const T*>(v.data) + start;
+  load(v, start, n, buf);
+  return buf;
+}
 // The values of v at element offsets[0..n), converted to T exactly.
 void load_gather(const View& v, const std::int64_t* offsets, std::int64_t n, float* out);
 void load_gather(const View& v, const std::int64_t* offsets, std::int64_t n, double* out);
