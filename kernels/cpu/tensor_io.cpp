@@ -76,6 +76,34 @@ void store(const View& t, std::int64_t start, std::int64_t n, const double* in) 
   store_any(t, start, n, in, DType::f64);
 }
 
+BroadcastRuns broadcast_runs(const Dims& in_shape, const Dims& out_shape) {
+  const std::size_t lead = out_shape.size() - in_shape.size();
+  // Trailing dims equal in both (consecutive input elements), else trailing 1s of the
+  // input against larger dims of the output (one element repeated).
+  std::int64_t same = 1, ones = 1;
+  std::size_t i = out_shape.size();
+  for (; i > lead && in_shape[i - 1 - lead] == out_shape[i - 1]; --i) same *= out_shape[i - 1];
+  if (i < out_shape.size()) return {same, false};
+  for (i = out_shape.size(); i > 0 && (i <= lead || in_shape[i - 1 - lead] == 1); --i) ones *= out_shape[i - 1];
+  return {ones, true};
+}
+
+std::int64_t broadcast_offset(const Dims& in_shape, const Dims& out_shape, std::int64_t at) {
+  const std::size_t lead = out_shape.size() - in_shape.size();
+  std::int64_t off = 0, stride = 1;
+  for (std::size_t i = out_shape.size(); i-- > 0 && at > 0;) {
+    const std::int64_t d = out_shape[i];
+    const std::int64_t index = at % d;
+    at /= d;
+    if (i >= lead) {
+      const std::int64_t in_d = in_shape[i - lead];
+      if (in_d != 1) off += index * stride;
+      stride *= in_d;
+    }
+  }
+  return off;
+}
+
 void broadcast_offsets(const Dims& in_shape, const Dims& out_shape, std::int64_t start,
                        std::int64_t n, std::int64_t* offsets) {
   const std::size_t rank = out_shape.size();

@@ -28,7 +28,7 @@ void store(const View& v, std::int64_t start, std::int64_t n, const double* in);
 // else loaded into `buf` (n elements), which is returned.
 template <typename T>
 const T* source(const View& v, std::int64_t start, std::int64_t n, T* buf) {
-  if (v.dtype == (sizeof(T) == 4 ? DType::f32 : DType::f64)) return static_cast<const T*>(v.data) + start;
+  if (v.dtype == (sizeof(T) == 4 ? DType::f32 : DType::f64) && n > 0) return static_cast<const T*>(v.data) + start;
   load(v, start, n, buf);
   return buf;
 }
@@ -48,20 +48,76 @@ std::vector<T> values(const View& v) {
 void broadcast_offsets(const Dims& in_shape, const Dims& out_shape, std::int64_t start, std::int64_t n,
                        std::int64_t* offsets);
 
+// How a tensor broadcast to out_shape is read, for the common shapes: `run` output
+// elements at a time, each run either the input's own consecutive elements (its
+// trailing dims are out's: a bias, a [T, D] position table) or one input element
+// repeated (its trailing dims are 1: a per-row mean, a [N, 1, 1, T] mask's rows).
+struct BroadcastRuns {
+  std::int64_t run = 1;
+  bool repeat = false;  // runs of one repeated element; else consecutive input elements
+};
+BroadcastRuns broadcast_runs(const Dims& in_shape, const Dims& out_shape);
+// The input element output element `at` reads (in_shape broadcast to out_shape).
+std::int64_t broadcast_offset(const Dims& in_shape, const Dims& out_shape, std::int64_t at);
+
 // Loads output elements [b, e) of `v` broadcast to out_shape into buf.
 template <typename T>
 void load_broadcast(const View& v, const Dims& out_shape, std::int64_t b, std::int64_t e, T* buf) {
   if (v.shape == out_shape) {
     load(v, b, e - b, buf);
-  } else if (v.numel() == 1) {
+    return;
+  }
+  if (v.numel() == 1) {
     T x;
     load(v, 0, 1, &x);
     std::fill(buf, buf + (e - b), x);
-  } else {
-    std::int64_t offsets[kChunk];
-    broadcast_offsets(v.shape, out_shape, b, e - b, offsets);
-    load_gather(v, offsets, e - b, buf);
+    return;
   }
+  const BroadcastRuns runs = broadcast_runs(v.shape, out_shape);
+  if (runs.run >= 8) {  // whole runs by copy or fill: no per-element offsets
+    for (std::int64_t p = b; p < e;) {
+      const std::int64_t len = std::min(runs.run - p % runs.run, e - p);
+      const std::int64_t at = broadcast_offset(v.shape, out_shape, p);
+      if (runs.repeat) {
+        T x;
+        load(v, at, 1, &x);
+        std::fill(buf + (p - b), buf + (p - b + len), x);
+      } else {
+        load(v, at, len, buf + (p - b));
+      }
+      p += len;
+    }
+    return;
+  }
+  std::int64_t offsets[kChunk];
+  broadcast_offsets(v.shape, out_shape, b, e - b, offsets);
+  load_gather(v, offsets, e - b, buf);
+}
+
+// The compute type's own dtype (f32 for float, f64 for double).
+template <typename T>
+constexpr DType compute_dtype() {
+  return sizeof(T) == 4 ? DType::f32 : DType::f64;
+}
+
+// Output elements [b, e) of `v` (out_shape) as T: v's own storage where it is of dtype T
+// and not broadcast (no copy), else loaded into buf.
+template <typename T>
+const T* source_broadcast(const View& v, const Dims& out_shape, std::int64_t b, std::int64_t e, T* buf) {
+  if (v.dtype == compute_dtype<T>() && v.shape == out_shape) return static_cast<const T*>(v.data) + b;
+  load_broadcast(v, out_shape, b, e, buf);
+  return buf;
+}
+
+// Where results for out's elements [b, e) are written: out's storage where its dtype is
+// T (stored there directly), else buf (then stored with one rounding by finish_target).
+template <typename T>
+T* target(const View& out, std::int64_t b, T* buf) {
+  return out.dtype == compute_dtype<T>() ? static_cast<T*>(out.data) + b : buf;
+}
+template <typename T>
+void finish_target(const View& out, std::int64_t b, std::int64_t e, const T* written) {
+  if (written != static_cast<const T*>(out.data) + b || out.dtype != compute_dtype<T>()) store(out, b, e - b, written);
 }
 
 // out = f(x) elementwise, in the compute type of out's dtype.
@@ -70,12 +126,13 @@ void map_unary(const View& x, const View& out, F f) {
   with_compute_type(out.dtype, [&](auto zero) {
     using T = decltype(zero);
     parallel_for(out.numel(), kChunk, [&](std::int64_t b, std::int64_t e) {
-      T buf[kChunk];
-      load(x, b, e - b, buf);
+      T in_buf[kChunk], out_buf[kChunk];
+      const T* in = source_broadcast(x, x.shape, b, e, in_buf);
+      T* o = target(out, b, out_buf);
       vectorized([&] {
-        for (std::int64_t i = 0; i < e - b; ++i) buf[i] = f(buf[i]);
+        for (std::int64_t i = 0; i < e - b; ++i) o[i] = f(in[i]);
       });
-      store(out, b, e - b, buf);
+      finish_target(out, b, e, o);
     });
   });
 }
@@ -86,13 +143,14 @@ void map_binary(const View& a, const View& b, const View& out, F f) {
   with_compute_type(out.dtype, [&](auto zero) {
     using T = decltype(zero);
     parallel_for(out.numel(), kChunk, [&](std::int64_t lo, std::int64_t hi) {
-      T x[kChunk], y[kChunk];
-      load_broadcast(a, out.shape, lo, hi, x);
-      load_broadcast(b, out.shape, lo, hi, y);
+      T x_buf[kChunk], y_buf[kChunk], out_buf[kChunk];
+      const T* x = source_broadcast(a, out.shape, lo, hi, x_buf);
+      const T* y = source_broadcast(b, out.shape, lo, hi, y_buf);
+      T* o = target(out, lo, out_buf);
       vectorized([&] {
-        for (std::int64_t i = 0; i < hi - lo; ++i) x[i] = f(x[i], y[i]);
+        for (std::int64_t i = 0; i < hi - lo; ++i) o[i] = f(x[i], y[i]);
       });
-      store(out, lo, hi - lo, x);
+      finish_target(out, lo, hi, o);
     });
   });
 }
@@ -103,14 +161,15 @@ void map_ternary(const View& a, const View& b, const View& c, const View& out, F
   with_compute_type(out.dtype, [&](auto zero) {
     using T = decltype(zero);
     parallel_for(out.numel(), kChunk, [&](std::int64_t lo, std::int64_t hi) {
-      T x[kChunk], y[kChunk], z[kChunk];
-      load_broadcast(a, out.shape, lo, hi, x);
-      load_broadcast(b, out.shape, lo, hi, y);
-      load_broadcast(c, out.shape, lo, hi, z);
+      T x_buf[kChunk], y_buf[kChunk], z_buf[kChunk], out_buf[kChunk];
+      const T* x = source_broadcast(a, out.shape, lo, hi, x_buf);
+      const T* y = source_broadcast(b, out.shape, lo, hi, y_buf);
+      const T* z = source_broadcast(c, out.shape, lo, hi, z_buf);
+      T* o = target(out, lo, out_buf);
       vectorized([&] {
-        for (std::int64_t i = 0; i < hi - lo; ++i) x[i] = f(x[i], y[i], z[i]);
+        for (std::int64_t i = 0; i < hi - lo; ++i) o[i] = f(x[i], y[i], z[i]);
       });
-      store(out, lo, hi - lo, x);
+      finish_target(out, lo, hi, o);
     });
   });
 }
