@@ -20,6 +20,9 @@
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/vectorize.h"
+#include "kernels/cpu/convert.h"
+#include "kernels/numerics_kernels.h"
+#include "kernels/fp_bits.h"
 #include "kernels/elementwise.h"
 #include "kernels/training_kernels.h"
 
@@ -163,6 +166,101 @@ TEST(VectorizedLoops, ElementwiseFormulasSameBitsOnEveryPath) {
   check_map("a*b+c (no contraction)", [](float a, float b) { return a * b + a; });
   check_map("sigmoid_backward", [](float a, float b) { return kernels::sigmoid_backward(a, b); });
   check_map("gelu_tanh", [](float a, float) { return kernels::gelu_tanh(a); });
+}
+
+}  // namespace
+}  // namespace ampcheck
+
+namespace ampcheck {
+namespace {
+
+// The statistics pass of f32/f16/bf16 data (a float path: vectorized counts, sums in
+// element order) against the f64 path it replaced, which is its definition: the same
+// values stored as f64 must give the same summary, field for field, bit for bit.
+TEST(VectorizedLoops, FloatStatisticsEqualTheF64PassOnTheSameValues) {
+  const auto& k = kernels::NumericsKernels::cpu();
+  std::vector<float> values = corner_floats(11, 3e4f);
+  // Values at f16's and bf16's rounding bounds and both zeros early, so the first-seen
+  // signed zero and every count are exercised.
+  const float edges[] = {-0.0f, 0.0f, 65504.0f, 65519.99f, 65520.0f, 0x1p-25f, 0x1.8p-25f, 0x1.ffcp-15f,
+                         0x1.ffbp-15f, 0x1.fep127f, 0x1.ffp127f, 0x1p-134f, 0x1.fep-127f, 0x1.fdp-127f};
+  for (std::size_t i = 0; i < std::size(edges); ++i) values[i] = edges[i];
+  for (const DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+    // The data in `dtype`, and the same values widened exactly to f64.
+    std::vector<std::uint16_t> half(values.size());
+    kernels::View v{values.data(), DType::f32, {static_cast<std::int64_t>(values.size())}};
+    if (dtype != DType::f32) {
+      kc::convert(values.data(), DType::f32, half.data(), dtype, values.size());
+      v = kernels::View{half.data(), dtype, v.shape};
+    }
+    std::vector<double> wide(values.size());
+    kc::convert(v.data, dtype, wide.data(), DType::f64, values.size());
+    const kernels::View w{wide.data(), DType::f64, v.shape};
+    const kernels::NumericsSummary a = k.stats(v), b = k.stats(w);
+    const char* name = dtype == DType::f32 ? "f32" : dtype == DType::f16 ? "f16" : "bf16";
+    EXPECT_EQ(a.count, b.count) << name;
+    EXPECT_EQ(a.nan, b.nan) << name;
+    EXPECT_EQ(a.pos_inf, b.pos_inf) << name;
+    EXPECT_EQ(a.neg_inf, b.neg_inf) << name;
+    for (int i = 0; i < kernels::NumericsSummary::kBins; ++i) EXPECT_EQ(a.bins[i], b.bins[i]) << name << " bin " << i;
+    for (const auto& [x, y] : {std::pair{a.f16, b.f16}, std::pair{a.bf16, b.bf16}}) {
+      EXPECT_EQ(x.overflow, y.overflow) << name;
+      EXPECT_EQ(x.rounds_to_max, y.rounds_to_max) << name;
+      EXPECT_EQ(x.underflow, y.underflow) << name;
+      EXPECT_EQ(x.subnormal, y.subnormal) << name;
+    }
+    for (const auto& [x, y] : {std::pair{a.sum, b.sum}, std::pair{a.sum_squares, b.sum_squares}, std::pair{a.min, b.min},
+                               std::pair{a.max, b.max}, std::pair{a.absmax, b.absmax},
+                               std::pair{a.min_nonzero_abs, b.min_nonzero_abs}})
+      EXPECT_EQ(std::bit_cast<std::uint64_t>(x), std::bit_cast<std::uint64_t>(y)) << name << ": " << x << " vs " << y;
+    EXPECT_GT(a.f16.overflow + a.f16.underflow + a.f16.subnormal + a.f16.rounds_to_max, 0) << name;
+  }
+}
+
+}  // namespace
+}  // namespace ampcheck
+
+namespace ampcheck {
+namespace {
+
+// f64 -> f16/bf16 in bulk (through binary32 rounded to odd, then the vector narrowing)
+// against the scalar single-rounding definition, on the values where rounding twice
+// goes wrong: the midpoints between two neighbours of the narrow format, and the
+// doubles just above and below them that binary32 rounding to nearest would fold onto
+// the midpoint; plus random bit patterns over the whole range, Inf, NaN and f64
+// subnormals.
+TEST(VectorizedLoops, F64ToHalfAndBfloat16RoundOnceOnEveryValueClass) {
+  std::mt19937_64 gen(3);
+  for (const DType to : {DType::f16, DType::bf16}) {
+    std::vector<double> xs;
+    const int mantissa = to == DType::f16 ? 10 : 7;
+    const int emin = to == DType::f16 ? -14 : -126, emax = to == DType::f16 ? 15 : 127;
+    for (int k = 0; k < 20000; ++k) {
+      const int e = std::uniform_int_distribution<int>(emin - mantissa - 2, emax)(gen);
+      const double q = std::ldexp(1.0, std::max(e, emin) - mantissa);  // the target's quantum there
+      const double lo = std::ldexp(1.0, e) + q * static_cast<double>(std::uniform_int_distribution<int>(0, (1 << mantissa) - 1)(gen));
+      const double mid = lo + q / 2;
+      const double sign = (k & 1) ? -1.0 : 1.0;
+      for (const double x : {mid, std::nextafter(mid, 0.0), std::nextafter(mid, 1e300), mid + mid * 0x1p-40,
+                             mid - mid * 0x1p-40, lo, lo + q * 0x1p-30})
+        xs.push_back(sign * x);
+    }
+    for (int k = 0; k < 20000; ++k) xs.push_back(std::bit_cast<double>(gen()));
+    for (const double x : {0.0, -0.0, 1e-320, -1e-320, 1e-50, 65520.0, 65519.999999, 3.4e38, 3.41e38, 1e300,
+                           std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(),
+                           std::numeric_limits<double>::quiet_NaN()})
+      xs.push_back(x);
+    std::vector<std::uint16_t> got(xs.size());
+    kc::convert(xs.data(), DType::f64, got.data(), to, xs.size());
+    int checked = 0;
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+      const std::uint64_t bits = std::bit_cast<std::uint64_t>(xs[i]);
+      const std::uint16_t want = to == DType::f16 ? kernels::f64_to_f16_bits(bits) : kernels::f64_to_bf16_bits(bits);
+      ASSERT_EQ(got[i], want) << (to == DType::f16 ? "f16" : "bf16") << " of " << std::hexfloat << xs[i];
+      ++checked;
+    }
+    EXPECT_GT(checked, 100000);
+  }
 }
 
 }  // namespace

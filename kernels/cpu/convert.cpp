@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <limits>
 #include <cstdlib>  // std::getenv
 #include <cstring>
 #include <stdexcept>  // std::invalid_argument
@@ -336,6 +338,39 @@ T* as(void* p, std::size_t i = 0) {
 void narrow_from_f32(const float* s, std::uint16_t* d, std::size_t n, DType to) {
   (to == DType::f16 ? f32_to_f16 : f32_to_bf16)(s, d, n, active_isa());
 }
+
+// f64 -> f16/bf16 with one rounding, as f64_to_f16_bits / f64_to_bf16_bits define it, on
+// the vector paths: each double is first rounded to binary32 *to odd* (truncated, and
+// the last bit set when anything was cut off), then the float is rounded to nearest even
+// by narrow_from_f32. Rounding to odd with at least two more bits than the target (24
+// against 11 and 8, subnormal targets included) never creates a false tie, so the two
+// steps round as one (Boldo and Melquiond, "Emulation of FMA and correctly rounded sums:
+// proved algorithms using rounding to odd", 2008). Values outside float's finite range
+// (NaN, Inf, |x| > FLT_MAX) take the scalar definition.
+void f64_to_narrow(const double* s, std::uint16_t* d, std::size_t n, DType to) {
+  const auto exact = to == DType::f16 ? f64_to_f16_bits : f64_to_bf16_bits;
+  constexpr double kLargest = static_cast<double>(std::numeric_limits<float>::max());
+  std::array<float, 1024> odd;
+  for (std::size_t i = 0; i < n; i += odd.size()) {
+    const std::size_t m = std::min(odd.size(), n - i);
+    bool special = false;
+    for (std::size_t j = 0; j < m; ++j) {
+      const double x = s[i + j];
+      const float f = static_cast<float>(x);  // nearest
+      std::uint32_t b = bits_of(f);
+      if (static_cast<double>(f) != x) {
+        if (std::fabs(static_cast<double>(f)) > std::fabs(x)) --b;  // one step toward zero: truncated
+        b |= 1u;                                                     // sticky: round to odd
+      }
+      special = special || !(std::fabs(x) <= kLargest);
+      odd[j] = float_of(b);
+    }
+    narrow_from_f32(odd.data(), d + i, m, to);
+    if (special)
+      for (std::size_t j = 0; j < m; ++j)
+        if (!(std::fabs(s[i + j]) <= kLargest)) d[i + j] = exact(bits_of(s[i + j]));
+  }
+}
 void widen_to_f32(const std::uint16_t* s, float* d, std::size_t n, DType from) {
   (from == DType::f16 ? f16_to_f32 : bf16_to_f32)(s, d, n, active_isa());
 }
@@ -361,9 +396,7 @@ void convert(const void* src, DType from, void* dst, DType to, std::size_t n) {
     std::transform(as<float>(src), as<float>(src, n), as<double>(dst),
                    [](float v) { return static_cast<double>(v); });
   } else if (from == DType::f64) {  // to f16/bf16: one rounding from binary64
-    const auto fn = to == DType::f16 ? f64_to_f16_bits : f64_to_bf16_bits;
-    std::transform(as<double>(src), as<double>(src, n), as<std::uint16_t>(dst),
-                   [fn](double v) { return fn(bits_of(v)); });
+    f64_to_narrow(as<double>(src), as<std::uint16_t>(dst), n, to);
   } else {  // f16/bf16 -> f64 or f16 <-> bf16: through f32, which holds both exactly
     std::array<float, 1024> tmp;
     for (std::size_t i = 0; i < n; i += tmp.size()) {

@@ -5,11 +5,17 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>  // AVX-512F compares into masks
+#endif
 
 #include "kernels/cpu/convert.h"    // convert: the vectorised exact/rounding conversions
 #include "kernels/cpu/parallel.h"   // parallel_for: chunks fixed by n and grain only
-#include "kernels/cpu/tensor_io.h"  // load
+#include "kernels/cpu/tensor_io.h"  // load, source
+#include "kernels/cpu/gemm.h"       // active_gemm_isa: the AVX-512 path where the CPU has it
 #include "kernels/numerics_kernels.h"
 
 namespace ampcheck::kernels::cpu {
@@ -98,11 +104,132 @@ void merge(NumericsSummary& into, const NumericsSummary& more) {
     into.min_nonzero_abs = had_nonzero ? std::min(into.min_nonzero_abs, more.min_nonzero_abs) : more.min_nonzero_abs;
 }
 
+// The counts of what rounding one finite-or-zeroed |x| into a 16-bit dtype would do,
+// as count_narrow, in float: every bound is a float (f16: 65504, 65520, 2^-25,
+// (1 - 2^-11) 2^-14; bf16: its max, (2 - 2^-8) 2^127, 2^-134, (1 - 2^-8) 2^-126), so
+// each comparison is the f64 one.
+struct FloatBounds {
+  float max, overflow, underflow, min_normal_tie;
+  explicit FloatBounds(const NarrowBounds& b)
+      : max(static_cast<float>(b.max)), overflow(static_cast<float>(b.overflow)),
+        underflow(static_cast<float>(b.underflow)), min_normal_tie(static_cast<float>(b.min_normal_tie)) {}
+};
+
+// count[0..3] += f16's overflow, rounds-to-max, underflow and subnormal counts of x[0..m),
+// count[4..7] += bf16's; NaN and Inf count nothing. The same integers on every path.
+void count_narrow_scalar(const float* x, std::int64_t m, const FloatBounds& h, const FloatBounds& b,
+                         std::int64_t* count) {
+  for (std::int64_t i = 0; i < m; ++i) {
+    const float raw = std::fabs(x[i]);
+    const float a = raw <= std::numeric_limits<float>::max() ? raw : 0.0f;  // NaN and Inf: 0
+    const bool nonzero = a != 0.0f;
+    count[0] += a >= h.overflow;
+    count[1] += (a > h.max) & (a < h.overflow);
+    count[2] += nonzero & (a <= h.underflow);
+    count[3] += (a > h.underflow) & (a < h.min_normal_tie);
+    count[4] += a >= b.overflow;
+    count[5] += (a > b.max) & (a < b.overflow);
+    count[6] += nonzero & (a <= b.underflow);
+    count[7] += (a > b.underflow) & (a < b.min_normal_tie);
+  }
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) void count_narrow_avx512(const float* x, std::int64_t m, const FloatBounds& h,
+                                                           const FloatBounds& b, std::int64_t* count) {
+  const __m512 bounds[8] = {_mm512_set1_ps(h.max), _mm512_set1_ps(h.overflow), _mm512_set1_ps(h.underflow),
+                            _mm512_set1_ps(h.min_normal_tie), _mm512_set1_ps(b.max), _mm512_set1_ps(b.overflow),
+                            _mm512_set1_ps(b.underflow), _mm512_set1_ps(b.min_normal_tie)};
+  const __m512 largest = _mm512_set1_ps(std::numeric_limits<float>::max()), zero = _mm512_setzero_ps();
+  std::int64_t i = 0;
+  for (; i + 16 <= m; i += 16) {
+    const __m512 a = _mm512_abs_ps(_mm512_loadu_ps(x + i));
+    const __mmask16 finite = _mm512_cmp_ps_mask(a, largest, _CMP_LE_OQ);
+    const __mmask16 nonzero = _mm512_mask_cmp_ps_mask(finite, a, zero, _CMP_NEQ_OQ);
+    for (int d = 0; d < 2; ++d) {
+      const __m512 max = bounds[4 * d], overflow = bounds[4 * d + 1], underflow = bounds[4 * d + 2],
+                   tie = bounds[4 * d + 3];
+      const __mmask16 above_max = _mm512_mask_cmp_ps_mask(finite, a, max, _CMP_GT_OQ);
+      const __mmask16 over = _mm512_mask_cmp_ps_mask(finite, a, overflow, _CMP_GE_OQ);
+      const __mmask16 low = _mm512_mask_cmp_ps_mask(nonzero, a, underflow, _CMP_LE_OQ);
+      const __mmask16 below_tie = _mm512_mask_cmp_ps_mask(finite, a, tie, _CMP_LT_OQ);
+      count[4 * d] += __builtin_popcount(over);
+      count[4 * d + 1] += __builtin_popcount(above_max & static_cast<__mmask16>(~over));
+      count[4 * d + 2] += __builtin_popcount(low);
+      count[4 * d + 3] += __builtin_popcount(below_tie & nonzero & static_cast<__mmask16>(~low));
+    }
+  }
+  count_narrow_scalar(x + i, m - i, h, b, count);
+}
+#endif
+
+void count_narrow_block(const float* x, std::int64_t m, const FloatBounds& h, const FloatBounds& b,
+                        std::int64_t* count) {
+#if defined(__x86_64__)
+  if (active_gemm_isa() == GemmIsa::avx512) return count_narrow_avx512(x, m, h, b, count);
+#endif
+  count_narrow_scalar(x, m, h, b, count);
+}
+
+// Elements [begin, end) of f32, f16 or bf16 data: stats_of_range's summary bit for bit,
+// in two passes over each block. The first, vectorized, counts what rounding into f16
+// and bf16 would do (integer counts, so their order is free); non-finite values count
+// there as zeros, which count nothing. The second, scalar, keeps in element order what
+// depends on it: the f64 sums (each float is exact in f64, and so is its square), the
+// extremes (the first of +0 and -0 is kept) and the NaN/Inf counts; and the exponent
+// histogram, in four sub-histograms so that runs of elements in one bin do not each wait
+// for the previous increment.
+NumericsSummary stats_of_floats(const View& v, std::int64_t begin, std::int64_t end) {
+  const FloatBounds f16(f16_bounds()), bf16(bf16_bounds());
+  NumericsSummary s;
+  s.count = end - begin;
+  double lo = INFINITY, hi = -INFINITY, absmax = 0.0, min_nonzero = INFINITY;
+  double sum = 0.0, sum_squares = 0.0;
+  std::int64_t narrow[8] = {};  // f16 overflow, rounds to max, underflow, subnormal; then bf16's
+  std::int64_t bins[4][NumericsSummary::kBins] = {};
+  float buf[kBlock];
+  for (std::int64_t b = begin; b < end; b += kBlock) {
+    const std::int64_t m = std::min(kBlock, end - b);
+    const float* x = source(v, b, m, buf);  // f32 in place; f16 and bf16 widened exactly
+    count_narrow_block(x, m, f16, bf16, narrow);
+    for (std::int64_t i = 0; i < m; ++i) {
+      const double d = x[i];
+      if (!(std::fabs(d) <= std::numeric_limits<float>::max())) {  // NaN and Inf take the rare path
+        if (std::isnan(d))
+          ++s.nan;
+        else
+          ++(d > 0 ? s.pos_inf : s.neg_inf);
+        continue;
+      }
+      sum += d;
+      sum_squares += d * d;
+      lo = d < lo ? d : lo;
+      hi = d > hi ? d : hi;
+      const double a = std::fabs(d);
+      absmax = a > absmax ? a : absmax;
+      min_nonzero = a != 0.0 && a < min_nonzero ? a : min_nonzero;
+      ++bins[i & 3][exponent_bin(d)];
+    }
+  }
+  for (int k = 0; k < NumericsSummary::kBins; ++k) s.bins[k] = bins[0][k] + bins[1][k] + bins[2][k] + bins[3][k];
+  s.f16 = {narrow[0], narrow[1], narrow[2], narrow[3]};
+  s.bf16 = {narrow[4], narrow[5], narrow[6], narrow[7]};
+  s.sum = sum;
+  s.sum_squares = sum_squares;
+  s.min = lo;
+  s.max = hi;
+  s.absmax = absmax;
+  s.min_nonzero_abs = min_nonzero;
+  return s;
+}
+
 NumericsSummary stats(const View& v) {
   const std::int64_t n = v.numel();
   std::vector<NumericsSummary> partials(static_cast<std::size_t>((n + kGrain - 1) / kGrain));
+  const bool floats = v.dtype == DType::f32 || v.dtype == DType::f16 || v.dtype == DType::bf16;
   parallel_for(n, kGrain, [&](std::int64_t begin, std::int64_t end) {
-    partials[static_cast<std::size_t>(begin / kGrain)] = stats_of_range(v, begin, end);
+    partials[static_cast<std::size_t>(begin / kGrain)] =
+        floats ? stats_of_floats(v, begin, end) : stats_of_range(v, begin, end);
   });
   NumericsSummary s;
   for (const NumericsSummary& p : partials) merge(s, p);  // chunk order: thread-independent
