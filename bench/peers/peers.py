@@ -2,6 +2,7 @@
 
   peers.py speed  --ampcheck-build DIR --out-dir bench/results   step times, interleaved
   peers.py inspect --ampcheck-build DIR                           the inspector's cost per mode
+  peers.py scaling --ampcheck-build DIR                           fp32 step time by width and batch
   peers.py scaler --ampcheck BIN [--cases 200]                    GradScaler histories
   peers.py ops    --ampcheck BIN                                  O1 op decisions
   peers.py all    --ampcheck-build DIR --out-dir bench/results    the three, one report
@@ -204,6 +205,50 @@ def inspect(args, out):
                          "iqr_ms": iqr(r.ms), "ratio_off": med / off})
         print(f"  {sample}: inspector modes done", file=sys.stderr, flush=True)
     out["inspect"] = {"threads": args.threads, "rounds": args.rounds, "rows": rows}
+
+
+SCALING_WIDTHS = [64, 128, 256, 512, 1024]
+SCALING_BATCHES = [16, 64, 256, 1024]
+
+
+def scaling_model(width, batch):
+    """An MLP of two hidden layers of `width` on 64-dimensional blobs (10 classes, enough
+    rows for the batch): the shape family whose crossover the table locates."""
+    return {"ampcheck_model": 1, "name": f"mlp_w{width}",
+            "description": f"MLP 64-{width}-{width}-10 on blobs (scaling table)",
+            "data": {"generator": "blobs", "n_per_class": max(100, batch // 10 + 1), "classes": 10, "dims": 64,
+                     "spread": 1.0},
+            "nodes": [{"name": "fc1", "kind": "linear", "out": width}, {"name": "act1", "kind": "relu"},
+                      {"name": "fc2", "kind": "linear", "out": width}, {"name": "act2", "kind": "relu"},
+                      {"name": "head", "kind": "linear", "out": 10}],
+            "loss": "cross_entropy", "train": {"steps": 200, "batch": batch, "lr": 0.001, "optimizer": "adam"}}
+
+
+def scaling(args, out):
+    """fp32 step time against model width and batch, ampcheck and PyTorch side by side,
+    interleaved per configuration: where ampcheck's own GEMM and per-op costs cross over."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), PYTHONWARNINGS="ignore")
+    step_bin = os.path.join(args.ampcheck_build, "bench", "ampcheck_bench_peer_step")
+    rng = random.Random(args.seed + 2)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="ampcheck-scaling-") as tmp:
+        for width in SCALING_WIDTHS:
+            for batch in SCALING_BATCHES:
+                path = os.path.join(tmp, f"mlp_w{width}_b{batch}.json")
+                with open(path, "w") as f:
+                    json.dump(scaling_model(width, batch), f)
+                runners = [Runner("ampcheck", "fp32", f"w{width} b{batch} ampcheck",
+                                  [step_bin, "--model", path, "--level", "O0", "--threads", str(args.threads)], env),
+                           Runner("torch", "fp32", f"w{width} b{batch} torch",
+                                  [sys.executable, os.path.abspath(__file__), "worker", "--framework", "torch",
+                                   "--model", path, "--mode", "fp32", "--batch", str(batch), "--lr", "0.001",
+                                   "--threads", str(args.threads)], env)]
+                interleave(runners, args, rng)
+                ours, theirs = (statistics.median(r.ms) for r in runners)
+                rows.append({"width": width, "batch": batch, "ampcheck_ms": ours, "torch_ms": theirs,
+                             "ratio_torch": ours / theirs})
+                print(f"  scaling w{width} b{batch}: {ours:.3f} / {theirs:.3f} ms", file=sys.stderr, flush=True)
+    out["scaling"] = {"threads": args.threads, "rounds": args.rounds, "rows": rows}
 
 
 def iqr(xs):
@@ -427,6 +472,22 @@ def to_markdown(out):
             verdict = "" if aim is None else (f"<= {aim} met" if r["ratio_off"] <= aim else f"<= {aim} **missed**")
             lines.append(f"| {r['sample']} | {r['mode']} | {fmt_ms(r['median_ms'])} | {r['ratio_off']:.2f} | {verdict} |")
         lines.append("")
+    if "scaling" in out:
+        s = out["scaling"]
+        lines += ["## Scaling: fp32 step time against width and batch", "",
+                  f"An MLP 64-W-W-10 (two hidden layers of width W, ReLU, cross-entropy, Adam) at batch B, ampcheck "
+                  f"and PyTorch, {s['threads']} threads, {s['rounds']} interleaved rounds per cell. Each cell: "
+                  "ampcheck ms / PyTorch ms (ratio; below 1 ampcheck is faster).", "",
+                  "| width \\ batch | " + " | ".join(str(b) for b in SCALING_BATCHES) + " |",
+                  "| ---: | " + " | ".join("---:" for _ in SCALING_BATCHES) + " |"]
+        cells = {(r["width"], r["batch"]): r for r in s["rows"]}
+        for w in SCALING_WIDTHS:
+            line = f"| {w} |"
+            for b in SCALING_BATCHES:
+                r = cells.get((w, b))
+                line += (f" {fmt_ms(r['ampcheck_ms'])} / {fmt_ms(r['torch_ms'])} ({r['ratio_torch']:.2f}) |" if r else " — |")
+            lines.append(line)
+        lines.append("")
     if "scaler" in out:
         lines += ["## GradScaler histories", "",
                   "Random found_inf sequences (1 to 80 steps) with random initial scales, ratios and intervals; the "
@@ -467,7 +528,7 @@ def main():
     w.add_argument("--lr", type=float, required=True)
     w.add_argument("--threads", type=int, default=os.cpu_count())
     w.add_argument("--onnx-dir", default=None, help="--model names a model of bench/onnx/export.py in this folder")
-    for name in ("speed", "inspect", "scaler", "ops", "all"):
+    for name in ("speed", "inspect", "scaling", "scaler", "ops", "all"):
         c = sub.add_parser(name)
         c.add_argument("--ampcheck-build", default=os.path.join(ROOT, "build"))
         c.add_argument("--out-dir", default=None, help="write DATE-peers-cpu.{md,json} here")
@@ -491,8 +552,8 @@ def main():
             sys.exit(f"peers.py: {f} is not built: run bench/peers/run.sh, or cmake --build {args.ampcheck_build}")
     out = {"date": datetime.date.today().isoformat(), "machine": machine(),
            "command": "bench/peers/peers.py " + " ".join(a.replace(ROOT + os.sep, "") for a in sys.argv[1:])}
-    steps = {"speed": [speed], "inspect": [inspect], "scaler": [scaler], "ops": [ops],
-             "all": [scaler, ops, speed, inspect]}[args.command]
+    steps = {"speed": [speed], "inspect": [inspect], "scaling": [scaling], "scaler": [scaler], "ops": [ops],
+             "all": [scaler, ops, speed, inspect, scaling]}[args.command]
     for f in steps:
         f(args, out)
     text = to_markdown(out)
