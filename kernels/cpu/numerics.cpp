@@ -16,6 +16,7 @@
 #include "kernels/cpu/parallel.h"   // parallel_for: chunks fixed by n and grain only
 #include "kernels/cpu/tensor_io.h"  // load, source
 #include "kernels/cpu/gemm.h"       // active_gemm_isa: the AVX-512 path where the CPU has it
+#include "kernels/cpu/vectorize.h"  // vectorized: the all-finite scan
 #include "kernels/numerics_kernels.h"
 
 namespace ampcheck::kernels::cpu {
@@ -290,7 +291,9 @@ bool exponents_finite(const View& v, Bits mask) {
   bool finite = true;
   for (std::int64_t i = 0; i < n && finite; i += 4096) {
     const std::int64_t e = std::min<std::int64_t>(n, i + 4096);
-    for (std::int64_t j = i; j < e; ++j) all |= static_cast<Bits>((p[j] & mask) == mask);
+    vectorized([&] {
+      for (std::int64_t j = i; j < e; ++j) all |= static_cast<Bits>((p[j] & mask) == mask);
+    });
     finite = all == 0;
   }
   return finite;
