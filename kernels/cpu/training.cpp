@@ -13,23 +13,32 @@ namespace ampcheck::kernels::cpu {
 namespace {
 
 // Runs f(p, g, b0, b1) over every element; p and the buffers given are written back.
+// Tensors of the compute type's own dtype are updated in place (no copy in and out of the
+// chunk buffers: for an f32 model these are most of the update's memory traffic); others
+// go through the buffers with one rounding on the way back.
 template <typename F>
 void for_each_element(const View& p, const View& g, const View* b0, const View* b1, F f) {
   with_compute_type(p.dtype, [&](auto zero) {
     using T = decltype(zero);
     parallel_for(p.numel(), kChunk, [&](std::int64_t lo, std::int64_t hi) {
       const std::int64_t n = hi - lo;
-      T pv[kChunk], gv[kChunk], v0[kChunk], v1[kChunk];
-      load(p, lo, n, pv);
-      load(g, lo, n, gv);
-      if (b0) load(*b0, lo, n, v0);
-      if (b1) load(*b1, lo, n, v1);
+      T pb[kChunk], gb[kChunk], b0b[kChunk], b1b[kChunk];
+      auto open = [&](const View* v, T* buf) -> T* {
+        if (v == nullptr) return buf;  // unused: the lambda ignores it
+        T* at = target(*v, lo, buf);
+        if (at == buf) load(*v, lo, n, buf);
+        return at;
+      };
+      T* pv = open(&p, pb);
+      const T* gv = source(g, lo, n, gb);
+      T* v0 = open(b0, b0b);
+      T* v1 = open(b1, b1b);
       vectorized([&] {
         for (std::int64_t i = 0; i < n; ++i) f(pv[i], gv[i], v0[i], v1[i]);
       });
-      store(p, lo, n, pv);
-      if (b0) store(*b0, lo, n, v0);
-      if (b1) store(*b1, lo, n, v1);
+      finish_target(p, lo, hi, pv);
+      if (b0) finish_target(*b0, lo, hi, v0);
+      if (b1) finish_target(*b1, lo, hi, v1);
     });
   });
 }
@@ -62,14 +71,15 @@ bool unscale(const std::vector<View>& grads, const std::vector<View>& out, doubl
       // As PyTorch: the reciprocal in double, rounded once to the compute type.
       const T inv = static_cast<T>(inv_scale);
       parallel_for(g.numel(), kChunk, [&](std::int64_t lo, std::int64_t hi) {
-        T buf[kChunk];
+        T in_buf[kChunk], out_buf[kChunk];
         const std::int64_t n = hi - lo;
-        load(g, lo, n, buf);
+        const T* in = source(g, lo, n, in_buf);
+        T* out_at = target(o, lo, out_buf);
         bool bad = false;
         vectorized([&] {
-          for (std::int64_t i = 0; i < n; ++i) buf[i] = unscale_element(buf[i], inv, bad);
+          for (std::int64_t i = 0; i < n; ++i) out_at[i] = unscale_element(in[i], inv, bad);
         });
-        store(o, lo, n, buf);
+        finish_target(o, lo, hi, out_at);
         if (bad) found.store(true, std::memory_order_relaxed);
       });
     });
