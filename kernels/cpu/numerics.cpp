@@ -285,18 +285,22 @@ ValueScan scan(const View& v) {
 // conversion, stopping at the first chunk that has one.
 template <typename Bits>
 bool exponents_finite(const View& v, Bits mask) {
+  // A value is finite unless its exponent bits are all ones: unless ~bits & mask is 0.
+  // The smallest of those over a block is an integer min reduction, which vectorizes.
   const auto* p = v.as<const Bits>();
-  Bits all = 0;
   const std::int64_t n = v.numel();
-  bool finite = true;
-  for (std::int64_t i = 0; i < n && finite; i += 4096) {
+  for (std::int64_t i = 0; i < n; i += 4096) {
     const std::int64_t e = std::min<std::int64_t>(n, i + 4096);
+    Bits lowest = mask;
     vectorized([&] {
-      for (std::int64_t j = i; j < e; ++j) all |= static_cast<Bits>((p[j] & mask) == mask);
+      for (std::int64_t j = i; j < e; ++j) {
+        const Bits t = static_cast<Bits>(~p[j] & mask);
+        lowest = t < lowest ? t : lowest;
+      }
     });
-    finite = all == 0;
+    if (lowest == 0) return false;
   }
-  return finite;
+  return true;
 }
 
 bool all_finite(const View& v) {
