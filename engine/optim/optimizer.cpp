@@ -112,7 +112,9 @@ void Optimizer::update_one(std::size_t i, const Tensor& g) {
     return;
   }
   Tensor& m = masters_[i];
-  update(m, g.dtype() == m.dtype() ? g : g.to(m.dtype()), state_.buffers[name], state_.step);
+  // The update kernels read a gradient of another float dtype exactly (training_kernels.h):
+  // no f32 copy of a low-precision gradient first.
+  update(m, g, state_.buffers[name], state_.step);
   p.copy_from(m);  // the low-precision copy, re-derived from the master
 }
 
