@@ -24,11 +24,17 @@ void load(const View& v, std::int64_t start, std::int64_t n, double* out);
 // n values into v at element `start`, each rounded once (nearest even) to v's dtype.
 void store(const View& v, std::int64_t start, std::int64_t n, const float* in);
 void store(const View& v, std::int64_t start, std::int64_t n, const double* in);
+// The compute type's own dtype (f32 for float, f64 for double).
+template <typename T>
+constexpr DType compute_dtype() {
+  return sizeof(T) == 4 ? DType::f32 : DType::f64;
+}
+
 // v's elements [start, start + n) as T: v's own storage where its dtype is T (no copy),
 // else loaded into `buf` (n elements), which is returned.
 template <typename T>
 const T* source(const View& v, std::int64_t start, std::int64_t n, T* buf) {
-  if (v.dtype == (sizeof(T) == 4 ? DType::f32 : DType::f64) && n > 0) return static_cast<const T*>(v.data) + start;
+  if (v.dtype == compute_dtype<T>() && n > 0) return static_cast<const T*>(v.data) + start;
   load(v, start, n, buf);
   return buf;
 }
@@ -92,12 +98,6 @@ void load_broadcast(const View& v, const Dims& out_shape, std::int64_t b, std::i
   std::int64_t offsets[kChunk];
   broadcast_offsets(v.shape, out_shape, b, e - b, offsets);
   load_gather(v, offsets, e - b, buf);
-}
-
-// The compute type's own dtype (f32 for float, f64 for double).
-template <typename T>
-constexpr DType compute_dtype() {
-  return sizeof(T) == 4 ? DType::f32 : DType::f64;
 }
 
 // Output elements [b, e) of `v` (out_shape) as T: v's own storage where it is of dtype T
