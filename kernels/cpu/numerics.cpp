@@ -27,6 +27,41 @@ namespace {
 constexpr std::int64_t kGrain = std::int64_t{1} << 14;
 constexpr std::int64_t kBlock = 1024;
 
+// What depends on the order of the elements: the f64 sums, the extremes (the first of +0
+// and -0 is kept), and the NaN/Inf counts, which skip an element for the rest. Both
+// statistics passes feed every element through add() in element order.
+struct OrderedTally {
+  double lo = INFINITY, hi = -INFINITY, absmax = 0.0, min_nonzero = INFINITY;
+  double sum = 0.0, sum_squares = 0.0;
+
+  // False (after counting it in s) for NaN and Inf, which nothing else counts.
+  bool add(double x, NumericsSummary& s) {
+    if (((bits_of(x) >> 52) & 0x7ff) == 0x7ff) {  // NaN and Inf take the rare path
+      if (std::isnan(x))
+        ++s.nan;
+      else
+        ++(x > 0 ? s.pos_inf : s.neg_inf);
+      return false;
+    }
+    sum += x;
+    sum_squares += x * x;
+    lo = x < lo ? x : lo;
+    hi = x > hi ? x : hi;
+    const double a = std::fabs(x);
+    absmax = a > absmax ? a : absmax;
+    min_nonzero = a != 0.0 && a < min_nonzero ? a : min_nonzero;
+    return true;
+  }
+  void finish(NumericsSummary& s) const {
+    s.sum = sum;
+    s.sum_squares = sum_squares;
+    s.min = lo;
+    s.max = hi;
+    s.absmax = absmax;
+    s.min_nonzero_abs = min_nonzero;
+  }
+};
+
 // Elements [begin, end) of v, in one thread, in element order.
 NumericsSummary stats_of_range(const View& v, std::int64_t begin, std::int64_t end) {
   const NarrowBounds f16 = f16_bounds();
@@ -36,8 +71,7 @@ NumericsSummary stats_of_range(const View& v, std::int64_t begin, std::int64_t e
 
   NumericsSummary s;
   s.count = end - begin;
-  double lo = INFINITY, hi = -INFINITY, absmax = 0.0, min_nonzero = INFINITY;
-  double sum = 0.0, sum_squares = 0.0;
+  OrderedTally t;
   NarrowCounts c16, cbf;
   double values[kBlock];
   for (std::int64_t b = begin; b < end; b += kBlock) {
@@ -45,21 +79,9 @@ NumericsSummary stats_of_range(const View& v, std::int64_t begin, std::int64_t e
     convert(base + static_cast<std::size_t>(b) * size, v.dtype, values, DType::f64, m);  // exact
     for (std::size_t i = 0; i < m; ++i) {
       const double x = values[i];
-      if (((bits_of(x) >> 52) & 0x7ff) == 0x7ff) {  // NaN and Inf take the rare path
-        if (std::isnan(x))
-          ++s.nan;
-        else
-          ++(x > 0 ? s.pos_inf : s.neg_inf);
-        continue;
-      }
-      sum += x;
-      sum_squares += x * x;
-      lo = x < lo ? x : lo;
-      hi = x > hi ? x : hi;
+      if (!t.add(x, s)) continue;
       const double a = std::fabs(x);
-      absmax = a > absmax ? a : absmax;
       const bool nonzero = a != 0.0;
-      min_nonzero = nonzero && a < min_nonzero ? a : min_nonzero;
       ++s.bins[exponent_bin(x)];
       count_narrow(a, nonzero, f16, c16);
       count_narrow(a, nonzero, bf16, cbf);
@@ -67,12 +89,7 @@ NumericsSummary stats_of_range(const View& v, std::int64_t begin, std::int64_t e
   }
   s.f16 = c16;
   s.bf16 = cbf;
-  s.sum = sum;
-  s.sum_squares = sum_squares;
-  s.min = lo;
-  s.max = hi;
-  s.absmax = absmax;
-  s.min_nonzero_abs = min_nonzero;
+  t.finish(s);
   return s;
 }
 
@@ -184,8 +201,7 @@ NumericsSummary stats_of_floats(const View& v, std::int64_t begin, std::int64_t 
   const FloatBounds f16(f16_bounds()), bf16(bf16_bounds());
   NumericsSummary s;
   s.count = end - begin;
-  double lo = INFINITY, hi = -INFINITY, absmax = 0.0, min_nonzero = INFINITY;
-  double sum = 0.0, sum_squares = 0.0;
+  OrderedTally t;
   std::int64_t narrow[8] = {};  // f16 overflow, rounds to max, underflow, subnormal; then bf16's
   std::int64_t bins[4][NumericsSummary::kBins] = {};
   float buf[kBlock];
@@ -195,32 +211,13 @@ NumericsSummary stats_of_floats(const View& v, std::int64_t begin, std::int64_t 
     count_narrow_block(x, m, f16, bf16, narrow);
     for (std::int64_t i = 0; i < m; ++i) {
       const double d = x[i];
-      if (!(std::fabs(d) <= std::numeric_limits<float>::max())) {  // NaN and Inf take the rare path
-        if (std::isnan(d))
-          ++s.nan;
-        else
-          ++(d > 0 ? s.pos_inf : s.neg_inf);
-        continue;
-      }
-      sum += d;
-      sum_squares += d * d;
-      lo = d < lo ? d : lo;
-      hi = d > hi ? d : hi;
-      const double a = std::fabs(d);
-      absmax = a > absmax ? a : absmax;
-      min_nonzero = a != 0.0 && a < min_nonzero ? a : min_nonzero;
-      ++bins[i & 3][exponent_bin(d)];
+      if (t.add(d, s)) ++bins[i & 3][exponent_bin(d)];
     }
   }
   for (int k = 0; k < NumericsSummary::kBins; ++k) s.bins[k] = bins[0][k] + bins[1][k] + bins[2][k] + bins[3][k];
   s.f16 = {narrow[0], narrow[1], narrow[2], narrow[3]};
   s.bf16 = {narrow[4], narrow[5], narrow[6], narrow[7]};
-  s.sum = sum;
-  s.sum_squares = sum_squares;
-  s.min = lo;
-  s.max = hi;
-  s.absmax = absmax;
-  s.min_nonzero_abs = min_nonzero;
+  t.finish(s);
   return s;
 }
 
