@@ -83,6 +83,32 @@ class Graph:
         return values[self.output]
 
 
+def torch_step(net, opt, xb, yb, mode):
+    """One PyTorch training step as a user writes it: zero_grad, forward and cross-entropy
+    under CPU autocast (bf16, fp16 or off), a GradScaler for fp16, the optimizer step,
+    loss.item()."""
+    import torch
+    import torch.nn.functional as F
+
+    low = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[mode]
+    scaler = torch.amp.GradScaler("cpu") if mode == "fp16" else None
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=low or torch.bfloat16, enabled=low is not None):
+            loss = F.cross_entropy(net(xb), yb)
+        if scaler:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
+        return loss.item()
+
+    return step
+
+
 def torch_worker(model, mode, batch, lr, threads):
     import torch
     import torch.nn.functional as F
@@ -172,23 +198,7 @@ def torch_worker(model, mode, batch, lr, threads):
     opt = torch.optim.Adam(net.parameters(), lr=lr)
     xb = torch.randint(0, vocab, [batch] + shape) if integer else torch.randn([batch] + shape)
     yb = torch.randint(0, classes, [batch])
-    low = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[mode]
-    scaler = torch.amp.GradScaler("cpu") if mode == "fp16" else None
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=low or torch.bfloat16, enabled=low is not None):
-            loss = F.cross_entropy(net(xb), yb)
-        if scaler:
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-        else:
-            loss.backward()
-            opt.step()
-        return loss.item()
-
-    return step
+    return torch_step(net, opt, xb, yb, mode)
 
 
 def paddle_worker(model, mode, batch, lr, threads):
@@ -299,7 +309,6 @@ def torch_onnx_worker(name, onnx_dir, mode, batch, lr, threads):
     trains its export: the first `batch` rows of NAME.npz, cross-entropy, Adam at `lr`."""
     import numpy as np
     import torch
-    import torch.nn.functional as F
 
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "onnx"))
     import export
@@ -312,20 +321,4 @@ def torch_onnx_worker(name, onnx_dir, mode, batch, lr, threads):
     xb = torch.from_numpy(data["input"][:batch])
     yb = torch.from_numpy(data["labels"][:batch]).long()
     opt = torch.optim.Adam(net.parameters(), lr=lr)
-    low = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[mode]
-    scaler = torch.amp.GradScaler("cpu") if mode == "fp16" else None
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=low or torch.bfloat16, enabled=low is not None):
-            loss = F.cross_entropy(net(xb), yb)
-        if scaler:
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-        else:
-            loss.backward()
-            opt.step()
-        return loss.item()
-
-    return step
+    return torch_step(net, opt, xb, yb, mode)
