@@ -24,7 +24,14 @@ fi
 "$venv/bin/pip" install --quiet --disable-pip-version-check "torch==2.15.*" "paddlepaddle==3.3.*" "numpy<2.4" \
   "torchvision==0.29.*" "onnx==1.23.*"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
-models=${ONNX_MODELS_DIR:-$(mktemp -d /tmp/peers-onnx.XXXXXX)}
+# The real models: ONNX_MODELS_DIR when it already holds export.py's files (kept), else a
+# temporary folder exported here and removed at the end.
+if [[ -n ${ONNX_MODELS_DIR:-} ]]; then
+  models=$ONNX_MODELS_DIR
+else
+  models=$(mktemp -d /tmp/peers-onnx.XXXXXX)
+  trap 'rm -rf "$models"' EXIT
+fi
 [[ -f $models/gpt2_block.onnx ]] || "$venv/bin/python" "$root/bench/onnx/export.py" --out "$models" --bn preserve --no-verify > /dev/null
-exec "$venv/bin/python" "$root/bench/peers/peers.py" all --ampcheck-build "${AMPCHECK_BUILD_DIR:-$root/build}" \
+"$venv/bin/python" "$root/bench/peers/peers.py" all --ampcheck-build "${AMPCHECK_BUILD_DIR:-$root/build}" \
   --out-dir "$root/bench/results" --onnx-dir "$models" "$@"
