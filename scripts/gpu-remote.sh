@@ -53,10 +53,15 @@ case "${1:-}" in
       rel=${p#"$dir"/}
       strip -o "$pack/build-gpu/$rel" "$p"
     done < <(programs "$dir")
-    # Shared libraries outside the CUDA toolkit that the programs need (fmt; not glibc's).
+    # Every shared library the programs need from this machine's Debian packages (fmt, the
+    # ONNX library, protobuf, libzip, OpenMPI and theirs, GoogleTest, Google Benchmark), but
+    # glibc's and the compiler's runtime (the other machine's are as new or newer) and the
+    # CUDA libraries (the other machine's own, found at `run`).
     ldd "$pack"/build-gpu/cli/ampcheck "$pack"/build-gpu/tests/* "$pack"/build-gpu/bench/* | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
-      case "$lib" in
-        */libfmt.so*|*/libbenchmark*.so*|*/libgtest*.so*|*/libgmock*.so*) cp -L "$lib" "$pack/lib/" ;;
+      case "$(basename "$lib")" in
+        libc.so*|libm.so*|libpthread.so*|librt.so*|libdl.so*|libutil.so*|libgcc_s.so*|libstdc++.so*|ld-linux*) ;;
+        libcuda.so*|libcudart.so*|libcublas*.so*|libcudnn*.so*|libcupti.so*|libnccl.so*|libnvrtc*.so*|libnvJitLink.so*) ;;
+        *) cp -L "$lib" "$pack/lib/" ;;
       esac
     done
     echo "$root" >"$pack/source_dir"
