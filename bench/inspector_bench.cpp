@@ -19,7 +19,7 @@
 #include "engine/optim/optimizer.h"
 #include "inspector/inspector.h"
 #include "kernels/cuda/cuda.h"
-#include "samples/data.h"
+#include "models/data.h"
 #include "samples/models.h"
 
 namespace {
@@ -40,7 +40,7 @@ std::string run_name(Mode m, std::int64_t every = 1, bool cupti = false) {
 void bm_step(benchmark::State& state, Mode mode, std::int64_t every, bool cupti) {
   Generator gen(0);
   samples::Mlp model(2, 256, 3, gen);
-  samples::Dataset data = samples::spiral(86, 3, 0.2, 1);  // 258 points
+  models::Dataset data = models::spiral(86, 3, 0.2, 1);  // 258 points
   if (g_device == Device::cuda) {
     model.to(Device::cuda);
     data.x = data.x.to(Device::cuda);

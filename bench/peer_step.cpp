@@ -1,7 +1,7 @@
 // ampcheck's side of bench/peers: one sample model file trained step by step, timed per
 // step, driven over stdin so the peer script can interleave it with PyTorch and
 // PaddlePaddle workers in one run. The step is the one `ampcheck run --inspect off`
-// trains (samples::Trainer::step: the batch, zero_grad, forward and loss under
+// trains (models::Trainer::step: the batch, zero_grad, forward and loss under
 // autocast, scaled backward, the scaler's unscale and check, the optimizer step, the
 // scaler update, loss.item()).
 //
@@ -28,7 +28,8 @@
 #include "engine/dtype/dtype.h"
 #include "engine/parallel.h"
 #include "inspector/inspector.h"
-#include "samples/runner.h"
+#include "models/runner.h"
+#include "samples/builtin_models.h"
 
 namespace {
 
@@ -44,7 +45,7 @@ using namespace ampcheck;
 }
 
 struct Options {
-  samples::RunOptions run;
+  models::RunOptions run;
   inspector::Mode inspect = inspector::Mode::off;
 };
 
@@ -62,8 +63,9 @@ Options parse(int argc, char** argv) {
   const auto mode = inspector::parse_mode(args["--inspect"]);
   if (!mode) usage("--inspect " + args["--inspect"] + ": give off, trace, stats or full");
   options.inspect = *mode;
-  samples::RunOptions& o = options.run;
+  models::RunOptions& o = options.run;
   o.model = args["--model"];
+  o.catalog = samples::builtin_models();
   o.seed = std::stoull(args["--seed"]);
   o.overrides.data = args["--data"];
   o.overrides.loss = args["--loss"];
@@ -90,7 +92,7 @@ int main(int argc, char** argv) {
     inspector::InspectorOptions io;
     io.mode = options.inspect;
     inspector::Inspector insp(io);
-    samples::Trainer trainer(options.run);
+    models::Trainer trainer(options.run);
     if (options.inspect != inspector::Mode::off) insp.attach();
     std::string command;
     long steps = 0;

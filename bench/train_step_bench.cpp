@@ -34,7 +34,7 @@
 #include "engine/amp/policy.h"
 #include "engine/optim/optimizer.h"
 #include "engine/parallel.h"
-#include "samples/data.h"
+#include "models/data.h"
 #include "samples/models.h"
 
 namespace {
@@ -55,7 +55,7 @@ double conv_flops(i64 batch, i64 c_in, i64 c_out, i64 k, i64 out_hw) {
 struct Config {
   const char* name;
   std::function<std::unique_ptr<nn::Module>(Generator&)> build;
-  std::function<samples::Dataset()> data;
+  std::function<models::Dataset()> data;
   double forward_flops;
 };
 
@@ -91,23 +91,23 @@ double transformer_forward_flops() {
 std::vector<Config> configs() {
   return {
       {"mlp", [](Generator& g) { return std::make_unique<samples::Mlp>(2, kMlpHidden, 3, g); },
-       [] { return samples::batch(samples::spiral(kMlpBatch / 3 + 1, 3, 0.2, 1), 0, kMlpBatch); },
+       [] { return models::batch(models::spiral(kMlpBatch / 3 + 1, 3, 0.2, 1), 0, kMlpBatch); },
        mlp_forward_flops()},
       {"cnn",
        [](Generator& g) { return std::make_unique<samples::SmallCnn>(3, kCnnClasses, g, kCnnWidth, 2); },
-       [] { return samples::images(kCnnBatch, kCnnClasses, 3, kCnnSize, 1); }, cnn_forward_flops()},
+       [] { return models::images(kCnnBatch, kCnnClasses, 3, kCnnSize, 1); }, cnn_forward_flops()},
       {"transformer",
        [](Generator& g) {
          return std::make_unique<samples::TinyTransformer>(kTfVocab, kTfLen, kTfDim, kTfHeads, kTfFfn, 2, g);
        },
-       [] { return samples::sequences(kTfBatch, kTfLen, kTfVocab, 1); }, transformer_forward_flops()},
+       [] { return models::sequences(kTfBatch, kTfLen, kTfVocab, 1); }, transformer_forward_flops()},
   };
 }
 
 void bm_train_step(benchmark::State& state, const Config& config, DType dtype) {
   Generator gen(0);
   std::unique_ptr<nn::Module> model = config.build(gen);
-  samples::Dataset data = config.data();
+  models::Dataset data = config.data();
   optim::Adam opt(model->named_parameters(), 1e-3);
   // f16: AMP O2 as a user runs it: f16 parameters (norms f32), f32 masters, autocast,
   // dynamic loss scaling. f32: the plain step.

@@ -28,7 +28,7 @@
 #include "engine/tensor.h"  // OutOfMemory
 #include "engine/dist/communicator.h"
 #include "engine/util/strings.h"  // closest: did-you-mean
-#include "samples/model_file.h"
+#include "models/model_file.h"
 
 namespace ampcheck::cli {
 
@@ -110,7 +110,7 @@ int run(int argc, const char* const* argv, std::ostream& given_out, std::ostream
   } catch (const UsageError& e) {
     err << "ampcheck: " << e.what() << '\n';
     return kUsage;
-  } catch (const samples::ModelFileError& e) {
+  } catch (const models::ModelFileError& e) {
     // A model or its data that fails while training (a token id beyond an imported
     // embedding's table): the user's input to fix, not ampcheck's.
     err << "ampcheck: --model: " << e.what() << '\n';

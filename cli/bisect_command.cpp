@@ -21,8 +21,8 @@
 #include "cli/mpi_launch.h"
 #include "engine/dist/communicator.h"
 #include "reports/advice.h"
-#include "samples/onnx_file.h"
-#include "samples/onnx_model.h"  // the loss scaler's cure, in the user's framework's keys
+#include "models/onnx_file.h"
+#include "models/onnx_model.h"  // the loss scaler's cure, in the user's framework's keys
 #include "reports/html.h"
 #include "reports/json.h"
 #include "reports/text.h"
@@ -275,25 +275,25 @@ std::string renamed(const Set& ops, std::string_view (*name)(Op), std::string_vi
 }
 
 // Where the culprits ran in the user's exported graph: the ONNX nodes, by module.
-std::string onnx_nodes_text(const samples::onnx_file::Graph& g, const Set& modules, const Set& ops, bool types) {
+std::string onnx_nodes_text(const models::onnx_file::Graph& g, const Set& modules, const Set& ops, bool types) {
   std::string s;
   for (const std::string& m : modules) {
     std::vector<std::string> nodes;
     for (const auto& n : g.nodes) {
-      if (samples::module_path_of(g, n) != m) continue;
+      if (models::module_path_of(g, n) != m) continue;
       bool runs = !types;
-      for (const std::string& op : ops) runs = runs || !samples::nodes_running(g, m, op).empty();
+      for (const std::string& op : ops) runs = runs || !models::nodes_running(g, m, op).empty();
       if (!runs) continue;
       if (types) {
         bool match = false;
         for (const std::string& op : ops)
-          for (const auto* r : samples::nodes_running(g, m, op)) match = match || r == &n;
+          for (const auto* r : models::nodes_running(g, m, op)) match = match || r == &n;
         if (!match) continue;
       }
       nodes.push_back("\"" + n.name + "\" (" + n.op_type + ")");
     }
     if (nodes.empty()) continue;
-    const bool layer = samples::is_framework_module(g, m);
+    const bool layer = models::is_framework_module(g, m);
     s += fmt::format("#   {}: ONNX node{} {}\n", layer ? "module " + m : "the top-level forward", nodes.size() > 1 ? "s" : "",
                      fmt::join(nodes, ", "));
   }
@@ -320,7 +320,7 @@ reports::Suggestion suggestion(const Resolved& base, const reports::Bisect& b) {
   if (base.onnx)
     where = fmt::format("# in your exported graph ({}):\n{}", base.onnx->path,
                         onnx_nodes_text(*base.onnx, modules, culprit_ops, types));
-  const std::string framework = base.onnx ? samples::producer_framework(*base.onnx) : "";
+  const std::string framework = base.onnx ? models::producer_framework(*base.onnx) : "";
   if (types) {
     const Set paddle = framework_names(culprit_ops, amp::paddle_op_name);
     s.paddle = fmt::format(
@@ -347,7 +347,7 @@ reports::Suggestion suggestion(const Resolved& base, const reports::Bisect& b) {
   // their own, so their code is what autocast must be disabled around.
   Set wrappable;
   for (const std::string& m : modules)
-    if (!base.onnx || samples::is_framework_module(*base.onnx, m)) wrappable.push_back(m);
+    if (!base.onnx || models::is_framework_module(*base.onnx, m)) wrappable.push_back(m);
   std::string torch;
   if (types)
     torch = fmt::format("# the ops, as PyTorch names them: {}\n", fmt::join(framework_names(culprit_ops, amp::torch_op_name), ", "));

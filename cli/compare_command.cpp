@@ -108,9 +108,9 @@ int run_compare(const CompareOptions& o, std::ostream& out, std::ostream& err) {
   // reports the steps run and exits 130.
   const InterruptScope interrupt;
 
-  std::vector<std::unique_ptr<samples::Trainer>> trainers;
+  std::vector<std::unique_ptr<models::Trainer>> trainers;
   try {
-    for (amp::Level l : levels) trainers.push_back(std::make_unique<samples::Trainer>(with_level(base.options, l)));
+    for (amp::Level l : levels) trainers.push_back(std::make_unique<models::Trainer>(with_level(base.options, l)));
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
@@ -159,10 +159,10 @@ int run_compare(const CompareOptions& o, std::ostream& out, std::ostream& err) {
   bool diverged = false;
   for (std::size_t l = 0; l < n_levels; ++l) {
     trainers[l]->evaluate();
-    const samples::RunResult& r = trainers[l]->result();
+    const models::RunResult& r = trainers[l]->result();
     reports::LevelRun run;
     run.level = std::string(amp::level_name(levels[l]));
-    for (const samples::StepResult& s : r.steps) run.losses.push_back(s.loss);
+    for (const models::StepResult& s : r.steps) run.losses.push_back(s.loss);
     run.final_loss = r.steps.back().loss;
     run.accuracy = r.accuracy;
     run.skipped_steps = r.skipped;
@@ -197,7 +197,7 @@ int run_compare(const CompareOptions& o, std::ostream& out, std::ostream& err) {
   for (const auto& [g, name] : growth) c.fastest_growing.push_back(name);
 
   // The run section and summary describe the comparison; the last level's numbers.
-  const samples::RunResult& last = trainers.back()->result();
+  const models::RunResult& last = trainers.back()->result();
   report.run = run_info("compare", args, base, last, "off");
   report.run.level = level_list;
   report.run.dtype = inspector::dtype_text(base.options.amp.dtype);

@@ -15,10 +15,11 @@
 #include "engine/amp/decorate.h"
 #include "engine/amp/policy.h"
 #include "engine/device.h"
-#include "samples/arrays.h"
-#include "samples/model_file.h"
-#include "samples/onnx_file.h"
-#include "samples/onnx_model.h"
+#include "models/arrays.h"
+#include "models/model_file.h"
+#include "models/onnx_file.h"
+#include "models/onnx_model.h"
+#include "samples/builtin_models.h"
 
 namespace ampcheck::cli {
 namespace {
@@ -36,25 +37,25 @@ struct InferOptions {
 int run_infer(const InferOptions& o, std::ostream& out, std::ostream& err) {
   if (o.batch <= 0) throw UsageError("--batch must be positive, got " + std::to_string(o.batch));
   check_output("--out", o.out);
-  samples::ModelFile file;
+  models::ModelFile file;
   try {
-    file = samples::load_model(o.model);
-    samples::apply(file, {"", "", o.output});
-  } catch (const samples::ModelFileError& e) {
+    file = models::load_model(o.model, samples::builtin_models());
+    models::apply(file, {"", "", o.output});
+  } catch (const models::ModelFileError& e) {
     throw UsageError(std::string("--model: ") + e.what());
   }
   if (!file.onnx_graph)
     throw UsageError("--model " + o.model + ": infer runs ONNX models (a .onnx file, or a model file with \"onnx\")");
-  const samples::onnx_file::Graph& g = *file.onnx_graph;
+  const models::onnx_file::Graph& g = *file.onnx_graph;
   std::string data_path = o.data.empty() ? file.data.file : o.data;
   if (data_path.empty()) throw UsageError("--data: give the inputs (an .npz with the array \"input\", an .npy or a .pb)");
   if (g.inputs.empty()) throw UsageError("--model " + o.model + ": the graph has no data input");
-  // One array per graph input, as training finds them (samples::dataset_of).
+  // One array per graph input, as training finds them (models::dataset_of).
   std::vector<std::string> names;
   for (const auto& v : g.inputs) names.push_back(v.name);
   std::vector<Tensor> inputs;
   try {
-    samples::Dataset data = samples::dataset_of(samples::read_arrays(data_path), data_path, names, false);
+    models::Dataset data = models::dataset_of(models::read_arrays(data_path), data_path, names, false);
     inputs.push_back(data.x);
     inputs.insert(inputs.end(), data.more.begin(), data.more.end());
   } catch (const std::invalid_argument& e) {
@@ -80,8 +81,8 @@ int run_infer(const InferOptions& o, std::ostream& out, std::ostream& err) {
 
   std::shared_ptr<nn::Module> model;
   try {
-    model = samples::build_onnx(file.onnx_graph, file.output, o.seed);
-  } catch (const samples::ModelFileError& e) {
+    model = models::build_onnx(file.onnx_graph, file.output, o.seed);
+  } catch (const models::ModelFileError& e) {
     throw UsageError(std::string("--model: ") + e.what());
   }
   model->to(device);
@@ -96,14 +97,14 @@ int run_infer(const InferOptions& o, std::ostream& out, std::ostream& err) {
     std::vector<Tensor> rows;
     for (const Tensor& in : inputs) rows.push_back(in.rows(start, std::min(o.batch, n - start)).to(device));
     try {
-      parts.push_back(samples::run_onnx(*model, rows, {out_name}).front().to(Device::cpu));
-    } catch (const samples::ModelFileError& e) {
+      parts.push_back(models::run_onnx(*model, rows, {out_name}).front().to(Device::cpu));
+    } catch (const models::ModelFileError& e) {
       throw UsageError(std::string("--model: ") + e.what());
     }
   }
   const Tensor y = parts.size() == 1 ? parts[0] : concat(parts, 0);
-  const samples::Array a = samples::Array::of_tensor(y);
-  write_output("--out", o.out, samples::npy_bytes(a));
+  const models::Array a = models::Array::of_tensor(y);
+  write_output("--out", o.out, models::npy_bytes(a));
   std::int64_t nonfinite = 0;
   if (!a.integer())
     for (double v : a.f) nonfinite += !std::isfinite(v);

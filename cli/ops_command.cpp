@@ -17,9 +17,9 @@
 #include "engine/dtype/dtype.h"
 #include "engine/ops/registry.h"
 #include "reports/text_table.h"
-#include "samples/model_file.h"
-#include "samples/onnx_file.h"
-#include "samples/onnx_model.h"
+#include "models/model_file.h"
+#include "models/onnx_file.h"
+#include "models/onnx_model.h"
 
 namespace ampcheck::cli {
 namespace {
@@ -192,24 +192,24 @@ CLI::App* add_options(CLI::App& app, OpsOptions& o) {
 std::string nodes_text() {
   reports::TextTable t({"kind", "fields (* required)", "what it computes"});
   t.align(0, reports::TextTable::Align::left).align(1, reports::TextTable::Align::left).align(2, reports::TextTable::Align::left);
-  for (const samples::NodeKindInfo& k : samples::node_kinds())
+  for (const models::NodeKindInfo& k : models::node_kinds())
     t.add_row({std::string(k.kind), fmt::format("{}", fmt::join(k.fields, ", ")), std::string(k.summary)});
   return t.render();
 }
 
 std::string nodes_json() {
   ordered_json kinds = ordered_json::array();
-  for (const samples::NodeKindInfo& k : samples::node_kinds())
+  for (const models::NodeKindInfo& k : models::node_kinds())
     kinds.push_back({{"kind", k.kind}, {"fields", k.fields}, {"summary", k.summary}});
   return ordered_json{{"ampcheck_node_kinds", 1}, {"kinds", kinds}}.dump(2) + "\n";
 }
 
 // The model's ONNX op types, each with the registry ops it runs as and their decisions.
 int onnx_ops(const OpsOptions& opts, const amp::Policy& policy, std::ostream& out, std::ostream& err) {
-  samples::onnx_file::Graph g;
+  models::onnx_file::Graph g;
   try {
-    g = samples::onnx_file::load(opts.onnx);
-  } catch (const samples::ModelFileError& e) {
+    g = models::onnx_file::load(opts.onnx);
+  } catch (const models::ModelFileError& e) {
     throw UsageError(std::string("--onnx: ") + e.what());
   }
   const std::vector<OpRow> rows = rows_for(policy);
@@ -218,10 +218,10 @@ int onnx_ops(const OpsOptions& opts, const amp::Policy& policy, std::ostream& ou
       if (op_name(r.op) == name) return &r;
     return nullptr;
   };
-  const auto uses = samples::onnx_op_uses(g);
+  const auto uses = models::onnx_op_uses(g);
   std::int64_t params = 0, unsupported = 0;
   for (const std::string& name : g.initializer_order)
-    if (samples::initializer_role(g, name) == samples::InitializerRole::parameter) params += g.initializers.at(name).numel();
+    if (models::initializer_role(g, name) == models::InitializerRole::parameter) params += g.initializers.at(name).numel();
   const amp::AmpOptions& o = policy.options();
   const std::string low = long_name(o.dtype);
   auto shown = [](const std::optional<DType>& d) { return d ? long_name(*d) : std::string("-"); };

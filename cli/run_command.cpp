@@ -183,9 +183,9 @@ InstrumentedRun instrumented_run(const RunArgs& args, const Resolved& resolved, 
   io.cupti = resolved.cupti && setup.mode >= inspector::Mode::trace;
   inspector::Inspector insp(io);
 
-  std::unique_ptr<samples::Trainer> trainer;
+  std::unique_ptr<models::Trainer> trainer;
   try {
-    trainer = std::make_unique<samples::Trainer>(resolved.options);
+    trainer = std::make_unique<models::Trainer>(resolved.options);
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
@@ -194,20 +194,20 @@ InstrumentedRun instrumented_run(const RunArgs& args, const Resolved& resolved, 
   const std::int64_t steps = resolved.options.steps;
   std::int64_t ran = 0;
   while (ran < steps) {
-    const samples::StepResult s = trainer->step();
+    const models::StepResult s = trainer->step();
     progress.update(++ran, fmt::format("loss {:.4f} scale {:g}", s.loss, s.loss_scale));
     if (ran < steps && setup.stop && setup.stop()) break;  // at least one step: a report needs one
   }
   insp.detach();  // the evaluation pass is not part of the training trace
   progress.done();
   trainer->evaluate();
-  const samples::RunResult& result = trainer->result();
+  const models::RunResult& result = trainer->result();
 
   InstrumentedRun r;
   reports::Report& rep = r.report;
   rep.run = run_info(setup.command, args, resolved, result, std::string(inspector::mode_name(setup.mode)));
   for (std::size_t i = 0; i < result.steps.size(); ++i) {
-    const samples::StepResult& s = result.steps[i];
+    const models::StepResult& s = result.steps[i];
     rep.steps.push_back({static_cast<std::int64_t>(i) + 1, s.loss, s.loss_scale, s.found_inf, s.skipped});
   }
   inspector::fill_report(insp, rep);

@@ -18,7 +18,8 @@
 #include "engine/util/strings.h"  // closest
 #include "inspector/to_report.h"
 #include "reports/atomic_file.h"
-#include "samples/onnx_file.h"
+#include "models/onnx_file.h"
+#include "samples/builtin_models.h"
 
 namespace ampcheck::cli {
 
@@ -32,9 +33,9 @@ void add_optional(CLI::App* cmd, const std::string& name, std::optional<T>& slot
 // Sorts allow-list names into op names and module paths: a registry op's name is an op;
 // anything else must be a module of the model (a node's path, or a path below or above
 // one). An unknown name is the user's to fix, with the closest op or module.
-void sort_allowed(const std::vector<std::string>& names, const samples::ModelFile& file, const std::string& source,
+void sort_allowed(const std::vector<std::string>& names, const models::ModelFile& file, const std::string& source,
                   Resolved& r) {
-  const std::vector<std::string> modules = samples::module_names(file);
+  const std::vector<std::string> modules = models::module_names(file);
   auto related = [](const std::string& path, const std::string& node) {
     auto under = [](const std::string& a, const std::string& b) {  // a is b or inside b
       return a == b || (a.size() > b.size() && a.compare(0, b.size(), b) == 0 && a[b.size()] == '.');
@@ -62,7 +63,7 @@ void sort_allowed(const std::vector<std::string>& names, const samples::ModelFil
 
 std::string sample_list() {
   std::string s;
-  for (std::string_view n : samples::sample_names()) s += (s.empty() ? "" : ", ") + std::string(n);
+  for (std::string_view n : models::names_of(samples::builtin_models())) s += (s.empty() ? "" : ", ") + std::string(n);
   return s;
 }
 
@@ -112,16 +113,17 @@ Resolved resolve(const RunArgs& a) {
   if (a.steps && *a.steps <= 0) throw UsageError("--steps must be positive, got " + std::to_string(*a.steps));
   if (a.batch && *a.batch <= 0) throw UsageError("--batch must be positive, got " + std::to_string(*a.batch));
   if (a.lr && !(*a.lr > 0)) throw UsageError("--lr must be positive, got " + fmt::format("{}", *a.lr));
-  samples::ModelFile file;
+  models::ModelFile file;
   try {
-    file = samples::load_model(a.model);
-    samples::apply(file, a.overrides);
-  } catch (const samples::ModelFileError& e) {
+    file = models::load_model(a.model, samples::builtin_models());
+    models::apply(file, a.overrides);
+  } catch (const models::ModelFileError& e) {
     throw UsageError(std::string("--model: ") + e.what());
   }
   Resolved r;
-  samples::RunOptions& o = r.options;
+  models::RunOptions& o = r.options;
   o.model = a.model;
+  o.catalog = samples::builtin_models();
   o.overrides = a.overrides;
   o.reduce_found_inf = !a.dp_no_inf_reduce;
   if (a.dp_reduce_dtype != "float32" && a.dp_reduce_dtype != "grad")
@@ -193,14 +195,14 @@ Resolved resolve(const RunArgs& a) {
   return r;
 }
 
-samples::RunOptions with_level(samples::RunOptions o, amp::Level level) {
+models::RunOptions with_level(models::RunOptions o, amp::Level level) {
   o.amp.level = level;
   return o;
 }
 
 reports::RunInfo run_info(const std::string& command, const RunArgs& a, const Resolved& r,
-                          const samples::RunResult& result, const std::string& inspect) {
-  const samples::RunOptions& o = r.options;
+                          const models::RunResult& result, const std::string& inspect) {
+  const models::RunOptions& o = r.options;
   reports::RunInfo info;
   info.command = command;
   info.model = o.model;

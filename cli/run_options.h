@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "reports/report.h"
-#include "samples/runner.h"
+#include "models/runner.h"
 
 namespace CLI {
 class App;
@@ -25,7 +25,7 @@ namespace ampcheck::cli {
 struct RunArgs {
   static constexpr std::string_view kLevel = "O2", kDtype = "float16";
   std::string model = "mlp";  // a sample's name, a model file's or an ONNX file's path
-  samples::ModelOverrides overrides;  // --data, --loss, --output
+  models::ModelOverrides overrides;  // --data, --loss, --output
   std::optional<std::string> level, dtype;
   std::optional<std::int64_t> steps, batch;
   std::optional<double> lr;
@@ -48,10 +48,10 @@ void add_run_args(CLI::App* cmd, RunArgs& args, bool with_level = true);
 // in place of the model's "amp" block, then the command line's on top; and the AMP
 // settings' semantics ("ampcheck", "paddle", ...).
 struct Resolved {
-  samples::RunOptions options;
+  models::RunOptions options;
   // An ONNX model's graph (null for samples and model files of nodes): bisect-nan names
   // the culprits' nodes in it and speaks its exporter's op names.
-  std::shared_ptr<const samples::onnx_file::Graph> onnx;
+  std::shared_ptr<const models::onnx_file::Graph> onnx;
   std::string semantics = "ampcheck";
   // Whose Inf/-Inf is intended (the model file's, the config's and --allow-inf): op names
   // and module paths, for the inspector's NaN watch.
@@ -65,11 +65,11 @@ struct Resolved {
 };
 Resolved resolve(const RunArgs& args);
 // The same with another level (compare, and bisect's fp32 reference).
-samples::RunOptions with_level(samples::RunOptions options, amp::Level level);
+models::RunOptions with_level(models::RunOptions options, amp::Level level);
 
 // The report's run section for these settings and the trainer's numbers.
 reports::RunInfo run_info(const std::string& command, const RunArgs& args, const Resolved& r,
-                          const samples::RunResult& result, const std::string& inspect);
+                          const models::RunResult& result, const std::string& inspect);
 
 // Writes a report file the user asked for with `option` (atomically); a failure is the
 // user's to fix: UsageError naming the option, the path and the system's reason. A

@@ -10,7 +10,7 @@
 #include "engine/amp/grad_scaler.h"
 #include "engine/amp/policy.h"
 #include "engine/optim/optimizer.h"
-#include "samples/data.h"
+#include "models/data.h"
 #include "samples/models.h"
 
 namespace ampcheck {
@@ -42,7 +42,7 @@ double flushed_fraction(const std::vector<Tensor>& ref, const std::vector<Tensor
 // A model whose loss is weighted small (an auxiliary loss, or a mean over many tokens):
 // its gradients sit around 1e-8, below fp16's smallest subnormal (6e-8).
 TEST(AmpTraining, LossScalingRescuesGradientsThatFp16FlushesToZero) {
-  const samples::Dataset data = samples::spiral(64, 3, 0.2, 7);
+  const models::Dataset data = models::spiral(64, 3, 0.2, 7);
   auto gradients = [&](Level level, bool scaling) {
     Generator gen(11);
     samples::Mlp model(2, 64, 3, gen);
@@ -75,7 +75,7 @@ TEST(AmpTraining, LossScalingRescuesGradientsThatFp16FlushesToZero) {
 struct Task {
   std::string name;
   std::function<std::shared_ptr<nn::Module>(Generator&)> make;
-  samples::Dataset data;
+  models::Dataset data;
   std::int64_t batch;
   int steps;
   double lr;
@@ -96,7 +96,7 @@ double train(const Task& t, Level level) {
   const std::int64_t n = t.data.y.numel();
   double tail = 0;
   for (int step = 0; step < t.steps; ++step) {
-    const samples::Dataset b = samples::batch(t.data, (step * t.batch) % n, t.batch);
+    const models::Dataset b = models::batch(t.data, (step * t.batch) % n, t.batch);
     opt.zero_grad();
     Tensor loss;
     {
@@ -115,12 +115,12 @@ double train(const Task& t, Level level) {
 TEST(AmpTraining, O2Fp16WithScalingEndsWithin2PercentOfFp32) {
   const std::vector<Task> tasks = {
       {"mlp", [](Generator& g) { return std::make_shared<samples::Mlp>(2, 64, 3, g); },
-       samples::spiral(100, 3, 0.2, 1), 60, 120, 1e-2},
+       models::spiral(100, 3, 0.2, 1), 60, 120, 1e-2},
       {"cnn", [](Generator& g) { return std::make_shared<samples::SmallCnn>(3, 4, g, 8, 1); },
-       samples::images(256, 4, 3, 16, 2), 32, 80, 3e-3},
+       models::images(256, 4, 3, 16, 2), 32, 80, 3e-3},
       {"transformer",
        [](Generator& g) { return std::make_shared<samples::TinyTransformer>(8, 8, 32, 2, 64, 2, g); },
-       samples::sequences(512, 8, 8, 3), 64, 150, 3e-3},
+       models::sequences(512, 8, 8, 3), 64, 150, 3e-3},
   };
   for (const Task& t : tasks) {
     const double fp32 = train(t, Level::O0);

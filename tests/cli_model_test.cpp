@@ -9,7 +9,8 @@
 #include <fstream>
 
 #include "reports/json.h"
-#include "samples/model_file.h"
+#include "models/model_file.h"
+#include "samples/builtin_models.h"
 #include "tests/cli_harness.h"
 
 namespace ampcheck::cli {
@@ -25,7 +26,7 @@ reports::Report report_of(const std::vector<std::string>& args) {
 }
 
 TEST(CliModel, TheModelFileSetsTheDefaultsAndTheCommandLineWins) {
-  const samples::ModelFile f = samples::load_model("variance_overflow");
+  const models::ModelFile f = models::load_model("variance_overflow", samples::builtin_models());
   ASSERT_TRUE(f.amp.has_value());
   ASSERT_EQ(f.amp->amp.level, amp::Level::O1);  // the sample's "amp" block, which the test relies on
   const reports::Report own = report_of({"run", "--model", "variance_overflow", "--steps", "3", "--quiet", "--json"});
@@ -42,7 +43,7 @@ TEST(CliModel, TheModelFileSetsTheDefaultsAndTheCommandLineWins) {
   // Without --steps, the file's step count.
   const auto full = run_cli({"run", "--model", "mlp", "--level", "O0", "--inspect", "off", "--quiet", "--json"});
   ASSERT_EQ(full.code, 0) << full.err;
-  EXPECT_EQ(reports::from_json(full.out, "stdout").run.steps, samples::load_model("mlp").train.steps);
+  EXPECT_EQ(reports::from_json(full.out, "stdout").run.steps, models::load_model("mlp", samples::builtin_models()).train.steps);
 }
 
 TEST(CliModel, AFileOnDiskRunsAndItsErrorsExit2) {

@@ -28,7 +28,8 @@
 #include "engine/random.h"
 #include "inspector/inspector.h"
 #include "inspector/kernel_check.h"
-#include "samples/runner.h"
+#include "models/runner.h"
+#include "samples/builtin_models.h"
 #include "tests/gpu_test_util.h"
 
 namespace ampcheck::inspector {
@@ -41,9 +42,10 @@ InspectorOptions traced(Mode mode = Mode::trace) {
   return o;
 }
 
-samples::RunOptions o2(const char* sample, DType dtype) {
-  samples::RunOptions o;
+models::RunOptions o2(const char* sample, DType dtype) {
+  models::RunOptions o;
   o.model = sample;
+  o.catalog = samples::builtin_models();
   o.device = Device::cuda;
   o.amp.level = amp::Level::O2;
   o.amp.dtype = dtype;
@@ -64,7 +66,7 @@ TEST(CuptiSamplesGpu, LowPrecisionGemmsAndConvolutionsRunOnTensorCoresOrAreFlagg
   for (const char* sample : {"cnn", "mlp", "transformer", "mobilenet"}) {
     for (DType dtype : {DType::f16, DType::bf16}) {
       SCOPED_TRACE(std::string(sample) + " O2 " + std::string(name(dtype)));
-      samples::Trainer trainer(o2(sample, dtype));
+      models::Trainer trainer(o2(sample, dtype));
       Inspector insp(traced());
       insp.attach();
       for (int i = 0; i < 3; ++i) (void)trainer.step();
@@ -110,9 +112,9 @@ TEST(CuptiSamplesGpu, LowPrecisionGemmsAndConvolutionsRunOnTensorCoresOrAreFlagg
 
 TEST(KernelCheckGpu, APlantedFp32FallbackIsFlaggedWithItsKernel) {
   SKIP_WITHOUT_GPU();
-  samples::RunOptions o = o2("mlp", DType::f16);
+  models::RunOptions o = o2("mlp", DType::f16);
   o.amp.custom_black_list = {"linear"};  // the linears' GEMMs really run in f32
-  samples::Trainer trainer(o);
+  models::Trainer trainer(o);
   Inspector insp(traced());
   insp.attach();
   for (int i = 0; i < 2; ++i) (void)trainer.step();
@@ -182,7 +184,7 @@ TEST(KernelCheckGpu, AGemmOfDimensionsNotAMultipleOf8RunsOnTensorCoresOrIsFlagge
 
 TEST(GlogGpu, ExpectedKernelKeyComesFromTheKernelsThatRan) {
   SKIP_WITHOUT_GPU();
-  samples::Trainer trainer(o2("cnn", DType::f16));
+  models::Trainer trainer(o2("cnn", DType::f16));
   std::ostringstream log;
   InspectorOptions io = traced();
   io.glog_level = 5;

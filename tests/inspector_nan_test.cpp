@@ -19,7 +19,7 @@
 #include "engine/ops/ops.h"
 #include "engine/optim/optimizer.h"
 #include "inspector/nan_source.h"
-#include "samples/data.h"
+#include "models/data.h"
 #include "samples/models.h"
 
 namespace ampcheck::inspector {
@@ -470,7 +470,7 @@ struct TrainingRun {
 // fp16 O2 training of an Mlp with PyTorch scaling from `init_scale`; `exp_loss` makes
 // the loss exp(100 * cross_entropy), which overflows f32 in forward.
 TrainingRun train_fp16(double init_scale, int steps, bool exp_loss, const NanWatchOptions& options) {
-  const samples::Dataset data = samples::spiral(32, 3, 0.2, 7);
+  const models::Dataset data = models::spiral(32, 3, 0.2, 7);
   Generator gen(11);
   samples::Mlp model(2, 16, 3, gen);
   optim::SGD opt(model.named_parameters(), 0.05);
@@ -717,7 +717,7 @@ struct WeightedRun {
 // The grad_underflow model's class: an Mlp whose cross-entropy is weighted by 1e-6, at O1
 // in float16 (or with autocast off), with `scaling` (static 1: loss scaling off).
 WeightedRun train_weighted(bool fp16, amp::ScalingOptions scaling, int steps) {
-  const samples::Dataset data = samples::spiral(20, 3, 0.2, 5);
+  const models::Dataset data = models::spiral(20, 3, 0.2, 5);
   Generator gen(4);
   samples::Mlp model(2, 16, 3, gen);
   optim::Adam opt(model.named_parameters(), 0.01);

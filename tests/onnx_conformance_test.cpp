@@ -25,11 +25,11 @@
 
 #include "engine/dtype/convert.h"
 #include "engine/ops/registry.h"
-#include "samples/arrays.h"
-#include "samples/onnx_file.h"
-#include "samples/onnx_model.h"
+#include "models/arrays.h"
+#include "models/onnx_file.h"
+#include "models/onnx_model.h"
 
-namespace ampcheck::samples {
+namespace ampcheck::models {
 namespace {
 
 namespace fs = std::filesystem;
@@ -279,4 +279,4 @@ TEST(OnnxConformanceCheck, CloseFollowsOnnxTolerances) {
 }
 
 }  // namespace
-}  // namespace ampcheck::samples
+}  // namespace ampcheck::models

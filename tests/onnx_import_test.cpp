@@ -14,13 +14,13 @@
 #include "engine/amp/decorate.h"
 #include "engine/autograd.h"
 #include "onnx_builder.h"
-#include "samples/arrays.h"
-#include "samples/model_file.h"
-#include "samples/onnx_file.h"
-#include "samples/onnx_model.h"
-#include "samples/runner.h"
+#include "models/arrays.h"
+#include "models/model_file.h"
+#include "models/onnx_file.h"
+#include "models/onnx_model.h"
+#include "models/runner.h"
 
-namespace ampcheck::samples {
+namespace ampcheck::models {
 namespace {
 
 using testing::has;
@@ -675,4 +675,4 @@ TEST(OnnxCli, RunTrainsAGraphOfSeveralInputs) {
 }
 
 }  // namespace
-}  // namespace ampcheck::samples
+}  // namespace ampcheck::models

@@ -18,7 +18,8 @@
 #include "engine/tensor.h"
 #include "kernels/cuda/cuda.h"
 #include "tests/gpu_test_util.h"
-#include "samples/runner.h"
+#include "models/runner.h"
+#include "samples/builtin_models.h"
 
 namespace ampcheck {
 namespace {
@@ -111,11 +112,12 @@ TEST(DeviceCuda, AModuleMovesWholeAndRunsThere) {
 
 TEST(DeviceCuda, TheMlpSampleTrainsOnTheGpuAtO2ToItsDocumentedAccuracy) {
   SKIP_WITHOUT_GPU();
-  samples::RunOptions o;
+  models::RunOptions o;
   o.model = "mlp";
+  o.catalog = samples::builtin_models();
   o.device = Device::cuda;
   o.amp.level = amp::Level::O2;
-  const samples::RunResult r = samples::run(o);
+  const models::RunResult r = models::run(o);
   EXPECT_GE(r.accuracy, 0.95 - 0.03);  // samples/models/mlp.json's "expect"
   EXPECT_EQ(r.skipped, 0);
 }

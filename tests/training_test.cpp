@@ -20,13 +20,13 @@
 #include "engine/amp/policy.h"
 #include "engine/optim/optimizer.h"
 #include "engine/parallel.h"
-#include "samples/data.h"
+#include "models/data.h"
 #include "samples/models.h"
 
 namespace ampcheck {
 namespace {
 
-using samples::Dataset;
+using models::Dataset;
 
 // Fraction of rows whose largest logit is at the label, with the model in eval mode
 // (BatchNorm uses its running statistics) and no graph recorded.
@@ -66,7 +66,7 @@ double train_until(nn::Module& model, optim::Optimizer& opt, const Dataset& data
   double acc = 0;
   for (int epoch = 1; epoch <= max_epochs; ++epoch) {
     for (std::int64_t start = 0; start < data.size(); start += batch_size)
-      train_step(model, opt, samples::batch(data, start, batch_size));
+      train_step(model, opt, models::batch(data, start, batch_size));
     if (epoch % check_every == 0 || epoch == max_epochs) {
       acc = accuracy(model, data);
       if (acc >= target) break;
@@ -76,7 +76,7 @@ double train_until(nn::Module& model, optim::Optimizer& opt, const Dataset& data
 }
 
 TEST(Training, MlpLearnsSpiralWithAdam) {
-  const Dataset data = samples::spiral(100, 3, 0.2, /*seed=*/1);
+  const Dataset data = models::spiral(100, 3, 0.2, /*seed=*/1);
   Generator gen(2);
   samples::Mlp model(2, 64, 3, gen);
   optim::Adam opt(model.named_parameters(), 0.01);
@@ -84,7 +84,7 @@ TEST(Training, MlpLearnsSpiralWithAdam) {
 }
 
 TEST(Training, MlpLearnsSpiralWithSgdMomentum) {
-  const Dataset data = samples::spiral(100, 3, 0.2, /*seed=*/1);
+  const Dataset data = models::spiral(100, 3, 0.2, /*seed=*/1);
   Generator gen(2);
   samples::Mlp model(2, 64, 3, gen, nn::Activation::gelu);
   optim::SGD opt(model.named_parameters(), 0.1, {.momentum = 0.9});
@@ -92,7 +92,7 @@ TEST(Training, MlpLearnsSpiralWithSgdMomentum) {
 }
 
 TEST(Training, SmallCnnWithBatchNormLearnsImages) {
-  const Dataset data = samples::images(512, 4, 3, 16, /*seed=*/1);
+  const Dataset data = models::images(512, 4, 3, 16, /*seed=*/1);
   Generator gen(2);
   samples::SmallCnn model(3, 4, gen, /*width=*/8, /*num_blocks=*/2);
   optim::Adam opt(model.named_parameters(), 0.01);
@@ -102,7 +102,7 @@ TEST(Training, SmallCnnWithBatchNormLearnsImages) {
 }
 
 TEST(Training, TinyTransformerLearnsSequences) {
-  const Dataset data = samples::sequences(2048, /*length=*/8, /*vocab=*/8, /*seed=*/1);
+  const Dataset data = models::sequences(2048, /*length=*/8, /*vocab=*/8, /*seed=*/1);
   Generator gen(2);
   samples::TinyTransformer model(8, 8, /*dim=*/32, /*heads=*/2, /*ffn=*/64, 2, gen);
   optim::Adam opt(model.named_parameters(), 3e-3);
@@ -140,7 +140,7 @@ Trace trace_run(const std::function<std::unique_ptr<nn::Module>(Generator&)>& bu
   Trace t;
   for (int s = 0; s < steps; ++s) {
     const std::int64_t start = (s * batch_size) % data.size();
-    t.losses.push_back(train_step(*model, opt, samples::batch(data, start, batch_size)));
+    t.losses.push_back(train_step(*model, opt, models::batch(data, start, batch_size)));
   }
   for (const Tensor& p : model->parameters()) t.params.push_back(p.to_f64());
   set_num_threads(previous);
@@ -152,20 +152,20 @@ std::unique_ptr<nn::Module> build_mlp(Generator& gen) {
 }
 
 TEST(Determinism, MlpSameSeedSameBits) {
-  const Dataset data = samples::spiral(200, 3, 0.2, /*seed=*/3);
+  const Dataset data = models::spiral(200, 3, 0.2, /*seed=*/3);
   expect_bit_identical(trace_run(build_mlp, data, 200, 6, 2), trace_run(build_mlp, data, 200, 6, 2));
 }
 
 TEST(Determinism, MlpOneAndTwoThreadsSameBits) {
-  const Dataset data = samples::spiral(200, 3, 0.2, /*seed=*/3);
+  const Dataset data = models::spiral(200, 3, 0.2, /*seed=*/3);
   expect_bit_identical(trace_run(build_mlp, data, 200, 6, 1), trace_run(build_mlp, data, 200, 6, 2));
 }
 
 TEST(Determinism, CnnAndTransformerOneAndTwoThreadsSameBits) {
-  const Dataset images = samples::images(64, 4, 3, 16, /*seed=*/3);
+  const Dataset images = models::images(64, 4, 3, 16, /*seed=*/3);
   auto cnn = [](Generator& gen) { return std::make_unique<samples::SmallCnn>(3, 4, gen, 8, 2); };
   expect_bit_identical(trace_run(cnn, images, 32, 3, 1), trace_run(cnn, images, 32, 3, 2));
-  const Dataset seqs = samples::sequences(128, 8, 8, /*seed=*/3);
+  const Dataset seqs = models::sequences(128, 8, 8, /*seed=*/3);
   auto transformer = [](Generator& gen) {
     return std::make_unique<samples::TinyTransformer>(8, 8, 32, 2, 64, 2, gen);
   };
@@ -215,38 +215,38 @@ void expect_f16_steps_lower_loss(nn::Module& model, Dataset data, double lr) {
 TEST(F16Storage, MlpStepsLowerTheLoss) {
   Generator gen(2);
   samples::Mlp model(2, 64, 3, gen);
-  expect_f16_steps_lower_loss(model, samples::spiral(100, 3, 0.2, 1), 0.01);
+  expect_f16_steps_lower_loss(model, models::spiral(100, 3, 0.2, 1), 0.01);
 }
 
 TEST(F16Storage, SmallCnnStepsLowerTheLoss) {
   Generator gen(2);
   samples::SmallCnn model(3, 4, gen, 8, 2);
-  expect_f16_steps_lower_loss(model, samples::images(128, 4, 3, 16, 1), 0.01);
+  expect_f16_steps_lower_loss(model, models::images(128, 4, 3, 16, 1), 0.01);
 }
 
 TEST(F16Storage, TinyTransformerStepsLowerTheLoss) {
   Generator gen(2);
   samples::TinyTransformer model(8, 8, 32, 2, 64, 2, gen);
-  expect_f16_steps_lower_loss(model, samples::sequences(256, 8, 8, 1), 3e-3);
+  expect_f16_steps_lower_loss(model, models::sequences(256, 8, 8, 1), 3e-3);
 }
 
 // ---- the data sets and the models' structure ----
 
 TEST(SampleData, SameSeedSameDataAndShapes) {
-  const Dataset a = samples::images(16, 4, 3, 12, 5), b = samples::images(16, 4, 3, 12, 5);
+  const Dataset a = models::images(16, 4, 3, 12, 5), b = models::images(16, 4, 3, 12, 5);
   EXPECT_EQ(a.x.shape(), (Shape{16, 3, 12, 12}));
   EXPECT_EQ(a.x.to_f64(), b.x.to_f64());
-  EXPECT_NE(a.x.to_f64(), samples::images(16, 4, 3, 12, 6).x.to_f64());
-  const Dataset s = samples::spiral(10, 3, 0.2, 5);
+  EXPECT_NE(a.x.to_f64(), models::images(16, 4, 3, 12, 6).x.to_f64());
+  const Dataset s = models::spiral(10, 3, 0.2, 5);
   EXPECT_EQ(s.x.shape(), (Shape{30, 2}));
   EXPECT_EQ(s.y.dtype(), DType::i64);
-  const Dataset part = samples::batch(s, 25, 10);  // clipped at the end, a view
+  const Dataset part = models::batch(s, 25, 10);  // clipped at the end, a view
   EXPECT_EQ(part.size(), 5);
   EXPECT_TRUE(part.x.shares_storage(s.x));
 }
 
 TEST(SampleData, SequenceLabelsFollowTheRule) {
-  const Dataset d = samples::sequences(200, 8, 8, 9);
+  const Dataset d = models::sequences(200, 8, 8, 9);
   const std::vector<std::int64_t> x = d.x.to_i64(), y = d.y.to_i64();
   std::int64_t ones = 0;
   for (std::size_t r = 0; r < y.size(); ++r) {

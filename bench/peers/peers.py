@@ -34,7 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 SAMPLES = ["mlp", "cnn", "transformer"]
 ONNX_MODELS = ["resnet18", "mobilenet_v3", "bert_block", "gpt2_block"]
-ONNX_LR = 1e-3  # ampcheck's default for an ONNX model (samples/model_file.h TrainSpec)
+ONNX_LR = 1e-3  # ampcheck's default for an ONNX model (models/model_file.h TrainSpec)
 
 # ---------------------------------------------------------------- workers (one per process)
 

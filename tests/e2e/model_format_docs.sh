@@ -10,7 +10,7 @@ source "$(dirname "$0")/lib/expect.sh"
 work=${WORK:?set WORK to a scratch directory}
 doc=$(dirname "$0")/../../docs/model-format.md
 [[ -f $doc ]] && doc=$(cd "$(dirname "$doc")" && pwd)/$(basename "$doc")
-source_file=$(cd "$(dirname "$0")/../.." && pwd)/samples/model_file.cpp
+source_file=$(cd "$(dirname "$0")/../.." && pwd)/models/model_file.cpp
 [[ $bin == */* ]] && bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
 [[ -f $doc ]] || { echo "FAIL: $doc not found"; exit 1; }
 rm -rf "$work" && mkdir -p "$work/blocks" "$work/run"

@@ -1,4 +1,4 @@
-#include "samples/runner.h"
+#include "models/runner.h"
 
 #include <algorithm>
 #include <memory>
@@ -8,10 +8,10 @@
 #include "engine/dist/data_parallel.h"
 #include "engine/hooks.h"
 #include "engine/optim/optimizer.h"
-#include "samples/data.h"
-#include "samples/onnx_model.h"
+#include "models/data.h"
+#include "models/onnx_model.h"
 
-namespace ampcheck::samples {
+namespace ampcheck::models {
 namespace {
 
 const RunOptions& checked(const RunOptions& o) {
@@ -49,7 +49,7 @@ Tensor loss_of(const LossSpec& l, const Tensor& output, const Tensor& labels) {
 }
 
 ModelFile loaded(const RunOptions& o) {
-  ModelFile f = load_model(o.model);
+  ModelFile f = load_model(o.model, o.catalog);
   apply(f, o.overrides);
   return f;
 }
@@ -186,4 +186,4 @@ RunResult run(const RunOptions& options) {
   return t.result();
 }
 
-}  // namespace ampcheck::samples
+}  // namespace ampcheck::models

@@ -1,4 +1,4 @@
-#include "samples/onnx_file.h"
+#include "models/onnx_file.h"
 
 #include <onnx/checker.h>
 #include <onnx/defs/schema.h>
@@ -15,7 +15,7 @@
 
 #include "engine/dtype/convert.h"
 
-namespace ampcheck::samples::onnx_file {
+namespace ampcheck::models::onnx_file {
 namespace {
 
 [[noreturn]] void fail(const std::string& where, const std::string& msg) { throw OnnxError(where + ": " + msg); }
@@ -318,9 +318,9 @@ Graph load(const std::string& path) {
   return g;
 }
 
-}  // namespace ampcheck::samples::onnx_file
+}  // namespace ampcheck::models::onnx_file
 
-namespace ampcheck::samples {
+namespace ampcheck::models {
 
 Array read_tensor_proto_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -337,4 +337,4 @@ Array read_tensor_proto_file(const std::string& path) {
   }
 }
 
-}  // namespace ampcheck::samples
+}  // namespace ampcheck::models

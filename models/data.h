@@ -12,7 +12,7 @@
 
 #include "engine/tensor.h"
 
-namespace ampcheck::samples {
+namespace ampcheck::models {
 
 struct Dataset {
   Tensor x;  // inputs, leading dim N
@@ -64,4 +64,4 @@ Dataset sequences(std::int64_t n, std::int64_t length = 8, std::int64_t vocab = 
 // Throws std::invalid_argument naming the file and what is wrong.
 Dataset load_samples(const std::string& path);
 
-}  // namespace ampcheck::samples
+}  // namespace ampcheck::models

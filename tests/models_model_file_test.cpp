@@ -1,4 +1,4 @@
-// The model-file interpreter (samples/model_file.h): the JSON samples build the same
+// The model-file interpreter (models/model_file.h): the JSON samples build the same
 // networks as their hand-written C++ twins (samples/models.h: same parameters drawn in
 // the same order, bit-identical outputs); every class of error names the node and the
 // field; data files and the blobs generator do what their documentation says.
@@ -13,12 +13,13 @@
 #include <vector>
 
 #include "engine/autograd.h"
-#include "samples/data.h"
-#include "samples/model_file.h"
+#include "models/data.h"
+#include "models/model_file.h"
+#include "models/runner.h"
+#include "samples/builtin_models.h"
 #include "samples/models.h"
-#include "samples/runner.h"
 
-namespace ampcheck::samples {
+namespace ampcheck::models {
 namespace {
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
@@ -58,34 +59,34 @@ void expect_same_network(nn::Module& json_model, nn::Module& cpp_model, const Da
 }
 
 TEST(ModelFileSamples, MlpIsTheCppMlp) {
-  const ModelFile f = load_model("mlp");
+  const ModelFile f = load_model("mlp", samples::builtin_models());
   const Dataset data = make_data(f, 8);
   Generator g1(7), g2(7);
   auto json_model = build(f, data, g1);
-  Mlp cpp(2, 64, 3, g2);
+  samples::Mlp cpp(2, 64, 3, g2);
   expect_same_network(*json_model, cpp, data);
 }
 
 TEST(ModelFileSamples, CnnIsTheCppSmallCnn) {
-  const ModelFile f = load_model("cnn");
+  const ModelFile f = load_model("cnn", samples::builtin_models());
   const Dataset data = batch(make_data(f, 8), 0, 16);
   Generator g1(7), g2(7);
   auto json_model = build(f, data, g1);
-  SmallCnn cpp(3, 4, g2, 8, 1);
+  samples::SmallCnn cpp(3, 4, g2, 8, 1);
   expect_same_network(*json_model, cpp, data);  // in training mode: batch statistics
 }
 
 TEST(ModelFileSamples, TransformerIsTheCppTinyTransformer) {
-  const ModelFile f = load_model("transformer");
+  const ModelFile f = load_model("transformer", samples::builtin_models());
   const Dataset data = batch(make_data(f, 8), 0, 16);
   Generator g1(7), g2(7);
   auto json_model = build(f, data, g1);
-  TinyTransformer cpp(8, 8, 32, 2, 64, 2, g2);
+  samples::TinyTransformer cpp(8, 8, 32, 2, 64, 2, g2);
   expect_same_network(*json_model, cpp, data);
 }
 
 TEST(ModelFileSamples, NodeNamesAreTheModulePaths) {
-  const ModelFile f = load_model("cnn");
+  const ModelFile f = load_model("cnn", samples::builtin_models());
   Generator gen(0);
   auto m = build(f, make_data(f, 1), gen);
   std::vector<std::string> names;
@@ -95,8 +96,8 @@ TEST(ModelFileSamples, NodeNamesAreTheModulePaths) {
 }
 
 TEST(ModelFileSamples, EverySampleLoadsAndBuilds) {
-  for (std::string_view name : sample_names()) {
-    const ModelFile f = load_model(std::string(name));
+  for (std::string_view name : names_of(samples::builtin_models())) {
+    const ModelFile f = load_model(std::string(name), samples::builtin_models());
     EXPECT_FALSE(f.description.empty()) << name;
     EXPECT_TRUE(f.expect.accuracy.has_value() != !(f.expect.culprit.empty() && f.expect.cure.empty()))
         << name << ": a stable sample documents its accuracy, an unstable one its culprit or its cure";
@@ -203,7 +204,7 @@ TEST(ModelFileErrors, ConstantsDataAndFile) {
   const std::string amp = error_of(with_nodes(R"({"name": "fc", "kind": "linear", "out": 3})", R"("amp": {"level": "O5"}, )"));
   EXPECT_TRUE(has(amp, R"(test.json: "amp")")) << amp;
   try {
-    load_model("mpl");
+    load_model("mpl", samples::builtin_models());
     ADD_FAILURE() << "an unknown sample loaded";
   } catch (const ModelFileError& e) {
     EXPECT_TRUE(has(e.what(), R"(unknown model "mpl")") && has(e.what(), R"(did you mean "mlp"?)")) << e.what();
@@ -306,9 +307,10 @@ TEST(ModelFileData, BlobsAreGaussiansAroundCentresInTheBox) {
 TEST(ModelFileRunner, TrainDefaultsComeFromTheFile) {
   RunOptions o;
   o.model = "mlp";
+  o.catalog = samples::builtin_models();
   o.amp.level = amp::Level::O0;
   Trainer t(o);
-  const ModelFile f = load_model("mlp");
+  const ModelFile f = load_model("mlp", samples::builtin_models());
   EXPECT_EQ(t.result().steps_asked, f.train.steps);
   EXPECT_EQ(t.result().batch, f.train.batch);
   EXPECT_EQ(t.result().lr, f.train.lr);
@@ -320,4 +322,4 @@ TEST(ModelFileRunner, TrainDefaultsComeFromTheFile) {
 }
 
 }  // namespace
-}  // namespace ampcheck::samples
+}  // namespace ampcheck::models

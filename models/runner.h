@@ -1,4 +1,4 @@
-// Trains a sample model on its synthetic data set with the AMP settings asked for: the
+// Trains a model (a sample, a model file, an ONNX export) on its data set with the AMP settings asked for: the
 // loop `ampcheck run`, `bisect-nan` and `compare` drive (an inspector, when attached,
 // hears every step of it). A Trainer goes one step at a time, so several can run in
 // lock step (compare); run() is the whole loop.
@@ -13,12 +13,13 @@
 #include "engine/amp/grad_scaler.h"
 #include "engine/amp/policy.h"
 #include "engine/hooks.h"
-#include "samples/model_file.h"
+#include "models/model_file.h"
 
-namespace ampcheck::samples {
+namespace ampcheck::models {
 
 struct RunOptions {
-  std::string model = "mlp";  // a sample's name (sample_names()), a model file's or an ONNX file's path
+  std::string model = "mlp";  // a name in `catalog`, or a model file's or an ONNX file's path
+  ModelCatalog catalog;       // the models known by name (samples::builtin_models())
   ModelOverrides overrides;   // --data, --loss, --output
   std::int64_t steps = 0;     // 0: the model file's
   std::int64_t batch = 0;     // 0: the model file's
@@ -83,4 +84,4 @@ class Trainer {
 // The whole loop: the steps asked for (or the model file's), then evaluate().
 RunResult run(const RunOptions& options);
 
-}  // namespace ampcheck::samples
+}  // namespace ampcheck::models

@@ -1,4 +1,4 @@
-#include "samples/model_file.h"
+#include "models/model_file.h"
 
 #include <algorithm>
 #include <array>
@@ -17,12 +17,11 @@
 #include "engine/autograd.h"
 #include "engine/nn/layers.h"
 #include "engine/util/strings.h"
-#include "samples/arrays.h"
-#include "samples/builtin_models.h"
-#include "samples/onnx_file.h"
-#include "samples/onnx_model.h"
+#include "models/arrays.h"
+#include "models/onnx_file.h"
+#include "models/onnx_model.h"
 
-namespace ampcheck::samples {
+namespace ampcheck::models {
 namespace {
 
 using nlohmann::json;
@@ -728,13 +727,10 @@ std::string shape_text(const Tensor& t) {
 
 // ---- public -----------------------------------------------------------------------
 
-const std::vector<std::string_view>& sample_names() {
-  static const std::vector<std::string_view> names = [] {
-    std::vector<std::string_view> n;
-    for (const BuiltinModel& b : builtin_models()) n.push_back(b.name);
-    return n;
-  }();
-  return names;
+std::vector<std::string_view> names_of(const ModelCatalog& catalog) {
+  std::vector<std::string_view> n;
+  for (const NamedModel& m : catalog) n.push_back(m.name);
+  return n;
 }
 
 bool is_model_path(std::string_view model) {
@@ -806,16 +802,19 @@ std::vector<std::string> module_names(const ModelFile& file) {
   return out;
 }
 
-ModelFile load_model(const std::string& model) {
+ModelFile load_model(const std::string& model, const ModelCatalog& catalog) {
   if (model.size() > 5 && model.substr(model.size() - 5) == ".onnx") return onnx_model_file(model);
   if (is_model_path(model)) {
     const std::string text = read_text(model, "model file");
     return parse_model(text, model, std::filesystem::path(model).parent_path().string());
   }
-  for (const BuiltinModel& b : builtin_models())
+  for (const NamedModel& b : catalog)
     if (b.name == model) return parse_model(std::string(b.text), "sample " + std::string(b.name));
-  throw ModelFileError("unknown model " + in_quotes(model) + did_you_mean(model, sample_names()) + "; samples: " +
-                       list(sample_names()) + ", or a model file path (docs/model-format.md)");
+  const std::vector<std::string_view> known = names_of(catalog);
+  if (known.empty())
+    throw ModelFileError("unknown model " + in_quotes(model) + ": a model file path (.json, .onnx) was expected (docs/model-format.md)");
+  throw ModelFileError("unknown model " + in_quotes(model) + did_you_mean(model, known) + "; samples: " + list(known) +
+                       ", or a model file path (docs/model-format.md)");
 }
 
 ModelFile parse_model(const std::string& text, const std::string& source, const std::string& folder) {
@@ -1152,4 +1151,4 @@ const std::vector<NodeKindInfo>& node_kinds() {
   return infos;
 }
 
-}  // namespace ampcheck::samples
+}  // namespace ampcheck::models

@@ -1,4 +1,4 @@
-#include "samples/data.h"
+#include "models/data.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace ampcheck::samples {
+namespace ampcheck::models {
 namespace {
 
 void require(bool ok, const std::string& what) {
@@ -221,4 +221,4 @@ Dataset load_samples(const std::string& path) {
   return {Tensor::from(values, full, DType::f32), Tensor::from(labels, {n})};
 }
 
-}  // namespace ampcheck::samples
+}  // namespace ampcheck::models

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "engine/tensor.h"
-#include "samples/data.h"
+#include "models/data.h"
 
-namespace ampcheck::samples {
+namespace ampcheck::models {
 
 class ArrayError : public std::invalid_argument {
  public:
@@ -56,7 +56,7 @@ std::string npy_bytes(const Array& a);
 // The arrays of `path`: an .npz (all of its arrays), an .npy or a TensorProto .pb (one
 // array, named after the file), or a folder of .npy and .pb files (one array per file,
 // named after it, in name order). ONNX TensorProto parsing is the ONNX library's
-// (samples/onnx_file.cpp).
+// (models/onnx_file.cpp).
 std::vector<Array> read_arrays(const std::string& path);
 
 // A training set from arrays: the inputs are the array called `input_name` (the model's
@@ -70,4 +70,4 @@ Dataset dataset_of(const std::vector<Array>& arrays, const std::string& source, 
 Dataset dataset_of(const std::vector<Array>& arrays, const std::string& source, const std::vector<std::string>& input_names,
                    bool need_labels = true);
 
-}  // namespace ampcheck::samples
+}  // namespace ampcheck::models

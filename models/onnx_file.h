@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "samples/arrays.h"
-#include "samples/model_file.h"
+#include "models/arrays.h"
+#include "models/model_file.h"
 
-namespace ampcheck::samples::onnx_file {
+namespace ampcheck::models::onnx_file {
 
 // Every failure to read or check a file: the message names the file, the node (its name,
 // op type and opset) and the reason.
@@ -74,9 +74,9 @@ Graph load(const std::string& path);
 // The data type name of an ONNX TensorProto elem_type ("float32", "int64", "bool", ...).
 std::string elem_type_name(int elem_type);
 
-}  // namespace ampcheck::samples::onnx_file
+}  // namespace ampcheck::models::onnx_file
 
-namespace ampcheck::samples {
+namespace ampcheck::models {
 // One TensorProto file (ONNX's test data: input_0.pb, output_0.pb). Throws ArrayError.
 Array read_tensor_proto_file(const std::string& path);
-}  // namespace ampcheck::samples
+}  // namespace ampcheck::models

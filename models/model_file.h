@@ -23,9 +23,9 @@
 #include "engine/amp/config.h"
 #include "engine/nn/module.h"
 #include "engine/random.h"
-#include "samples/data.h"
+#include "models/data.h"
 
-namespace ampcheck::samples {
+namespace ampcheck::models {
 
 namespace onnx_file {
 struct Graph;
@@ -85,7 +85,7 @@ struct NodeSpec {
 struct ModelFile {
   std::string source;  // the path, or "sample mlp"
   // An ONNX model (`--model model.onnx`, or a model file's "onnx" field) instead of nodes:
-  // its path and its graph, read and checked (samples/onnx_file.h).
+  // its path and its graph, read and checked (models/onnx_file.h).
   std::string onnx;
   std::shared_ptr<const onnx_file::Graph> onnx_graph;
   std::string name, description;
@@ -102,8 +102,14 @@ struct ModelFile {
   Expectation expect;
 };
 
-// The built-in samples, by name, in the order `ampcheck run --help` lists them.
-const std::vector<std::string_view>& sample_names();
+// Model files known by name: the samples (samples/builtin_models.h) give theirs; a name
+// that is not a path resolves only against the catalog a caller passes.
+struct NamedModel {
+  std::string_view name;  // "mlp"
+  std::string_view text;  // the model file's JSON
+};
+using ModelCatalog = std::vector<NamedModel>;
+std::vector<std::string_view> names_of(const ModelCatalog& catalog);
 // Whether `model` names a file rather than a sample (it ends in .json or .onnx, or has a '/').
 bool is_model_path(std::string_view model);
 // Whether `path` is read as numpy/ONNX arrays (.npz, .npy, .pb, or a folder) rather than a
@@ -118,12 +124,12 @@ struct ModelOverrides {
 void apply(ModelFile& file, const ModelOverrides& overrides);
 
 // The module paths the model's ops run in: the nodes' names, or an ONNX model's modules
-// (samples/onnx_model.h), in graph order without repeats.
+// (models/onnx_model.h), in graph order without repeats.
 std::vector<std::string> module_names(const ModelFile& file);
 
-// A sample by name, a model file by path, or an ONNX file (*.onnx: its data and loss come
-// from the command line, ModelOverrides). Throws ModelFileError.
-ModelFile load_model(const std::string& model);
+// A model of `catalog` by name, a model file by path, or an ONNX file (*.onnx: its data and
+// loss come from the command line, ModelOverrides). Throws ModelFileError.
+ModelFile load_model(const std::string& model, const ModelCatalog& catalog = {});
 // Parses model-file text; `folder` resolves a relative data file.
 ModelFile parse_model(const std::string& json_text, const std::string& source, const std::string& folder = ".");
 
@@ -142,4 +148,4 @@ struct NodeKindInfo {
 };
 const std::vector<NodeKindInfo>& node_kinds();
 
-}  // namespace ampcheck::samples
+}  // namespace ampcheck::models

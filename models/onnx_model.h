@@ -18,10 +18,10 @@
 
 #include "engine/nn/module.h"
 #include "engine/random.h"
-#include "samples/data.h"
-#include "samples/onnx_file.h"
+#include "models/data.h"
+#include "models/onnx_file.h"
 
-namespace ampcheck::samples {
+namespace ampcheck::models {
 
 struct OnnxOpInfo {
   std::string_view op_type;        // "Gemm"
@@ -82,4 +82,4 @@ struct OnnxOpUse {
 };
 std::vector<OnnxOpUse> onnx_op_uses(const onnx_file::Graph& g);
 
-}  // namespace ampcheck::samples
+}  // namespace ampcheck::models

@@ -1,4 +1,4 @@
-#include "samples/arrays.h"
+#include "models/arrays.h"
 
 #include <zip.h>
 
@@ -14,9 +14,9 @@
 #include <sstream>
 
 #include "engine/dtype/convert.h"
-#include "samples/onnx_file.h"
+#include "models/onnx_file.h"
 
-namespace ampcheck::samples {
+namespace ampcheck::models {
 namespace {
 
 [[noreturn]] void fail(const std::string& source, const std::string& msg) { throw ArrayError(source + ": " + msg); }
@@ -405,4 +405,4 @@ Dataset dataset_of(const std::vector<Array>& arrays, const std::string& source, 
   return d;
 }
 
-}  // namespace ampcheck::samples
+}  // namespace ampcheck::models

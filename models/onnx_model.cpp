@@ -1,4 +1,4 @@
-#include "samples/onnx_model.h"
+#include "models/onnx_model.h"
 
 #include <algorithm>
 #include <cctype>
@@ -13,7 +13,7 @@
 #include "engine/autograd.h"
 #include "engine/dtype/convert.h"
 
-namespace ampcheck::samples {
+namespace ampcheck::models {
 namespace {
 
 using onnx_file::Attribute;
@@ -1932,4 +1932,4 @@ std::vector<OnnxOpUse> onnx_op_uses(const Graph& g) {
   return out;
 }
 
-}  // namespace ampcheck::samples
+}  // namespace ampcheck::models
