@@ -205,10 +205,16 @@ const Kernels<T>& kernels_for(GemmIsa isa) {
 #if defined(__x86_64__)
   using Avx512 = std::conditional_t<f32, Avx512F32, Avx512F64>;
   using Avx2 = std::conditional_t<f32, Avx2F32, Avx2F64>;
-  static const Kernels<T> avx512 = avx512_path::kernels<Avx512, 12, 2>();
-  static const Kernels<T> avx2 = avx2_path::kernels<Avx2, 6, 2>();
-  if (isa == GemmIsa::avx512) return avx512;
-  if (isa == GemmIsa::avx2) return avx2;
+  // Each built on its path's first use only: building one runs that path's instructions
+  // (GCC copies the table with AVX-512 moves), which a CPU without them cannot execute.
+  if (isa == GemmIsa::avx512) {
+    static const Kernels<T> avx512 = avx512_path::kernels<Avx512, 12, 2>();
+    return avx512;
+  }
+  if (isa == GemmIsa::avx2) {
+    static const Kernels<T> avx2 = avx2_path::kernels<Avx2, 6, 2>();
+    return avx2;
+  }
 #endif
   static const Kernels<T> scalar = scalar_path::kernels<ScalarOps<T>, 4, 4>();
   (void)isa;
