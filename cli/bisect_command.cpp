@@ -359,6 +359,39 @@ reports::Suggestion suggestion(const Resolved& base, const reports::Bisect& b) {
   return s;
 }
 
+// "; its -Inf masks (mul_scalar in 'Mul', ...) are intended: softmax maps them to 0", or "".
+std::string intended_masks_text(const reports::Report& r) {
+  if (r.nonfinite.intended.empty()) return {};
+  std::vector<std::string> masks;
+  for (const reports::IntendedInf& i : r.nonfinite.intended) masks.push_back(fmt::format("{} in '{}'", i.op, i.module));
+  return fmt::format("; its -Inf mask{} ({}) {} intended: softmax maps {} to 0, and black-listing ops has nothing to "
+                     "fix there",
+                     masks.size() == 1 ? "" : "s", fmt::join(masks, ", "), masks.size() == 1 ? "is" : "are",
+                     masks.size() == 1 ? "it" : "them");
+}
+
+// The run's first failure is a -Inf mask (built from data and constants, or a
+// masked_fill) that an op other than softmax read: no op's precision is at fault, so no
+// black list is searched. Where the reader made finite values of it (a max), the offer is
+// --allow-inf, if that reading is meant; where it made NaN/+Inf, nothing ampcheck can
+// allow: the model's use of the mask is what to change.
+std::string misread_mask_text(const reports::Report& r) {
+  const reports::NonFinite& nf = r.nonfinite;
+  if (nf.mask_failures.empty() || !nf.producer || nf.producer->phase != "forward") return {};
+  const reports::MaskFailure& m = nf.mask_failures.front();
+  if (nf.producer->op != m.op || nf.producer->module != m.module) return {};
+  std::string s = fmt::format(
+      "the first failure is the -Inf mask {} in '{}' writes (fp16/bf16 rounds a value at the dtype's extreme, such "
+      "as torch.finfo(float32).min, to -Inf), read by {} in '{}', {}; black-listing ops would only move where the "
+      "mask is rounded, so none is searched",
+      m.op, m.module, m.reader, m.reader_module, m.made_non_finite ? "which makes NaN/+Inf of it" : "not a softmax");
+  if (!m.made_non_finite)
+    return s + fmt::format(". If {} is meant to read the mask, allow it: --allow-inf {}", m.reader,
+                           m.module.empty() ? m.op : m.module);
+  return s + ". Read the mask with softmax only, or build it from the compute dtype's own minimum "
+             "(torch.finfo(torch.float16).min, as the framework does under autocast)";
+}
+
 // Writes the reports, prints the text and the outcome, returns the exit code.
 int finish_bisect(const BisectOptions& o, const reports::Report& report, const std::string& why_not,
                   std::ostream& out) {
@@ -380,7 +413,7 @@ int finish_bisect(const BisectOptions& o, const reports::Report& report, const s
     else if (b.found && b.culprits.empty()) {
       const std::string probing = reports::probing_note(report);
       out << "bisect-nan: the run is healthy as configured; nothing to black-list"
-          << (probing.empty() ? "" : "; but " + probing) << "\n";
+          << (probing.empty() ? "" : "; but " + probing) << intended_masks_text(report) << "\n";
     }
     else if (b.found)
       out << fmt::format("bisect-nan: fix found in {} runs: run {} in fp32\n", b.runs, fmt::join(b.culprits, ", "));
@@ -479,6 +512,8 @@ int run_bisect(const BisectOptions& o, std::ostream& out, std::ostream& err) {
       }
       if (trials.healthy({})) {
         b.found = true;
+      } else if (const std::string mask = misread_mask_text(report); !mask.empty()) {
+        why_not = mask;
       } else if (reports::loss_scale_is_the_cure(report)) {
         why_not = "the cause is the loss scaling, not an op's precision, so no black list: " +
                   reports::gradient_underflow_text(report);

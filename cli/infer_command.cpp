@@ -16,6 +16,7 @@
 #include "engine/amp/policy.h"
 #include "engine/device.h"
 #include "models/arrays.h"
+#include "models/data.h"
 #include "models/model_file.h"
 #include "models/onnx_file.h"
 #include "models/onnx_model.h"
@@ -28,14 +29,14 @@ struct InferOptions {
   std::string model, data, out, output;
   std::string level = "O0", dtype = "float16", config;
   std::vector<std::string> white, black;
-  std::int64_t batch = 64;
+  std::int64_t batch = 0;  // 0: the batch size the export fixed, else 64
   std::uint64_t seed = 0;
   std::string device = "auto";
   bool quiet = false;
 };
 
 int run_infer(const InferOptions& o, std::ostream& out, std::ostream& err) {
-  if (o.batch <= 0) throw UsageError("--batch must be positive, got " + std::to_string(o.batch));
+  if (o.batch < 0) throw UsageError("--batch must be positive, got " + std::to_string(o.batch));
   check_output("--out", o.out);
   models::ModelFile file;
   try {
@@ -47,6 +48,21 @@ int run_infer(const InferOptions& o, std::ostream& out, std::ostream& err) {
   if (!file.onnx_graph)
     throw UsageError("--model " + o.model + ": infer runs ONNX models (a .onnx file, or a model file with \"onnx\")");
   const models::onnx_file::Graph& g = *file.onnx_graph;
+  std::int64_t batch = o.batch > 0 ? o.batch : 64;
+  std::optional<std::int64_t> fixed;
+  try {
+    fixed = models::fixed_batch(file);
+  } catch (const models::ModelFileError& e) {
+    throw UsageError(std::string("--model: ") + e.what());
+  }
+  if (fixed) {
+    const std::string input = g.inputs.empty() ? "input" : g.inputs.front().name;
+    if (o.batch > 0 && o.batch != *fixed)
+      throw UsageError("--batch " + std::to_string(o.batch) + " contradicts the model: its input \"" + input +
+                       "\" has a fixed batch size of " + std::to_string(*fixed) + "; leave --batch out, or " +
+                       models::dynamic_batch_hint(file, input));
+    batch = *fixed;
+  }
   std::string data_path = o.data.empty() ? file.data.file : o.data;
   if (data_path.empty()) throw UsageError("--data: give the inputs (an .npz with the array \"input\", an .npy or a .pb)");
   if (g.inputs.empty()) throw UsageError("--model " + o.model + ": the graph has no data input");
@@ -93,11 +109,18 @@ int run_infer(const InferOptions& o, std::ostream& out, std::ostream& err) {
   std::vector<Tensor> parts;
   const std::string out_name = file.output.empty() ? (g.outputs.empty() ? "?" : g.outputs[0].name) : file.output;
   const std::int64_t n = inputs[0].size(0);
-  for (std::int64_t start = 0; start < n; start += o.batch) {
+  if (fixed && n < *fixed)
+    throw UsageError("--data " + data_path + ": " + std::to_string(n) + " rows, but the model's input has a fixed batch size of " +
+                     std::to_string(*fixed) + "; give at least that many rows, or " +
+                     models::dynamic_batch_hint(file, g.inputs.front().name));
+  for (std::int64_t start = 0; start < n; start += batch) {
+    // A fixed batch size is filled up to from the first rows; their outputs are left out.
+    const std::int64_t count = std::min(batch, n - start), take = fixed ? batch : count;
     std::vector<Tensor> rows;
-    for (const Tensor& in : inputs) rows.push_back(in.rows(start, std::min(o.batch, n - start)).to(device));
+    for (const Tensor& in : inputs) rows.push_back(models::rows_around(in, start, take).to(device));
     try {
-      parts.push_back(models::run_onnx(*model, rows, {out_name}).front().to(Device::cpu));
+      Tensor y = models::run_onnx(*model, rows, {out_name}).front().to(Device::cpu);
+      parts.push_back(take == count ? y : y.rows(0, count).clone());
     } catch (const models::ModelFileError& e) {
       throw UsageError(std::string("--model: ") + e.what());
     }
@@ -131,7 +154,7 @@ Command add_infer_command(CLI::App& app) {
   cmd->add_option("--config", o->config, "AMP config (PaddlePaddle, PyTorch, DeepSpeed, Apex or ampcheck JSON)");
   cmd->add_option("--white", o->white, "custom_white_list, comma separated")->delimiter(',');
   cmd->add_option("--black", o->black, "custom_black_list, comma separated")->delimiter(',');
-  cmd->add_option("--batch", o->batch, "rows per forward pass")->capture_default_str();
+  cmd->add_option("--batch", o->batch, "rows per forward pass (default: the batch size the export fixed, else 64)");
   cmd->add_option("--seed", o->seed, "seed (Dropout, which eval mode leaves off)")->capture_default_str();
   cmd->add_option("--device", o->device, "where to run: auto, cpu, cuda")->capture_default_str();
   cmd->add_flag("--quiet,-q", o->quiet, "no device notice");

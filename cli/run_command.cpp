@@ -134,6 +134,9 @@ void set_verdict(reports::Report& report, bool inspected_trace, bool failed, con
     s.verdict = "healthy";
     s.verdict_text = fmt::format("healthy: AMP is on ({} of {} op calls ran in {}), {} skipped step(s) absorbed by the scaler",
                                  s.low_precision_calls, s.total_calls, report.run.dtype, s.skipped_steps);
+    std::int64_t probing = 0;
+    for (const reports::SkippedUpdate& u : nf.skips) probing += reports::is_probing_reading(u.reading);
+    if (probing > 0) s.verdict_text += fmt::format(" ({} of them probing for its scale)", probing);
     // Skips that would have failed the run but were the scaler coming down from its start.
     if (nf.probing && nf.probing->excused) s.verdict_text += "; " + reports::probing_note(report);
   } else {

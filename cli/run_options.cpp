@@ -132,7 +132,7 @@ Resolved resolve(const RunArgs& a) {
   o.reduce_dtype = a.dp_reduce_dtype;
   r.onnx = file.onnx_graph;
   o.steps = a.steps.value_or(file.train.steps);
-  o.batch = a.batch.value_or(file.train.batch);
+  o.batch = a.batch.value_or(0);  // 0: the model's (the batch size its export fixed, or its file's)
   o.lr = a.lr.value_or(file.train.lr);
   o.seed = a.seed;
   // AMP: the model file's block, or the defaults; a config file replaces it.
@@ -214,6 +214,7 @@ reports::RunInfo run_info(const std::string& command, const RunArgs& a, const Re
   info.seed = o.seed;
   info.steps = o.steps;
   info.batch = result.batch;
+  if (result.fixed_batch) info.fixed_batch = result.batch / std::max(1, result.world);
   info.lr = result.lr;
   info.optimizer = result.optimizer;
   info.inspect = inspect;

@@ -107,6 +107,22 @@ bool reacted(const amp::ScalerEvent& e) {
   return e.counters.count("cur_hysteresis") != 0;
 }
 
+// The op stored fp16/bf16 and read a value at or beyond that dtype's lowest finite value
+// (an input's, or its scalar or fill value): the -Inf it made is that value rounded, as
+// -3.4e38 (torch.finfo(float32).min) is -Inf in fp16 and bf16; not an exact -Inf as
+// log(0) makes.
+bool at_dtype_extreme(const OpEvent& e, const NanEvent& ev) {
+  if (e.output == nullptr || !is_low_precision(e.output->dtype())) return false;
+  const double lowest = -info(e.output->dtype()).max();
+  for (const TensorRange& in : ev.inputs)
+    if (in.min <= lowest) return true;
+  if (e.params != nullptr) {
+    if (const auto* p = std::get_if<ScalarParams>(e.params)) return p->value <= lowest;
+    if (const auto* p = std::get_if<FillParams>(e.params)) return p->value <= lowest;
+  }
+  return false;
+}
+
 std::string number(double v) {
   std::ostringstream s;
   s << v;
@@ -192,6 +208,85 @@ std::int64_t NanReport::skipped() const {
 std::int64_t NanReport::absorbed() const {
   return std::count_if(scale_history.begin(), scale_history.end(),
                        [](const ScaleRecord& r) { return r.absorbed; });
+}
+std::int64_t NanReport::probing_skips() const {
+  return std::count_if(scale_history.begin(), scale_history.end(),
+                       [](const ScaleRecord& r) { return r.event.skipped && is_probing(r.reading); });
+}
+
+std::string_view skip_reading_name(SkipReading r) {
+  switch (r) {
+    case SkipReading::initial: return "initial";
+    case SkipReading::lower: return "lower";
+    case SkipReading::after_growth: return "after_growth";
+    case SkipReading::counted: return "counted";
+    case SkipReading::forward: return "forward";
+    case SkipReading::not_absorbed: return "not_absorbed";
+  }
+  return "counted";
+}
+
+bool is_probing(SkipReading r) {
+  return r == SkipReading::initial || r == SkipReading::lower || r == SkipReading::after_growth;
+}
+
+std::string_view skip_cause_name(SkipCause::Kind k) {
+  switch (k) {
+    case SkipCause::Kind::op: return "op";
+    case SkipCause::Kind::accumulation: return "accumulation";
+    case SkipCause::Kind::parameter: return "parameter";
+    case SkipCause::Kind::unknown: return "unknown";
+  }
+  return "unknown";
+}
+
+std::string cause_text(const SkipCause& c) {
+  const auto where = [](const std::string& module) {
+    return module.empty() ? std::string("outside any module") : "in '" + module + "'";
+  };
+  // The dtype of the tensor of `role` the event read ("input 1", "grad_output").
+  const auto dtype_of = [&](const std::string& role) -> std::string {
+    if (!c.event) return {};
+    for (const TensorRange& in : c.event->inputs)
+      if (in.role == role) return std::string(info(in.dtype).long_name);
+    return {};
+  };
+  std::string s;
+  switch (c.kind) {
+    case SkipCause::Kind::op: {
+      const NanEvent& e = *c.event;
+      s = std::string(op_name(e.op)) + (e.phase == Phase::backward ? "_grad " : " ") + where(e.module) + " (" +
+          std::string(phase_name(e.phase)) + ") made " + counts_text(e.output) + " from finite values";
+      // A gradient has its input's dtype; a forward or optimizer-phase output, its op's.
+      std::string dtype;
+      if (e.phase == Phase::backward && !e.bad_grads.empty()) {
+        s += " in its gradient for input " + std::to_string(e.bad_grads.front());
+        dtype = dtype_of("input " + std::to_string(e.bad_grads.front()));
+      }
+      if (!dtype.empty()) s += " (" + dtype + ")";
+      break;
+    }
+    case SkipCause::Kind::accumulation: {
+      const NanEvent& e = *c.event;
+      const std::string dtype = dtype_of("grad_output");
+      s = "the gradient reaching " + std::string(op_name(e.op)) + "_grad " + where(e.module) +
+          " was already non-finite: autograd's sum of the gradients of a value read in several places (a "
+          "residual, a reused activation) overflowed" + (dtype.empty() ? "" : " " + dtype);
+      break;
+    }
+    case SkipCause::Kind::parameter:
+      s = "no backward op held it: a parameter's gradient summed over its uses (a shared or tied weight) overflowed";
+      break;
+    case SkipCause::Kind::unknown:
+      s = "no backward op held it";
+      break;
+  }
+  if (c.params > 0) {
+    s += "; " + std::to_string(c.params) + " parameter gradient" + (c.params == 1 ? "" : "s") + " held Inf/NaN";
+    for (std::size_t i = 0; i < c.names.size(); ++i) s += (i == 0 ? ": " : ", ") + c.names[i];
+    if (c.params > static_cast<std::int64_t>(c.names.size())) s += ", ...";
+  }
+  return s;
 }
 
 NanWatch::NanWatch(NanWatchOptions options) : options_(std::move(options)) {}
@@ -314,11 +409,16 @@ void NanWatch::add_mask_value(const Tensor& t, std::vector<std::size_t> roots) {
   mask_values_.emplace_back(t, std::move(roots));
 }
 
-void NanWatch::spread_masks(const std::vector<std::size_t>& roots, const std::string& how) {
+void NanWatch::spread_masks(const std::vector<std::size_t>& roots, const OpEvent& reader, bool made_non_finite,
+                            const std::string& how) {
   for (const std::size_t i : roots) {
     MaskRoot& root = roots_[i];
     if (root.spread) continue;
     root.spread = true;
+    if (std::none_of(report_.mask_failures.begin(), report_.mask_failures.end(), [&](const MaskFailure& f) {
+          return f.writer.op == root.event.op && f.writer.module == root.event.module;
+        }))
+      report_.mask_failures.push_back({root.event, reader.op, reader.module, made_non_finite});
     add_producer(report_.producers, root.event);
     forward_bad_since_update_ = true;
     if (!first_forward_bad_ || root.event.sequence < first_forward_bad_->sequence) {
@@ -406,7 +506,7 @@ void NanWatch::on_op_end(const OpEvent& e) {
         if (e.op == Op::softmax) {
           for (const std::size_t root : roots) add_reader(roots_[root].readers, e.op);
         } else {
-          spread_masks(roots, "; its -Inf reached " + std::string(op_name(e.op)) + " in module '" + e.module +
+          spread_masks(roots, e, false, "; its -Inf reached " + std::string(op_name(e.op)) + " in module '" + e.module +
                                   "', which is not a softmax (name the mask with --allow-inf if that is intended)");
         }
       }
@@ -452,8 +552,17 @@ void NanWatch::on_op_end(const OpEvent& e) {
   }
 
   if (forward && options_.intended_masks && e.output != nullptr) {
-    const bool writes_mask = mask_writer(e.op) && only_neg_inf(produced) &&
-                             (e.op == Op::masked_fill ? inputs_finite : !inputs_finite && only_constant_masks);
+    // A mask built outside autograd: finite data and constants (no input carries a
+    // gradient) made -Inf, as an exported Hugging Face mask does when fp16/bf16 rounds its
+    // torch.finfo(float32).min (a Mul, a Cast, a Where of constants). Whatever made it,
+    // its readers decide below, as for masked_fill's.
+    bool outside_autograd = inputs_finite && e.inputs != nullptr && at_dtype_extreme(e, ev);
+    if (outside_autograd)
+      for (const Tensor& in : *e.inputs) outside_autograd = outside_autograd && !in.requires_grad();
+    const bool writes_mask =
+        only_neg_inf(produced) &&
+        ((mask_writer(e.op) && (e.op == Op::masked_fill ? inputs_finite : !inputs_finite && only_constant_masks)) ||
+         outside_autograd);
     if (writes_mask) {
       if (roots_.size() == kMaskRootsKept) {
         fold_masks(report_.intended, {roots_.front()});
@@ -472,7 +581,7 @@ void NanWatch::on_op_end(const OpEvent& e) {
       return;
     }
     if (!roots_read.empty())
-      spread_masks(roots_read, "; its -Inf reached " + std::string(op_name(e.op)) + " in module '" + e.module +
+      spread_masks(roots_read, e, true, "; its -Inf reached " + std::string(op_name(e.op)) + " in module '" + e.module +
                                    "', which made " + counts_text(produced) + " of it");
   }
 
@@ -568,11 +677,35 @@ void NanWatch::on_scaler_update(const amp::ScalerEvent& e) {
     if (!pending_.producers.empty()) record.backward_producer = pending_.producers.front();
     record.attribution = pending_.attribution;
     record.propagators = pending_.propagators.events;
+    SkipCause& c = record.cause;
+    c.params = e.nonfinite_params;
+    c.names = e.nonfinite_names;
+    if (record.backward_producer) {
+      c.kind = SkipCause::Kind::op;
+      c.event = record.backward_producer;
+    } else if (!record.attribution.empty()) {
+      c.kind = SkipCause::Kind::accumulation;
+      c.event = record.attribution.front();
+    } else {
+      c.kind = e.nonfinite_params > 0 ? SkipCause::Kind::parameter : SkipCause::Kind::unknown;
+    }
   }
+  // The reading of a skip (nan_source.h, SkipReading), from the scales before it.
+  if (e.skipped) {
+    if (!record.absorbed) record.reading = SkipReading::not_absorbed;
+    else if (record.forward_non_finite) record.reading = SkipReading::forward;
+    else if (!stepped_any_) record.reading = SkipReading::initial;
+    else if (e.scale_after < lowest_scale_) record.reading = SkipReading::lower;
+    else if (e.scale_before > last_stepped_scale_) record.reading = SkipReading::after_growth;
+    else record.reading = SkipReading::counted;
+  } else {
+    stepped_any_ = true;
+    last_stepped_scale_ = e.scale_before;
+  }
+  lowest_scale_ = std::min({lowest_scale_, e.scale_before, e.scale_after});
   if (!record.absorbed && (e.found_inf || had_bad_grads)) {
     merge_real(report_, pending_);
-    std::string where = pending_.attribution.empty() ? std::string("no backward op event held them")
-                                                     : "first in " + event_text(pending_.attribution.front());
+    const std::string where = cause_text(record.cause);
     report_.failures.push_back(
         {FailureKind::gradient_not_absorbed, e.step,
          std::string(e.skipped ? "step skipped but the scale did not react"
@@ -620,18 +753,24 @@ NanReport NanWatch::report() const {
     const std::int64_t last = r.probing->last_update;
     std::erase_if(r.failures, [&](const Failure& f) { return f.kind == FailureKind::scale_below_floor && f.step <= last; });
   }
+  // The skipped fraction counts the skips that are not probing (SkipReading): a scale still
+  // looking for its level is the scaler at work, however many steps it took.
   if (r.updates() > 0) {
-    const double fraction = static_cast<double>(r.skipped()) / static_cast<double>(r.updates());
+    const std::int64_t counted = r.skipped() - r.probing_skips();
+    const double fraction = static_cast<double>(counted) / static_cast<double>(r.updates());
     if (fraction > options_.max_skipped_fraction) {
-      const std::int64_t probed = r.probing ? r.probing->skipped : 0;
-      const double rest = static_cast<double>(r.skipped() - probed) / static_cast<double>(r.updates() - probed);
-      if (r.probing && rest <= options_.max_skipped_fraction)
-        r.probing->excused = true;
-      else
-        r.failures.push_back({FailureKind::skipped_fraction, r.updates(),
-                              std::to_string(r.skipped()) + " of " + std::to_string(r.updates()) +
-                                  " updates skipped (" + number(fraction) + " > " +
-                                  number(options_.max_skipped_fraction) + ")"});
+      std::string detail = std::to_string(counted) + " of " + std::to_string(r.updates()) +
+                           " updates skipped outside the scaler's probing (" + number(fraction) + " > " +
+                           number(options_.max_skipped_fraction) + ")";
+      for (const ScaleRecord& rec : h)
+        if (rec.event.skipped && !is_probing(rec.reading)) {
+          detail += "; the first at update " + std::to_string(rec.event.step) + ": " + cause_text(rec.cause);
+          break;
+        }
+      r.failures.push_back({FailureKind::skipped_fraction, r.updates(), detail});
+    } else if (r.probing &&
+               static_cast<double>(r.skipped()) / static_cast<double>(r.updates()) > options_.max_skipped_fraction) {
+      r.probing->excused = true;  // counting every skip would have failed the run: name the cure
     }
   }
 

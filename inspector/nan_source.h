@@ -18,8 +18,11 @@
 //   allowed      an event of an allowed op or module is not reported; an event whose
 //                only non-finite inputs are such allowed values carries them on
 //                unreported.
-//   intended     (on by default) a -Inf mask: a -Inf that masked_fill writes, or that an
-//                add / where takes from a constant, and that only softmax reads, making
+//   intended     (on by default) a -Inf mask: a -Inf that masked_fill writes, that an
+//                add / where takes from a constant, or that any op makes from finite
+//                values none of which carries a gradient (a mask built from data and
+//                constants: fp16/bf16 rounds an exported torch.finfo(float32).min to -Inf
+//                in a Mul, a Cast or a Where), and that only softmax reads, making
 //                finite values of it (over rows that keep a finite value the -Inf becomes
 //                0). Casts, reshapes, adds and log_softmax carry it on. When a softmax
 //                makes NaN of it (a row that is all -Inf), another op reads it, or any
@@ -124,6 +127,15 @@ struct IntendedInf {
   std::string reason() const;   // "-inf mask: softmax maps it to 0"
 };
 
+// A -Inf mask that turned out a failure: an op other than softmax read it, or made NaN or
+// +Inf of it. Once per (writer op, module); the writer is among the producers.
+struct MaskFailure {
+  NanEvent writer;           // what wrote the -Inf
+  Op reader = Op::cast;      // what read it
+  std::string reader_module;
+  bool made_non_finite = false;  // the reader made NaN/+Inf of it (else: a finite result of a non-softmax)
+};
+
 // The leading run of skipped updates, each absorbed, that took the scale from too high a
 // start down to one that trains (followed by at least one update that stepped).
 struct ScalerProbing {
@@ -164,14 +176,51 @@ struct Propagation {
   std::vector<NanEvent> first;                              // up to max_listed
 };
 
+// How a skipped update reads (docs/inspector.md, "Skipped updates"). One rule: a skip the
+// scaler absorbed is probing when the scale was still looking for its level, and counts
+// toward skipped_fraction when it was not.
+enum class SkipReading : std::uint8_t {
+  initial,       // probing: no update had stepped yet (the scale coming down from its start)
+  lower,         // probing: the back-off took the scale below every scale of the run so far
+                 // (the gradients grew past what the scale held: it looks for a new level)
+  after_growth,  // probing: the scale had grown past that of the last update that stepped
+                 // (growth_interval, incr_every_n_steps) and backed off
+  counted,       // absorbed at a scale already proven, to no new low (a hysteresis or
+                 // decr_every_n step): counts toward skipped_fraction
+  forward,       // after a non-finite forward value: that value's doing (forward_non_finite)
+  not_absorbed,  // the scaler did not react (gradient_not_absorbed)
+};
+std::string_view skip_reading_name(SkipReading r);  // "initial", "lower", ...
+bool is_probing(SkipReading r);                      // initial, lower, after_growth
+
+// Where the Inf/NaN of an update that found some came from.
+struct SkipCause {
+  enum class Kind : std::uint8_t {
+    op,            // a backward (or the scaler's own) op made it from finite values: `event`
+    accumulation,  // the first backward event that held it received it in its grad_output:
+                   // autograd's sum of the gradients of a value read in several places
+                   // (a residual, a reused activation) overflowed, outside any op
+    parameter,     // no backward event held it: a parameter's gradient summed over its uses
+                   // (a shared or tied weight) overflowed
+    unknown,
+  } kind = Kind::unknown;
+  std::optional<NanEvent> event;
+  std::int64_t params = 0;         // parameters whose gradients held Inf/NaN (the scaler's count)
+  std::vector<std::string> names;  // the first of them, in the optimizer's order
+};
+std::string_view skip_cause_name(SkipCause::Kind k);  // "op", "accumulation", "parameter", "unknown"
+std::string cause_text(const SkipCause& c);          // one line, for the reports
+
 // One scaler update and, when it found Inf/NaN, who held them.
 struct ScaleRecord {
   amp::ScalerEvent event;
-  bool absorbed = false;                      // expected probing (see above)
+  bool absorbed = false;                      // the scaler skipped and reacted (see above)
   std::optional<NanEvent> backward_producer;  // the first backward producer before it
   std::vector<NanEvent> attribution;          // first backward events with non-finite grads
   std::int64_t propagators = 0;               // backward propagators before it
   bool forward_non_finite = false;            // a forward value before it was non-finite (not probing)
+  SkipReading reading = SkipReading::counted; // meaningful for a skipped update
+  SkipCause cause;                            // meaningful when it found Inf/NaN
 };
 
 enum class FailureKind : std::uint8_t {
@@ -198,6 +247,7 @@ struct NanReport {
   std::vector<ScaleRecord> scale_history;
   std::vector<Failure> failures;     // by step, stable
   std::vector<IntendedInf> intended; // -Inf masks no reader turned into a failure
+  std::vector<MaskFailure> mask_failures;  // -Inf masks a reader turned into one
   std::optional<ScalerProbing> probing;
   std::optional<ZeroGradients> zero_gradients;  // present when it is a failure
   std::int64_t events_checked = 0;
@@ -205,6 +255,7 @@ struct NanReport {
   std::int64_t updates() const { return static_cast<std::int64_t>(scale_history.size()); }
   std::int64_t skipped() const;
   std::int64_t absorbed() const;
+  std::int64_t probing_skips() const;  // skipped updates that read as probing
   bool failed() const { return !failures.empty(); }
 };
 
@@ -264,7 +315,8 @@ class NanWatch : public Observer {
   std::vector<LostValue> lost_values(const OpEvent& e) const;
   std::vector<std::size_t> mask_roots_of(const Tensor& t) const;
   void add_mask_value(const Tensor& t, std::vector<std::size_t> roots);
-  void spread_masks(const std::vector<std::size_t>& roots, const std::string& how);
+  void spread_masks(const std::vector<std::size_t>& roots, const OpEvent& reader, bool made_non_finite,
+                    const std::string& how);
   void fold_masks(std::vector<IntendedInf>& into, const std::vector<MaskRoot>& roots) const;
   void note_backward_cast(const OpEvent& e);
   void end_gradient_step();
@@ -274,6 +326,11 @@ class NanWatch : public Observer {
   Pending pending_;
   std::vector<Tensor> allowed_values_;  // recent tensors that hold allowed non-finite values
   bool below_floor_ = false;            // the last update left the scale below the floor
+  // For reading skips: whether an update has stepped, the scale of the last that did, and
+  // the lowest scale the run has held (before or after any update).
+  bool stepped_any_ = false;
+  double last_stepped_scale_ = 0;
+  double lowest_scale_ = std::numeric_limits<double>::infinity();
   std::optional<NanEvent> first_forward_bad_;  // the first non-finite forward value reported
   std::string first_forward_note_;             // how it failed, when a mask's reader showed it
   bool forward_bad_since_update_ = false;      // a non-finite forward value since the last scaler update

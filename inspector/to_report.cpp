@@ -317,6 +317,23 @@ void fill_report(const Inspector& insp, reports::Report& report) {
       for (const Op op : i.readers) x.readers.emplace_back(op_name(op));
       nf.intended.push_back(std::move(x));
     }
+    for (const MaskFailure& m : nr.mask_failures)
+      nf.mask_failures.push_back({std::string(op_name(m.writer.op)), m.writer.module, m.writer.step,
+                                  std::string(op_name(m.reader)), m.reader_module, m.made_non_finite});
+    for (const ScaleRecord& rec : nr.scale_history) {
+      if (!rec.event.skipped) continue;
+      reports::SkippedUpdate u;
+      u.update = rec.event.step;
+      u.scale_before = rec.event.scale_before;
+      u.scale_after = rec.event.scale_after;
+      u.reading = std::string(skip_reading_name(rec.reading));
+      u.cause = std::string(skip_cause_name(rec.cause.kind));
+      if (rec.cause.event) u.event = to_report(*rec.cause.event);
+      u.params = rec.cause.params;
+      u.param_names = rec.cause.names;
+      u.text = cause_text(rec.cause);
+      nf.skips.push_back(std::move(u));
+    }
     if (const auto& p = nr.probing)
       nf.probing = reports::ScalerProbing{p->first_update, p->last_update, p->skipped,        p->scale_from,
                                           p->scale_to,     p->suggested_scale, p->excused};

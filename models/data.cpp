@@ -55,6 +55,27 @@ Dataset batch(const Dataset& data, std::int64_t start, std::int64_t count) {
   return b;
 }
 
+Tensor rows_around(const Tensor& t, std::int64_t start, std::int64_t count) {
+  const std::int64_t n = t.dim() > 0 ? t.size(0) : 0;
+  require(start >= 0 && start < n && count > 0 && count <= n,
+          "batch: " + std::to_string(count) + " rows from row " + std::to_string(start) + " of " + std::to_string(n) +
+              " rows");
+  if (start + count <= n) return t.rows(start, count);
+  const std::int64_t head = n - start;
+  Shape shape = t.shape();
+  shape[0] = count;
+  Tensor out = Tensor::empty(shape, t.dtype(), t.device());
+  out.rows(0, head).copy_from(t.rows(start, head));
+  out.rows(head, count - head).copy_from(t.rows(0, count - head));
+  return out;
+}
+
+Dataset batch_around(const Dataset& data, std::int64_t start, std::int64_t count) {
+  Dataset b{rows_around(data.x, start, count), rows_around(data.y, start, count), {}};
+  for (const Tensor& t : data.more) b.more.push_back(rows_around(t, start, count));
+  return b;
+}
+
 Dataset spiral(std::int64_t n_per_class, std::int64_t classes, double noise, std::uint64_t seed) {
   require(n_per_class >= 1 && classes >= 1,
           "spiral: expects n_per_class >= 1 and classes >= 1, got " + std::to_string(n_per_class) +

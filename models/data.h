@@ -25,6 +25,11 @@ struct Dataset {
 
 // Rows [start, start + count) of x and y as views (no copy); count is clipped at the end.
 Dataset batch(const Dataset& data, std::int64_t start, std::int64_t count);
+// Exactly `count` rows from `start` on, going on from row 0 past the end (a copy where it
+// wraps): the batches of a model whose export fixed the batch size. count <= size().
+Dataset batch_around(const Dataset& data, std::int64_t start, std::int64_t count);
+// The same for one tensor's leading dimension.
+Tensor rows_around(const Tensor& t, std::int64_t start, std::int64_t count);
 
 // The classic spiral (CS231n): `classes` arms of n_per_class points each, arm k at
 // radius r = linspace(0, 1) and angle theta = linspace(4k, 4(k+1)) + noise * N(0, 1),

@@ -761,7 +761,11 @@ ModelFile onnx_model_file(const std::string& path) {
   m.onnx = path;
   m.onnx_graph = std::make_shared<const onnx_file::Graph>(onnx_file::load(path));
   const onnx_file::Graph& g = *m.onnx_graph;
-  m.description = m.name + " (ONNX" + (g.producer.empty() ? "" : " from " + g.producer + (g.producer_version.empty() ? "" : " " + g.producer_version)) +
+  const std::string framework = producer_framework(g);
+  const std::string from = !g.producer.empty() ? g.producer + (g.producer_version.empty() ? "" : " " + g.producer_version)
+                           : framework == "paddle" ? "PaddlePaddle (paddle2onnx)"
+                                                   : "";
+  m.description = m.name + " (ONNX" + (from.empty() ? "" : " from " + from) +
                   ", opset " + std::to_string(g.opset) + ", " + std::to_string(g.nodes.size()) + " nodes)";
   return m;
 }
@@ -963,6 +967,46 @@ ModelFile parse_model(const std::string& text, const std::string& source, const 
   return m;
 }
 
+std::optional<std::int64_t> fixed_batch(const ModelFile& file) {
+  if (!file.onnx_graph) return std::nullopt;
+  std::optional<std::int64_t> batch;
+  std::string first;
+  for (const onnx_file::ValueInfo& in : file.onnx_graph->inputs) {
+    if (!in.shape || in.shape->empty() || (*in.shape)[0] <= 0) continue;
+    if (batch && *batch != (*in.shape)[0])
+      fail(file.source, "the model's inputs fix different batch sizes: " + in_quotes(first) + " " +
+                            std::to_string(*batch) + ", " + in_quotes(in.name) + " " + std::to_string((*in.shape)[0]) +
+                            "; " + dynamic_batch_hint(file, in.name));
+    batch = (*in.shape)[0];
+    if (first.empty()) first = in.name;
+  }
+  return batch;
+}
+
+std::string dynamic_batch_hint(const ModelFile& file, const std::string& input) {
+  std::string dims = "[None";
+  std::string framework;
+  if (file.onnx_graph) {
+    framework = producer_framework(*file.onnx_graph);
+    for (const onnx_file::ValueInfo& in : file.onnx_graph->inputs)
+      if (in.name == input && in.shape)
+        for (std::size_t d = 1; d < in.shape->size(); ++d)
+          dims += ", " + ((*in.shape)[d] < 0 ? std::string("None") : std::to_string((*in.shape)[d]));
+  }
+  dims += "]";
+  const std::string q = in_quotes(input);
+  if (framework == "pytorch")
+    return "to train at other batch sizes, export with a dynamic batch axis: torch.onnx.export(..., input_names=[" + q +
+           "], dynamic_axes={" + q + ": {0: \"batch\"}})";
+  if (framework == "paddle")
+    return "to train at other batch sizes, export with a dynamic batch: paddle.onnx.export(layer, path, "
+           "input_spec=[paddle.static.InputSpec(shape=" + dims + ", name=" + q + ")])";
+  if (framework == "tensorflow")
+    return "to train at other batch sizes, convert with a dynamic batch: tf2onnx.convert.from_keras(model, "
+           "input_signature=[tf.TensorSpec(" + dims + ", name=" + q + ")])";
+  return "to train at other batch sizes, export the model with a symbolic (dynamic) first dimension for " + q;
+}
+
 Dataset make_data(const ModelFile& file, std::uint64_t seed) {
   const DataSpec& d = file.data;
   const std::string where = file.source + ": \"data\"";
@@ -1015,8 +1059,15 @@ void check_output(const ModelFile& file, const Tensor& y, const Dataset& probe, 
 
 std::shared_ptr<nn::Module> build_onnx_model(const ModelFile& file, const Dataset& data, Generator& gen) {
   auto model = build_onnx(file.onnx_graph, file.output, gen.seed());
-  const Dataset probe = batch(data, 0, std::min<std::int64_t>(2, data.size()));
   const onnx_file::Graph& g = *file.onnx_graph;
+  // A first forward on two rows, or on the batch the export fixed.
+  const std::optional<std::int64_t> fixed = fixed_batch(file);
+  if (fixed && data.size() < *fixed)
+    fail(file.source, "the model's input " + in_quotes(g.inputs.at(0).name) + " has a fixed batch size of " +
+                          std::to_string(*fixed) + ", but the data has " + std::to_string(data.size()) +
+                          " rows: give at least " + std::to_string(*fixed) + " rows, or " +
+                          dynamic_batch_hint(file, g.inputs.at(0).name));
+  const Dataset probe = batch(data, 0, fixed ? *fixed : std::min<std::int64_t>(2, data.size()));
   const onnx_file::ValueInfo& in = g.inputs.at(0);
   const bool wants_int = in.elem_type.find("int") != std::string::npos;
   if (!in.elem_type.empty() && wants_int != (probe.x.dtype() == DType::i64))
@@ -1032,19 +1083,14 @@ std::shared_ptr<nn::Module> build_onnx_model(const ModelFile& file, const Datase
       fail(file.source, "the model's input " + in_quotes(in.name) + " is " + dims + "], the data's rows are " +
                             to_string(probe.x.shape()) + " (with " + std::to_string(probe.size()) + " rows)");
     }
-    if (!want.empty() && want[0] > 0 && want[0] != probe.size() && data.size() > 1)
-      fail(file.source, "the model's input " + in_quotes(in.name) + " has a fixed batch size of " + std::to_string(want[0]) +
-                            ": export it with a dynamic batch axis (torch.onnx.export(..., dynamic_axes={\"" + in.name +
-                            "\": {0: \"batch\"}}))");
   }
   Tensor y;
   {
     NoGradGuard no_grad;
     model->eval();  // no running-stat updates, no dropout, while probing
-    Tensor x = probe.x;
-    if (in.shape && !in.shape->empty() && (*in.shape)[0] > 0 && (*in.shape)[0] != probe.size()) x = data.x;
+    const Tensor& x = probe.x;
     try {
-      set_side_inputs(*model, x.size(0) == probe.size() ? probe.more : data.more);
+      set_side_inputs(*model, probe.more);
       y = (*model)(x);
     } catch (const std::exception& e) {
       fail(file.source, std::string(e.what()) + " (on a first batch of " + std::to_string(x.size(0)) +
@@ -1052,7 +1098,7 @@ std::shared_ptr<nn::Module> build_onnx_model(const ModelFile& file, const Datase
     }
   }
   const std::string out_name = file.output.empty() ? (g.outputs.empty() ? "" : g.outputs[0].name) : file.output;
-  check_output(file, y, batch(data, 0, y.size(0) == data.size() ? data.size() : probe.size()), data, out_name);
+  check_output(file, y, probe, data, out_name);
   model->train();
   return model;
 }

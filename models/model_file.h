@@ -133,6 +133,17 @@ ModelFile load_model(const std::string& model, const ModelCatalog& catalog = {})
 // Parses model-file text; `folder` resolves a relative data file.
 ModelFile parse_model(const std::string& json_text, const std::string& source, const std::string& folder = ".");
 
+// The batch size an ONNX export fixed: its data inputs' first dimension, where the
+// exporter wrote a number (torch.onnx.export without dynamic_axes, Paddle's
+// InputSpec([4, ...])). Such a model runs exactly that many rows per forward (per rank):
+// it trains and evaluates at that batch. nullopt for a dynamic batch or a model file.
+// Throws ModelFileError when two inputs fix different sizes.
+std::optional<std::int64_t> fixed_batch(const ModelFile& file);
+// How to export `input` with a dynamic batch, in the words of the framework that made the
+// file (its producer_name): "torch.onnx.export(..., dynamic_axes={...})" for PyTorch,
+// "paddle.static.InputSpec(shape=[None, ...])" for PaddlePaddle, and so on.
+std::string dynamic_batch_hint(const ModelFile& file, const std::string& input);
+
 // The data set the file asks for, from `seed` (synthetic generators) or its file.
 Dataset make_data(const ModelFile& file, std::uint64_t seed);
 

@@ -1895,10 +1895,19 @@ std::vector<const Node*> nodes_running(const Graph& g, const std::string& path, 
 }
 
 std::string producer_framework(const Graph& g) {
-  std::string p = g.producer;
-  std::transform(p.begin(), p.end(), p.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  const auto lower = [](std::string s) {
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return s;
+  };
+  const std::string p = lower(g.producer);
   if (p.find("torch") != std::string::npos) return "pytorch";
   if (p.find("paddle") != std::string::npos) return "paddle";
+  if (p.find("tf2onnx") != std::string::npos || p.find("keras") != std::string::npos) return "tensorflow";
+  // paddle2onnx 2.x leaves producer_name empty; its graph is "PaddlePaddle Graph in PIR
+  // mode" and the initializers it adds are "p2o.*".
+  if (lower(g.graph_name).find("paddle") != std::string::npos) return "paddle";
+  for (const std::string& name : g.initializer_order)
+    if (name.rfind("p2o.", 0) == 0) return "paddle";
   return "";
 }
 

@@ -47,7 +47,8 @@ std::string module_path_of(const onnx_file::Graph& g, const onnx_file::Node& n);
 bool is_framework_module(const onnx_file::Graph& g, const std::string& path);
 // The nodes that run in module `path` and may run the registry op `op` (per onnx_ops()).
 std::vector<const onnx_file::Node*> nodes_running(const onnx_file::Graph& g, const std::string& path, std::string_view op);
-// "pytorch", "paddle" or "" from the file's producer name.
+// "pytorch", "paddle", "tensorflow" or "": the framework that exported the file, from its
+// producer name, else from what paddle2onnx 2.x (which leaves the name empty) writes.
 std::string producer_framework(const onnx_file::Graph& g);
 
 // Checks that every node is supported (OnnxError naming the first that is not, and every

@@ -78,11 +78,32 @@ struct Trainer::State {
     result.description = file.description.empty() ? file.name : file.description;
     result.parameters = model->parameter_count();
     result.steps_asked = o.steps > 0 ? o.steps : file.train.steps;
-    result.batch = std::min(o.batch > 0 ? o.batch : file.train.batch, data.size());
     result.optimizer = file.train.optimizer;
     result.scaling = behaviour_name(scaler.options());
     result.final_scale = scaler.scale();
     result.world = dist::world().size();
+    if (const std::optional<std::int64_t> fixed = fixed_batch(file)) {
+      // A batch size the export fixed is the batch size: every forward (each rank's) runs
+      // exactly that many rows, taken round the end of the data where it runs out.
+      const std::int64_t global = *fixed * result.world;
+      const std::string input = file.onnx_graph->inputs.empty() ? "input" : file.onnx_graph->inputs.front().name;
+      if (o.batch > 0 && o.batch != global)
+        throw ModelFileError(file.source + ": --batch " + std::to_string(o.batch) + " contradicts the model: its input \"" +
+                             input + "\" has a fixed batch size of " + std::to_string(*fixed) +
+                             (result.world > 1 ? " rows per rank (" + std::to_string(global) + " over " +
+                                                     std::to_string(result.world) + " ranks)"
+                                               : "") +
+                             "; leave --batch out (or give " + std::to_string(global) + "), or " +
+                             dynamic_batch_hint(file, input));
+      if (data.size() < global)
+        throw ModelFileError(file.source + ": the model's input \"" + input + "\" has a fixed batch size of " +
+                             std::to_string(*fixed) + (result.world > 1 ? " per rank" : "") + ", but the data has " +
+                             std::to_string(data.size()) + " rows: give at least " + std::to_string(global));
+      result.batch = global;
+      result.fixed_batch = true;
+    } else {
+      result.batch = std::min(o.batch > 0 ? o.batch : file.train.batch, data.size());
+    }
     if (result.world > 1 && std::min(result.batch, data.size()) < result.world)
       throw std::invalid_argument("--batch " + std::to_string(result.batch) + " is smaller than the " +
                                   std::to_string(result.world) + " ranks: each needs at least one row of every batch");
@@ -110,7 +131,8 @@ StepResult Trainer::step() {
   const std::int64_t step = static_cast<std::int64_t>(r.steps.size());
   begin_step(step + 1);  // steps count from 1, per run
   dist::Communicator& comm = dist::world();
-  const Dataset global = batch(s.data, (step * r.batch) % n, r.batch);
+  const Dataset global = r.fixed_batch ? batch_around(s.data, (step * r.batch) % n, r.batch)
+                                       : batch(s.data, (step * r.batch) % n, r.batch);
   // Data parallel: this rank's shard of the global batch (the same rows a single process
   // would train on, split in rank order), its loss weighted by its share so that the
   // average over the ranks is the global batch's mean.
@@ -164,8 +186,22 @@ double Trainer::evaluate() {
   s.model->eval();
   NoGradGuard no_grad;
   amp::Autocast on(s.active);
-  if (!s.data.more.empty()) set_side_inputs(*s.model, s.data.more);
-  const std::vector<double> logits = (*s.model)(s.data.x).to_f64();
+  std::vector<double> logits;
+  if (!s.result.fixed_batch) {
+    if (!s.data.more.empty()) set_side_inputs(*s.model, s.data.more);
+    logits = (*s.model)(s.data.x).to_f64();
+  } else {
+    // In forwards of the fixed size; the last one's rows past the data's end (taken from
+    // its start) are left out.
+    const std::int64_t n = s.data.size(), per = s.result.batch / s.result.world;
+    for (std::int64_t start = 0; start < n; start += per) {
+      const Dataset b = batch_around(s.data, start, per);
+      if (!b.more.empty()) set_side_inputs(*s.model, b.more);
+      const std::vector<double> out = (*s.model)(b.x).to_f64();
+      const std::size_t keep = out.size() / static_cast<std::size_t>(per) * static_cast<std::size_t>(std::min(per, n - start));
+      logits.insert(logits.end(), out.begin(), out.begin() + static_cast<std::ptrdiff_t>(keep));
+    }
+  }
   const std::vector<std::int64_t> labels = s.data.y.to_i64();
   const std::size_t classes = logits.size() / labels.size();
   std::int64_t correct = 0;

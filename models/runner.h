@@ -46,7 +46,8 @@ struct RunResult {
   std::string description;  // the model file's
   std::int64_t parameters = 0;
   std::int64_t steps_asked = 0;  // the options' steps, or the model file's
-  std::int64_t batch = 0;
+  std::int64_t batch = 0;   // the global batch (every rank's rows together)
+  bool fixed_batch = false; // the ONNX export fixed the rows per forward: batch is world x that
   double lr = 0;
   std::string optimizer;    // "adam", "adamw", "sgd"
   std::vector<StepResult> steps;

@@ -136,10 +136,29 @@ std::string probing_note(const Report& r) {
   if (!r.nonfinite.probing) return {};
   const ScalerProbing& p = *r.nonfinite.probing;
   const double start = p.suggested_scale > 0 ? p.suggested_scale : p.scale_to;
+  // Every skip that was the scale coming down (a 1.6 report lists them; an older one has
+  // the leading run only).
+  std::int64_t skipped = 0;
+  for (const SkippedUpdate& u : r.nonfinite.skips) skipped += u.reading == "initial" || u.reading == "lower";
+  if (r.nonfinite.skips.empty()) skipped = p.skipped;
   return fmt::format("{} of {} steps were skipped while the loss scaler came down from {} to {}{}: start it lower ({})",
-                     p.skipped, r.nonfinite.updates, scale_text(p.scale_from), scale_text(p.scale_to),
+                     skipped, r.nonfinite.updates, scale_text(p.scale_from), scale_text(p.scale_to),
                      start < p.scale_to ? " (later " + scale_text(start) + ")" : std::string(),
                      start_scale_advice(r.run.amp, start));
+}
+
+std::string skip_reading_text(const std::string& reading) {
+  if (reading == "initial") return "probing from the initial scale";
+  if (reading == "lower") return "probing: the scale to a new low";
+  if (reading == "after_growth") return "probing after the scale grew";
+  if (reading == "counted") return "counted: at a scale that had trained, to no new low";
+  if (reading == "forward") return "after a non-finite forward value";
+  if (reading == "not_absorbed") return "not absorbed: the scaler did not react";
+  return reading;
+}
+
+bool is_probing_reading(const std::string& reading) {
+  return reading == "initial" || reading == "lower" || reading == "after_growth";
 }
 
 std::string gradient_underflow_text(const Report& r) {

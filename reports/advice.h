@@ -33,6 +33,12 @@ std::string lost_text(const NanEvent& producer, const LostValue& lost);
 // in float16: 180 values, the largest 1.1e-08 (smallest subnormal 5.96e-08)".
 std::string flushed_gradient_text(const LostValue& lost);
 
+// A skipped update's reading (SkippedUpdate::reading) for a person: "probing from the
+// initial scale", "probing: a new low", "probing after growth", "counted", ...
+std::string skip_reading_text(const std::string& reading);
+// Whether a reading is the scaler probing for its scale (initial, lower, after_growth).
+bool is_probing_reading(const std::string& reading);
+
 // The scale written for a person: "2^13" for a power of two, else the number.
 std::string scale_text(double scale);
 

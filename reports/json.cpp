@@ -71,6 +71,11 @@ constexpr void fields(V& v, S& s) {
   v("cache_misses", s.cache_misses);
   v("oom_retries", s.oom_retries);
 }
+template <class V, Is<ScriptOutcome> S>
+constexpr void fields(V& v, S& s) {
+  v("exit_code", s.exit_code);
+  v("error", s.error);
+}
 template <class V, Is<RunInfo> S>
 constexpr void fields(V& v, S& s) {
   v("command", s.command);
@@ -83,12 +88,19 @@ constexpr void fields(V& v, S& s) {
   v("seed", s.seed);
   v("steps", s.steps);
   v("batch", s.batch);
+  v("fixed_batch", s.fixed_batch);  // 1.6; optional (an ONNX export with a fixed batch size)
   v("lr", s.lr);
   v("optimizer", s.optimizer);
   v("inspect", s.inspect);
   v("amp", s.amp);
   v("versions", s.versions);
   v("device_memory", s.device_memory);
+  v("framework", s.framework);                  // 1.6; optional (recorded runs), as the five below
+  v("framework_version", s.framework_version);
+  v("script", s.script);
+  v("script_args", s.script_args);
+  v("script_outcome", s.script_outcome);
+  v("recorder_error", s.recorder_error);
 }
 template <class V, Is<StepRecord> S>
 constexpr void fields(V& v, S& s) {
@@ -309,6 +321,27 @@ constexpr void fields(V& v, S& s) {
   v("loss", s.loss);
   v("initial_loss", s.initial_loss);
 }
+template <class V, Is<SkippedUpdate> S>
+constexpr void fields(V& v, S& s) {
+  v("update", s.update);
+  v("scale_before", s.scale_before);
+  v("scale_after", s.scale_after);
+  v("reading", s.reading);
+  v("cause", s.cause);
+  v("event", s.event);
+  v("params", s.params);
+  v("param_names", s.param_names);
+  v("text", s.text);
+}
+template <class V, Is<MaskFailure> S>
+constexpr void fields(V& v, S& s) {
+  v("op", s.op);
+  v("module", s.module);
+  v("step", s.step);
+  v("reader", s.reader);
+  v("reader_module", s.reader_module);
+  v("made_non_finite", s.made_non_finite);
+}
 template <class V, Is<NonFinite> S>
 constexpr void fields(V& v, S& s) {
   v("producer", s.producer);
@@ -323,6 +356,8 @@ constexpr void fields(V& v, S& s) {
   v("intended", s.intended, Since{3});
   v("probing", s.probing);                // 1.3; optional
   v("zero_gradients", s.zero_gradients);  // 1.3; optional
+  v("skips", s.skips, Since{6});
+  v("mask_failures", s.mask_failures, Since{6});
 }
 template <class V, Is<Summary> S>
 constexpr void fields(V& v, S& s) {

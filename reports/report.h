@@ -29,7 +29,7 @@ inline constexpr int kSchemaMajor = 1;
 // probing, zero_gradients, NanEvent::lost, OpInstance::range_loss; 1.4: Report::kernels,
 // OpInstance::gpu_kernels (CUDA runs with CUPTI); 1.5: Report::distributed (data-parallel
 // runs under mpirun).
-inline constexpr int kSchemaMinor = 5;
+inline constexpr int kSchemaMinor = 6;
 
 // What wrote the report. Nothing of the machine it ran on: the same build gives the same
 // bytes on every x86-64 CPU (the CPU paths differ in speed only).
@@ -65,6 +65,12 @@ struct DeviceMemory {
   bool operator==(const DeviceMemory&) const = default;
 };
 
+// 1.6: how the script a recorder ran ended (ampcheck record).
+struct ScriptOutcome {
+  std::optional<std::int64_t> exit_code;  // its exit status, when it exited
+  std::string error;                      // the uncaught exception, in one line; "" when none
+};
+
 struct RunInfo {
   std::string command;            // "run", "bisect-nan", "compare"
   std::string model;              // a sample's name or a model file's path
@@ -76,12 +82,21 @@ struct RunInfo {
   std::uint64_t seed = 0;
   std::int64_t steps = 0;
   std::int64_t batch = 0;
+  // 1.6: the rows per forward (per rank) an ONNX export fixed; the run trained at that batch.
+  std::optional<std::int64_t> fixed_batch;
   double lr = 0;
   std::string optimizer;          // "adam"
   std::string inspect;            // off, trace, stats, full
   AmpSettings amp;
   Versions versions;
   std::optional<DeviceMemory> device_memory;  // CUDA runs
+  // 1.6: a run recorded in the user's own framework (ampcheck record, recorder/): the
+  // framework and its version, the script and its arguments, how the script ended, and
+  // the recorder's own error if it stopped early. Absent for runs of ampcheck's engine.
+  std::optional<std::string> framework, framework_version, script;
+  std::optional<std::vector<std::string>> script_args;
+  std::optional<ScriptOutcome> script_outcome;
+  std::optional<std::string> recorder_error;
 };
 
 // One optimizer step as the loss scaler saw it.
@@ -274,6 +289,27 @@ struct Failure {
   std::string detail;
 };
 
+// 1.6: an update the loss scaler skipped, how it reads (probing or not) and what caused it.
+struct SkippedUpdate {
+  std::int64_t update = 0;  // the scaler update's count (the step, in a run of one update per step)
+  double scale_before = 0, scale_after = 0;
+  // initial, lower, after_growth (probing); counted, forward, not_absorbed
+  std::string reading;
+  std::string cause;                     // op, accumulation, parameter, unknown
+  std::optional<NanEvent> event;         // op: the producer; accumulation: the first event that held it
+  std::int64_t params = 0;               // parameters whose gradients held Inf/NaN
+  std::vector<std::string> param_names;  // the first of them, in the optimizer's order
+  std::string text;                      // the cause in one line
+};
+
+// 1.6: a -Inf mask that was a failure: an op other than softmax read it, or made NaN/+Inf of it.
+struct MaskFailure {
+  std::string op, module;  // what wrote the -Inf
+  std::int64_t step = 0;
+  std::string reader, reader_module;  // what read it
+  bool made_non_finite = false;       // the reader made NaN/+Inf of it; else a finite value of a non-softmax
+};
+
 // A -Inf mask that was no failure: only softmax read it, over rows that keep a finite value.
 struct IntendedInf {
   std::string op;      // what wrote it: "masked_fill", "add", "where"
@@ -323,6 +359,8 @@ struct NonFinite {
   std::vector<IntendedInf> intended;        // 1.3
   std::optional<ScalerProbing> probing;     // 1.3
   std::optional<ZeroGradients> zero_gradients;  // 1.3
+  std::vector<SkippedUpdate> skips;             // 1.6: every skipped update, in order
+  std::vector<MaskFailure> mask_failures;       // 1.6: -Inf masks a reader made a failure of
 };
 
 struct Summary {

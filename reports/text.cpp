@@ -106,7 +106,9 @@ std::string nonfinite_section(const Report& r) {
   const std::vector<NanEvent> producers =
       !nf.producers.empty() ? nf.producers : nf.producer ? std::vector<NanEvent>{*nf.producer} : std::vector<NanEvent>{};
   std::string s = "Non-finite values: ";
-  s += producers.empty() ? "no op produced one\n" : "first produced by " + event_text(producers.front(), "");
+  s += !producers.empty() ? "first produced by " + event_text(producers.front(), "")
+       : nf.skips.empty()  ? "no op produced one\n"
+                           : "no op produced one outside the skipped updates (their causes are listed with the loss scale)\n";
   for (std::size_t i = 1; i < producers.size(); ++i) s += "  also produced by " + event_text(producers[i], "  ");
   if (nf.propagator_events > 0) {
     s += fmt::format("  carried on by {} op calls (", nf.propagator_events);
@@ -150,11 +152,20 @@ std::string scaler_section(const Report& r) {
   for (const StepRecord& s : r.steps)
     if (s.skipped) skipped.push_back(s.step);
   std::string s = fmt::format("Loss scale: {} -> {}", number(r.steps.front().loss_scale), number(r.summary.final_loss_scale));
+  std::int64_t probing = 0;
+  for (const SkippedUpdate& u : r.nonfinite.skips) probing += is_probing_reading(u.reading);
   if (r.nonfinite.updates > 0)
-    s += fmt::format(", {} of {} updates skipped ({} absorbed as expected probing)", r.nonfinite.skipped,
-                     r.nonfinite.updates, r.nonfinite.absorbed);
+    s += fmt::format(", {} of {} updates skipped ({} the scaler probing for its scale, {} counted)", r.nonfinite.skipped,
+                     r.nonfinite.updates, probing, r.nonfinite.skipped - probing);
   s += "\n";
-  if (!skipped.empty()) {
+  constexpr std::size_t kListed = 10;
+  for (std::size_t i = 0; i < std::min(kListed, r.nonfinite.skips.size()); ++i) {
+    const SkippedUpdate& u = r.nonfinite.skips[i];
+    s += fmt::format("  update {} skipped (scale {} -> {}, {}): {}\n", u.update, number(u.scale_before),
+                     number(u.scale_after), skip_reading_text(u.reading), u.text);
+  }
+  if (r.nonfinite.skips.size() > kListed) s += fmt::format("  ... {} skipped updates in all\n", r.nonfinite.skips.size());
+  if (!skipped.empty() && r.nonfinite.skips.empty()) {
     s += "  skipped steps:";
     constexpr std::size_t kShown = 20;
     for (std::size_t i = 0; i < std::min(kShown, skipped.size()); ++i) s += fmt::format(" {}", skipped[i]);
@@ -371,8 +382,12 @@ std::string distributed_section(const Report& r) {
 std::string to_text(const Report& r, std::size_t top) {
   const RunInfo& run = r.run;
   std::string s = fmt::format("ampcheck {}: {} ({} parameters)\n", run.command, run.model_description, run.parameters);
+  std::string batch = std::to_string(run.batch);
+  if (run.fixed_batch)
+    batch += run.batch == *run.fixed_batch ? " (fixed by the export)"
+                                          : fmt::format(" ({} rows per rank, fixed by the export)", *run.fixed_batch);
   s += fmt::format("  {} {}, {} semantics, {} steps, batch {}, {} lr {}, seed {}, device {}\n", run.level, run.dtype,
-                   run.amp.semantics, run.steps, run.batch, run.optimizer, number(run.lr), run.seed, run.device);
+                   run.amp.semantics, run.steps, batch, run.optimizer, number(run.lr), run.seed, run.device);
   if (const auto& m = run.device_memory)
     s += fmt::format("  GPU memory: peak {:.1f} MiB in tensors, {:.1f} MiB reserved; {} cudaMalloc calls, cache hits {} of {}\n",
                      static_cast<double>(m->peak_allocated_bytes) / (1 << 20),

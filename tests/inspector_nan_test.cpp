@@ -308,6 +308,56 @@ TEST(InspectorNan, AnAdditiveMaskConstantHoldingMinusInfIsIntended) {
   EXPECT_EQ(r.intended.front().readers, std::vector<Op>{Op::softmax});
 }
 
+// An exported Hugging Face mask: (1 - mask) * torch.finfo(float32).min, built from the
+// data (no gradient), stored in fp16 where -3.4e38 rounds to -Inf (as .half() makes it),
+// added to scores that carry a gradient. Only softmax reads it: intended, in fp16 and
+// bf16 alike. The same mask that a max reads is a failure, with its reader named.
+TEST(InspectorNan, AFinfoMinMaskBuiltFromDataIsIntendedInFp16AndBf16) {
+  const double fmin = -static_cast<double>(std::numeric_limits<float>::max());
+  for (const DType dt : {DType::f16, DType::bf16}) {
+    for (const bool misread : {false, true}) {
+      NanWatch watch;
+      {
+        Attach on(watch);
+        const ModuleScope scope("attn");
+        Tensor scores = Tensor::from(std::vector<double>{1, 2, 3, 4, 5, 6}, {2, 3}).to(dt);
+        scores.set_requires_grad();
+        const Tensor keep = Tensor::from(std::vector<double>{1, 1, 0, 1, 0, 0}, {2, 3}).to(dt);  // the data's mask
+        const Tensor additive = (-keep + 1.0) * fmin;  // mul_scalar: -Inf where keep is 0
+        const Tensor masked = scores + additive;
+        const Tensor out = misread ? max(masked, {1}) : softmax(masked, -1);
+        sum(cast(out, DType::f32)).backward();
+      }
+      const NanReport r = watch.report();
+      if (!misread) {
+        EXPECT_FALSE(r.failed()) << name(dt) << ": " << describe(r);
+        ASSERT_EQ(r.intended.size(), 1u) << describe(r);
+        EXPECT_EQ(r.intended.front().op, Op::mul_scalar);
+        EXPECT_EQ(r.intended.front().values, 3);
+        EXPECT_TRUE(r.mask_failures.empty());
+      } else {
+        EXPECT_TRUE(has_failure(r, FailureKind::forward_non_finite)) << name(dt) << ": " << describe(r);
+        ASSERT_EQ(r.mask_failures.size(), 1u) << describe(r);
+        EXPECT_EQ(r.mask_failures.front().writer.op, Op::mul_scalar);
+        EXPECT_EQ(r.mask_failures.front().reader, Op::max);
+        ASSERT_TRUE(r.producer.has_value());
+        EXPECT_EQ(r.producer->op, Op::mul_scalar);
+      }
+    }
+  }
+  // An overflow of values that carry a gradient is no mask, whatever reads it.
+  NanWatch watch;
+  {
+    Attach on(watch);
+    Tensor scores = Tensor::from(std::vector<double>{1, 2, -3e38, 4}, {2, 2});
+    scores.set_requires_grad();
+    sum(cast(softmax(cast(scores, DType::f16), -1), DType::f32)).backward();
+  }
+  const NanReport r = watch.report();
+  EXPECT_TRUE(has_failure(r, FailureKind::forward_non_finite)) << describe(r);
+  EXPECT_TRUE(r.intended.empty()) << describe(r);
+}
+
 // Two branches that overflow fp16 independently: a * 30000 ("branch_a", mul_scalar) and
 // the row sums of squares as a matmul with a ones column ("branch_b"); their sum carries
 // both on.
@@ -579,27 +629,39 @@ NanReport scaler_report(amp::ScalingOptions scaling, int bad, int clean, const N
 }
 
 TEST(InspectorNan, ScaleFloorAndSkippedFractionTriggerAsConfigured) {
-  amp::TorchScaling torch;
-  torch.init_scale = 4;  // three backoffs: 2, 1, 0.5
   NanWatchOptions o;
   o.scale_floor = 1.0;
   o.max_skipped_fraction = 0.05;
-  // After one clean update (so not the probing from the start): 3 skipped of 59 > 0.05;
-  // of 60 it is exactly 0.05, not above.
-  const NanReport over = scaler_report(torch, 3, 55, o, 1);
-  const NanReport at = scaler_report(torch, 3, 56, o, 1);
-  EXPECT_TRUE(has_failure(over, FailureKind::skipped_fraction));
-  EXPECT_FALSE(has_failure(at, FailureKind::skipped_fraction));
+  // Skips a scaler absorbs at a scale that had trained, to no new low, count toward the
+  // fraction: Paddle's backoff counter advances (decr_every_n_nan_or_inf not reached), the
+  // scale stays. After one clean update: 3 counted of 59 > 0.05; of 60 it is exactly
+  // 0.05, not above.
+  amp::PaddleScaling paddle;
+  paddle.init_loss_scaling = 4;
+  paddle.decr_every_n_nan_or_inf = 1000;
+  const NanReport over = scaler_report(paddle, 3, 55, o, 1);
+  const NanReport at = scaler_report(paddle, 3, 56, o, 1);
+  EXPECT_TRUE(has_failure(over, FailureKind::skipped_fraction)) << describe(over);
+  EXPECT_FALSE(has_failure(at, FailureKind::skipped_fraction)) << describe(at);
   EXPECT_EQ(at.skipped(), 3);
   EXPECT_EQ(at.absorbed(), 3);
+  EXPECT_EQ(at.probing_skips(), 0);
+
+  // PyTorch's scaler halves at once: after one clean update, three backoffs from 4 (2, 1,
+  // 0.5) each take the scale to a new low: probing, not counted, however many of 59.
+  amp::TorchScaling torch;
+  torch.init_scale = 4;
+  const NanReport lower = scaler_report(torch, 3, 55, o, 1);
+  EXPECT_FALSE(has_failure(lower, FailureKind::skipped_fraction)) << describe(lower);
+  EXPECT_EQ(lower.probing_skips(), 3);
   // Only 0.5 is below the floor of 1; the scale stays there over the clean steps (growth
   // needs 2000 of them), one collapse reported once.
-  const auto below = std::count_if(at.failures.begin(), at.failures.end(),
+  const auto below = std::count_if(lower.failures.begin(), lower.failures.end(),
                                    [](const Failure& f) { return f.kind == FailureKind::scale_below_floor; });
   EXPECT_EQ(below, 1);
-  ASSERT_FALSE(at.failures.empty());
-  EXPECT_EQ(at.failures.front().kind, FailureKind::scale_below_floor);
-  EXPECT_EQ(at.failures.front().step, 4);
+  ASSERT_FALSE(lower.failures.empty());
+  EXPECT_EQ(lower.failures.front().kind, FailureKind::scale_below_floor);
+  EXPECT_EQ(lower.failures.front().step, 4);
 
   NanWatchOptions low = o;
   low.scale_floor = 0.5;
@@ -611,6 +673,60 @@ TEST(InspectorNan, ScaleFloorAndSkippedFractionTriggerAsConfigured) {
   ASSERT_TRUE(probed.probing.has_value());
   EXPECT_EQ(probed.probing->scale_to, 0.5);
   EXPECT_FALSE(probed.failed()) << describe(probed);
+}
+
+// The reading of each skipped update (nan_source.h, SkipReading), against the rule written
+// out by hand for a scaler history: probing while no update has stepped, at a new low of
+// the scale, or after the scale grew past the last that stepped; counted otherwise.
+TEST(InspectorNan, EverySkippedUpdateIsReadByOneRule) {
+  amp::TorchScaling torch;
+  torch.init_scale = 1024;
+  torch.growth_interval = 3;
+  amp::GradScaler scaler(torch);
+  NanWatch watch;
+  {
+    Attach on(watch);
+    // 1024 skip -> 512 skip -> 256 | 3 clean at 256 (the third grows it to 512) |
+    // skip at 512 -> 256 (after growth) | skip at 256 -> 128 (a new low) |
+    // 3 clean at 128 (-> 256) | skip at 256 -> 128 (after growth) | skip at 128 -> 64 (new low)
+    for (const bool bad : {true, true, false, false, false, true, true, false, false, false, true, true})
+      scaler.update(bad);
+  }
+  const NanReport r = watch.report();
+  std::vector<SkipReading> got;
+  for (const ScaleRecord& rec : r.scale_history)
+    if (rec.event.skipped) got.push_back(rec.reading);
+  const std::vector<SkipReading> want = {SkipReading::initial,      SkipReading::initial, SkipReading::after_growth,
+                                         SkipReading::lower,        SkipReading::after_growth, SkipReading::lower};
+  EXPECT_EQ(got, want) << describe(r);
+  EXPECT_EQ(r.probing_skips(), 6);
+  EXPECT_FALSE(r.failed()) << describe(r);  // 6 of 12 skipped, every one probing
+
+  // Paddle backs off on the second bad step in a row: the first of each pair is absorbed
+  // at a scale that trained and brings no new low (counted), the second halves it.
+  amp::PaddleScaling paddle;
+  paddle.init_loss_scaling = 1024;
+  amp::GradScaler p(paddle);
+  NanWatch pw;
+  {
+    Attach on(pw);
+    for (int i = 0; i < 5; ++i)
+      for (const bool bad : {false, true, true}) p.update(bad);
+  }
+  const NanReport pr = pw.report();
+  std::vector<SkipReading> readings;
+  for (const ScaleRecord& rec : pr.scale_history)
+    if (rec.event.skipped) readings.push_back(rec.reading);
+  ASSERT_EQ(readings.size(), 10u);
+  for (std::size_t i = 0; i < readings.size(); ++i)
+    EXPECT_EQ(readings[i], i % 2 == 0 ? SkipReading::counted : SkipReading::lower) << i;
+  // 5 counted of 15 updates: the run fails for them, naming the first.
+  ASSERT_TRUE(has_failure(pr, FailureKind::skipped_fraction)) << describe(pr);
+  for (const Failure& f : pr.failures) {
+    if (f.kind == FailureKind::skipped_fraction) {
+      EXPECT_NE(f.detail.find("5 of 15 updates skipped outside the scaler's probing"), std::string::npos) << f.detail;
+    }
+  }
 }
 
 TEST(InspectorNan, SkipWithoutBackoffIsNotAbsorbed) {
@@ -657,7 +773,7 @@ TEST(InspectorNan, LeadingSkipsWhileTheScaleComesDownAreProbingNotAFailure) {
   EXPECT_EQ(p.probing->scale_to, std::ldexp(1.0, 13));
 }
 
-TEST(InspectorNan, SkipsAfterTrainingStartedAreNotProbing) {
+TEST(InspectorNan, ProbingFromTheStartIsRecordedAndLaterNewLowsAreProbingToo) {
   amp::TorchScaling torch;
   torch.init_scale = std::ldexp(1.0, 24);
   amp::GradScaler scaler(torch);
@@ -666,19 +782,28 @@ TEST(InspectorNan, SkipsAfterTrainingStartedAreNotProbing) {
     Attach on(watch);
     for (int i = 0; i < 11; ++i) scaler.update(true);
     for (int i = 0; i < 100; ++i) scaler.update(false);
-    for (int i = 0; i < 10; ++i) scaler.update(true);  // 10 of the 110 after the probing: 9%
+    for (int i = 0; i < 10; ++i) scaler.update(true);  // gradients that grew: ten new lows
     for (int i = 0; i < 79; ++i) scaler.update(false);
   }
   const NanReport r = watch.report();
   ASSERT_TRUE(r.probing.has_value());
-  EXPECT_FALSE(r.probing->excused);
+  EXPECT_EQ(r.probing->skipped, 11);
   EXPECT_EQ(r.probing->scale_to, std::ldexp(1.0, 13));
   EXPECT_EQ(r.probing->suggested_scale, std::ldexp(1.0, 3));  // ten more halvings
-  EXPECT_TRUE(has_failure(r, FailureKind::skipped_fraction)) << describe(r);
-  // A scaler that never stops skipping is not probing: nothing trained after it.
-  const NanReport stuck = scaler_report(torch, 20, 0, {});
+  // 21 of 200 skipped, all probing: counting them would have failed the run.
+  EXPECT_TRUE(r.probing->excused);
+  EXPECT_EQ(r.probing_skips(), 21);
+  EXPECT_FALSE(has_failure(r, FailureKind::skipped_fraction)) << describe(r);
+  for (const ScaleRecord& rec : r.scale_history) {
+    if (rec.event.step > 111 && rec.event.skipped) {
+      EXPECT_EQ(rec.reading, SkipReading::lower) << rec.event.step;
+    }
+  }
+  // A scaler that never stops skipping is probing all the way down: nothing trained
+  // after it, so no ScalerProbing, and the scale's fall below the floor is the failure.
+  const NanReport stuck = scaler_report(torch, 40, 0, {});
   EXPECT_FALSE(stuck.probing.has_value());
-  EXPECT_TRUE(has_failure(stuck, FailureKind::skipped_fraction));
+  EXPECT_TRUE(has_failure(stuck, FailureKind::scale_below_floor)) << describe(stuck);
 }
 
 TEST(InspectorNan, SkipsAfterANonFiniteForwardValueAreNotProbing) {

@@ -194,10 +194,17 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
     in.push_back(view_of(grads[k]));
     out.push_back(view_of(unscaled[k]));
   }
-  // As PyTorch: the reciprocal in double, rounded once to the compute type.
-  const bool found =
-      !grads.empty() && dispatch<kernels::TrainingKernels>("unscale_", grads).unscale(in, out, 1.0 / scale_, nullptr);
+  // As PyTorch: the reciprocal in double, rounded once to the compute type. One flag per
+  // gradient, so that a skipped step names the parameters whose gradients overflowed.
+  std::vector<std::uint8_t> flags(grads.size(), 0);
+  const bool found = !grads.empty() && dispatch<kernels::TrainingKernels>("unscale_", grads)
+                                           .unscale(in, out, 1.0 / scale_, flags.data());
   for (std::size_t k = 0; k < grads.size(); ++k) optimizer.set_gradient(index[k], unscaled[k]);
+  nonfinite_params_ = 0;
+  nonfinite_names_.clear();
+  for (std::size_t k = 0; k < grads.size(); ++k)
+    if (flags[k] != 0 && nonfinite_params_++ < static_cast<std::int64_t>(ScalerEvent::kNamedNonFinite))
+      nonfinite_names_.push_back(optimizer.params()[index[k]].first);
   found_inf_ = found;
   unscaled_ = true;
 }
@@ -337,6 +344,12 @@ ScalerEvent GradScaler::update(bool found_inf) {
   event.step = ++step_;
   event.scale_after = scale_;
   event.counters = counters_;
+  if (found_inf) {
+    event.nonfinite_params = nonfinite_params_;
+    event.nonfinite_names = nonfinite_names_;
+  }
+  nonfinite_params_ = 0;
+  nonfinite_names_.clear();
   unscaled_ = false;
   stepped_ = false;
   found_inf_ = false;

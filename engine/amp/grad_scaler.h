@@ -77,6 +77,11 @@ struct ScalerEvent {
   bool found_inf = false;
   bool skipped = false;        // the optimizer step was skipped
   std::map<std::string, std::int64_t> counters;  // growth_tracker, incr_count, ...
+  // The parameters whose gradients held Inf/NaN when unscaled: how many, and the first
+  // kNamedNonFinite of them by name, in the optimizer's order (empty without found_inf).
+  std::int64_t nonfinite_params = 0;
+  std::vector<std::string> nonfinite_names;
+  static constexpr std::size_t kNamedNonFinite = 8;
 };
 
 // Thrown by DeepSpeed's behaviour when an overflow arrives at the minimum scale with
@@ -131,6 +136,8 @@ class GradScaler {
   bool unscaled_ = false;
   bool stepped_ = false;  // step() ran since the last update()
   bool found_inf_ = false;
+  std::int64_t nonfinite_params_ = 0;         // this step's, for the event
+  std::vector<std::string> nonfinite_names_;
   std::vector<ScalerEvent> history_;
   std::function<void(const ScalerEvent&)> listener_;
 };
