@@ -1,0 +1,177 @@
+"""Recording a script that does not know about the recorder.
+
+Two ways in, one configuration:
+
+- ``python -m ampcheck_recorder run [options] -- train.py args`` (cli.py) starts the
+  recorder and runs the script with runpy, in this process.
+- ``ampcheck record -- python train.py args``: the C++ CLI cannot put ``-m`` in front of
+  an arbitrary command, so it puts ``ampcheck_recorder/_bootstrap`` on PYTHONPATH and
+  the options in the environment. That folder's sitecustomize.py runs at interpreter
+  start and calls from_environment(), which waits for the script to import torch (a
+  finder on sys.meta_path) and starts the recorder right after, so torch is never
+  imported earlier than the script imports it. The report is written at exit.
+
+The environment (each also a flag of ``run``; docs/recorder.md):
+
+    AMPCHECK_RECORD_OUT           the report's path; setting it turns recording on
+    AMPCHECK_RECORD_INSPECT       trace | stats | full (default stats)
+    AMPCHECK_RECORD_FP32_OPS      op types forced to fp32, comma separated
+    AMPCHECK_RECORD_FP32_MODULES  module paths forced to fp32, comma separated
+    AMPCHECK_RECORD_ALLOW_INF     op types or module paths whose Inf/-Inf is intended
+    AMPCHECK_RECORD_MAX_SKIPPED   the skipped fraction a healthy run may have (0.05)
+    AMPCHECK_RECORD_STATS_EVERY   numerics every N steps (1)
+    AMPCHECK_RECORD_OWNER         set by the recorder to its process id: a Python
+                                  process the script starts (DataLoader workers,
+                                  subprocesses) sees another id and does not record
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import os
+import signal
+import sys
+
+ENV_OUT = "AMPCHECK_RECORD_OUT"
+ENV_INSPECT = "AMPCHECK_RECORD_INSPECT"
+ENV_FP32_OPS = "AMPCHECK_RECORD_FP32_OPS"
+ENV_FP32_MODULES = "AMPCHECK_RECORD_FP32_MODULES"
+ENV_ALLOW_INF = "AMPCHECK_RECORD_ALLOW_INF"
+ENV_MAX_SKIPPED = "AMPCHECK_RECORD_MAX_SKIPPED"
+ENV_STATS_EVERY = "AMPCHECK_RECORD_STATS_EVERY"
+ENV_OWNER = "AMPCHECK_RECORD_OWNER"
+
+
+class ConfigError(ValueError):
+    """A recorder option that cannot be used; the message names it and the fix."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread so the report of the steps run is written."""
+
+
+def split_list(text: str | None) -> list[str]:
+    return [x.strip() for x in (text or "").split(",") if x.strip()]
+
+
+def options(out, inspect="stats", fp32_ops=(), fp32_modules=(), allow_inf=(), max_skipped=0.05,
+            stats_every=1, source="") -> dict:
+    """The Recorder's keyword arguments, checked; `source` names where they came from."""
+    where = f" ({source})" if source else ""
+    if inspect not in ("trace", "stats", "full"):
+        raise ConfigError(f'inspect "{inspect}"{where} is not a mode; use trace, stats or full')
+    try:
+        max_skipped = float(max_skipped)
+    except ValueError:
+        raise ConfigError(f'max skipped fraction "{max_skipped}"{where} is not a number; give e.g. 0.05') from None
+    if not 0 <= max_skipped <= 1:
+        raise ConfigError(f"max skipped fraction {max_skipped}{where} is not in [0, 1]; give e.g. 0.05")
+    try:
+        stats_every = int(stats_every)
+    except ValueError:
+        raise ConfigError(f'stats every "{stats_every}"{where} is not a whole number; give 1 or more') from None
+    if stats_every < 1:
+        raise ConfigError(f"stats every {stats_every}{where}: give 1 (every step) or more")
+    return {"out": out, "inspect": inspect, "fp32_ops": list(fp32_ops), "fp32_modules": list(fp32_modules),
+            "allow_inf": list(allow_inf), "max_skipped_fraction": max_skipped, "stats_every": stats_every}
+
+
+def options_from_environment() -> dict | None:
+    out = os.environ.get(ENV_OUT)
+    if not out:
+        return None
+    env = os.environ
+    return options(out, env.get(ENV_INSPECT, "stats") or "stats", split_list(env.get(ENV_FP32_OPS)),
+                   split_list(env.get(ENV_FP32_MODULES)), split_list(env.get(ENV_ALLOW_INF)),
+                   env.get(ENV_MAX_SKIPPED, "0.05") or "0.05", env.get(ENV_STATS_EVERY, "1") or "1",
+                   source="the AMPCHECK_RECORD_* environment")
+
+
+def claim_process() -> bool:
+    """True in the process that records; False in a Python process it started."""
+    owner = os.environ.get(ENV_OWNER)
+    if owner and owner != str(os.getpid()):
+        return False
+    os.environ[ENV_OWNER] = str(os.getpid())
+    return True
+
+
+def on_sigterm():
+    """SIGTERM ends the script like Ctrl-C: the report of the steps run is still written."""
+    def handler(signum, frame):
+        raise Terminated()
+    try:
+        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        pass
+
+
+class _AfterTorchImport(importlib.abc.MetaPathFinder):
+    """Runs a callback once ``torch`` has been imported, whoever imports it."""
+
+    def __init__(self, callback):
+        self.callback = callback
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec("torch")
+        if spec is None or spec.loader is None:
+            return spec
+        loader, callback = spec.loader, self.callback
+        exec_module = loader.exec_module
+
+        def exec_then_start(module):
+            exec_module(module)
+            callback()
+
+        loader.exec_module = exec_then_start
+        return spec
+
+
+_excepthook_state = {"error": ""}
+
+
+def _note_uncaught(exc_type, exc, tb, previous=sys.excepthook):
+    _excepthook_state["error"] = f"{exc_type.__name__}: {exc}"
+    from . import recorder
+    rec = recorder.active()
+    if rec is not None and issubclass(exc_type, KeyboardInterrupt):
+        rec.interrupted_by = "SIGTERM" if issubclass(exc_type, Terminated) else "SIGINT"
+    previous(exc_type, exc, tb)
+
+
+def _start_from_environment(opts):
+    try:
+        from .recorder import Recorder
+        rec = Recorder(script=sys.argv[0] if sys.argv else "", script_args=sys.argv[1:], wait_for_model=True,
+                       **opts)
+        # At exit: what the script did, as far as this process can tell.
+        rec.script_outcome = _excepthook_state
+    except Exception as e:  # never break the user's run over the recorder
+        print(f"ampcheck recorder: not recording: {e}", file=sys.stderr)
+
+
+def from_environment():
+    """The bootstrap: records this process when AMPCHECK_RECORD_OUT is set."""
+    try:
+        opts = options_from_environment()
+    except ConfigError as e:
+        print(f"ampcheck recorder: not recording: {e}", file=sys.stderr)
+        return
+    if opts is None or not claim_process():
+        return
+    sys.excepthook = _note_uncaught
+    on_sigterm()
+    if "torch" in sys.modules:
+        _start_from_environment(opts)
+    else:
+        sys.meta_path.insert(0, _AfterTorchImport(lambda: _start_from_environment(opts)))
+
+
+def bootstrap_path() -> str:
+    """The folder to put on PYTHONPATH for ``ampcheck record``."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bootstrap")

@@ -1,0 +1,298 @@
+"""Numerics of tensors in the engine's terms (inspector/numerics.h).
+
+One pass over a tensor of any float dtype gives what ampcheck's report calls Numerics:
+the counts of zeros, NaN and +-Inf, the exponent histogram (one bin per binary exponent
+floor(log2|x|) from -149 to 127, plus zero, NaN, +Inf, -Inf, and below/above for f64
+data outside the f32 range), what the values would become in fp16 and bf16 (overflow,
+rounds_to_max, underflow, subnormal), and min, max, absmax, min_nonzero_abs, mean, rms
+and dynamic range over the finite elements. Statistics of one key merge over steps.
+
+The fp16/bf16 classes compare |x| with the midpoints where round-to-nearest-even changes
+class (kernels/numerics_kernels.h, NarrowBounds): that is exactly what rounding would do,
+without converting every element. Everything here runs with the recorder paused, on the
+tensor's own device; only a few scalars come back.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+MIN_EXPONENT = -149
+MAX_EXPONENT = 127
+EXPONENTS = MAX_EXPONENT - MIN_EXPONENT + 1
+
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+@dataclass(frozen=True)
+class NarrowBounds:
+    """Where rounding into a 16-bit dtype changes class, as exact magnitudes."""
+    name: str            # the dtype's long name, as the report writes it
+    max: float           # the largest finite value
+    overflow: float      # |x| >= this rounds to Inf (max + ulp(max)/2)
+    underflow: float     # 0 < |x| <= this rounds to 0 (min_subnormal/2)
+    min_normal_tie: float  # |x| < this (and above underflow) rounds to a subnormal
+    min_subnormal: float
+    min_normal: float
+
+
+F16 = NarrowBounds("float16", 65504.0, 65520.0, 2.0 ** -25, 2.0 ** -14 - 2.0 ** -25,
+                   2.0 ** -24, 2.0 ** -14)
+BF16 = NarrowBounds("bfloat16", 2.0 ** 128 - 2.0 ** 120, 2.0 ** 128 - 2.0 ** 119, 2.0 ** -134,
+                    2.0 ** -126 - 2.0 ** -134, 2.0 ** -133, 2.0 ** -126)
+BOUNDS = {torch.float16: F16, torch.bfloat16: BF16}
+
+_DTYPE_NAMES = {
+    torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32",
+    torch.float64: "float64",
+}
+
+
+def dtype_name(dtype) -> str:
+    """The dtype as the report writes it: "float16", "int64", "bool"."""
+    if dtype in _DTYPE_NAMES:
+        return _DTYPE_NAMES[dtype]
+    return str(dtype).replace("torch.", "")
+
+
+def is_low_precision(dtype) -> bool:
+    return dtype in LOW_PRECISION
+
+
+@dataclass
+class Stats:
+    """TensorStats: one key's statistics, merged over the tensors seen."""
+    count: int = 0
+    tensors: int = 0
+    zero: int = 0
+    nan: int = 0
+    pos_inf: int = 0
+    neg_inf: int = 0
+    below: int = 0
+    above: int = 0
+    by_exponent: list = field(default_factory=lambda: [0] * EXPONENTS)
+    f16: list = field(default_factory=lambda: [0, 0, 0, 0])   # overflow, rounds_to_max, underflow, subnormal
+    bf16: list = field(default_factory=lambda: [0, 0, 0, 0])
+    sum: float = 0.0
+    sum_squares: float = 0.0
+    min: float = math.nan
+    max: float = math.nan
+    absmax: float = math.nan
+    min_nonzero_abs: float = math.nan
+
+    def finite(self) -> int:
+        return self.count - self.nan - self.pos_inf - self.neg_inf
+
+    def nonzero_finite(self) -> int:
+        return self.finite() - self.zero
+
+    def merge(self, more: "Stats") -> None:
+        """Adds `more`: counts add, extremes combine, the sums re-weight mean and rms."""
+        had_finite, had_nonzero = self.finite() > 0, self.nonzero_finite() > 0
+        for name in ("count", "tensors", "zero", "nan", "pos_inf", "neg_inf", "below", "above",
+                     "sum", "sum_squares"):
+            setattr(self, name, getattr(self, name) + getattr(more, name))
+        self.by_exponent = [a + b for a, b in zip(self.by_exponent, more.by_exponent)]
+        self.f16 = [a + b for a, b in zip(self.f16, more.f16)]
+        self.bf16 = [a + b for a, b in zip(self.bf16, more.bf16)]
+        # Undefined (NaN) extremes mean "no element yet": decided by the counts.
+        if more.finite() > 0:
+            self.min = min(self.min, more.min) if had_finite else more.min
+            self.max = max(self.max, more.max) if had_finite else more.max
+            self.absmax = max(self.absmax, more.absmax) if had_finite else more.absmax
+        if more.nonzero_finite() > 0:
+            self.min_nonzero_abs = (min(self.min_nonzero_abs, more.min_nonzero_abs)
+                                    if had_nonzero else more.min_nonzero_abs)
+
+    def report(self) -> dict:
+        """The report's Numerics object (docs/report-format.md)."""
+        finite = self.finite()
+        mean = self.sum / finite if finite > 0 else math.nan
+        rms = math.sqrt(self.sum_squares / finite) if finite > 0 else math.nan
+        if self.nonzero_finite() > 0:
+            ratio = self.absmax / self.min_nonzero_abs
+            drange = (math.log2(ratio) if math.isfinite(ratio)
+                      else math.log2(self.absmax) - math.log2(self.min_nonzero_abs))
+        else:
+            drange = math.nan
+        nonempty = [i for i, c in enumerate(self.by_exponent) if c]
+        counts = self.by_exponent[nonempty[0]:nonempty[-1] + 1] if nonempty else []
+        return {
+            "count": self.count,
+            "tensors": self.tensors,
+            "zeros": self.zero,
+            "nan": self.nan,
+            "pos_inf": self.pos_inf,
+            "neg_inf": self.neg_inf,
+            "f16": _counts_report(self.f16),
+            "bf16": _counts_report(self.bf16),
+            "min": self.min,
+            "max": self.max,
+            "absmax": self.absmax,
+            "min_nonzero_abs": self.min_nonzero_abs,
+            "mean": mean,
+            "rms": rms,
+            "dynamic_range_log2": drange,
+            "histogram": {
+                "min_exponent": MIN_EXPONENT + nonempty[0] if nonempty else 0,
+                "counts": counts,
+                "zero": self.zero,
+                "nan": self.nan,
+                "pos_inf": self.pos_inf,
+                "neg_inf": self.neg_inf,
+                "below": self.below,
+                "above": self.above,
+            },
+        }
+
+
+def _counts_report(c) -> dict:
+    return {"overflow": c[0], "rounds_to_max": c[1], "underflow": c[2], "subnormal": c[3]}
+
+
+def _work_dtype(t: torch.Tensor):
+    # fp16, bf16 and fp32 values are exact in fp32, and so are the class boundaries of
+    # both narrow dtypes (each a short mantissa times a power of two in fp32's range);
+    # f64 data is kept in f64.
+    return torch.float64 if t.dtype == torch.float64 else torch.float32
+
+
+def _narrow_counts(a: torch.Tensor, nonzero: torch.Tensor, b: NarrowBounds) -> list:
+    return [
+        (a >= b.overflow).sum(),
+        ((a > b.max) & (a < b.overflow)).sum(),
+        (nonzero & (a <= b.underflow)).sum(),
+        ((a > b.underflow) & (a < b.min_normal_tie)).sum(),
+    ]
+
+
+def tensor_stats(t: torch.Tensor) -> Stats:
+    """The statistics of every element of a float tensor."""
+    x = t.detach().reshape(-1).to(_work_dtype(t))
+    s = Stats(count=x.numel(), tensors=1)
+    if s.count == 0:
+        return s
+    fin = torch.isfinite(x)
+    xf = x[fin]
+    a = xf.abs()
+    nonzero = a != 0
+    nz = a[nonzero]
+    # floor(log2|x|) exactly, subnormals too: |x| = m 2^e with 0.5 <= m < 1.
+    exponent = torch.frexp(nz)[1].to(torch.int64) - 1
+    below = exponent < MIN_EXPONENT
+    above = exponent > MAX_EXPONENT
+    inside = exponent[~below & ~above] - MIN_EXPONENT
+    scalars = [
+        torch.isnan(x).sum(),
+        (x == math.inf).sum(),
+        (x == -math.inf).sum(),
+        (~nonzero).sum(),
+        below.sum(),
+        above.sum(),
+        *_narrow_counts(a, nonzero, F16),
+        *_narrow_counts(a, nonzero, BF16),
+    ]
+    counts = torch.stack(scalars).tolist()
+    (s.nan, s.pos_inf, s.neg_inf, s.zero, s.below, s.above) = counts[:6]
+    s.f16, s.bf16 = counts[6:10], counts[10:14]
+    s.by_exponent = torch.bincount(inside, minlength=EXPONENTS).tolist()
+    if xf.numel():
+        xd = xf.to(torch.float64)
+        sums = torch.stack([xd.sum(), (xd * xd).sum(), xf.min().double(), xf.max().double(),
+                            a.max().double()]).tolist()
+        s.sum, s.sum_squares, s.min, s.max, s.absmax = sums
+    if nz.numel():
+        s.min_nonzero_abs = nz.min().item()
+    return s
+
+
+@dataclass
+class Range:
+    """A floating tensor an event read (the report's TensorRange): its non-finite counts
+    and the range of its finite values (NaN when it has none)."""
+    nan: int
+    pos_inf: int
+    neg_inf: int
+    min: float
+    max: float
+    absmax: float
+
+    def nonfinite(self) -> int:
+        return self.nan + self.pos_inf + self.neg_inf
+
+
+def nonfinite_counts(t: torch.Tensor) -> tuple[int, int, int]:
+    """(NaN, +Inf, -Inf) elements; one pass and one scalar back when all are finite."""
+    if t.numel() == 0 or bool(torch.isfinite(t).all()):
+        return (0, 0, 0)
+    c = torch.stack([torch.isnan(t).sum(), (t == math.inf).sum(), (t == -math.inf).sum()]).tolist()
+    return (c[0], c[1], c[2])
+
+
+def range_of(t: torch.Tensor) -> Range:
+    x = t.detach().reshape(-1)
+    nan, pos, neg = nonfinite_counts(x)
+    xf = x[torch.isfinite(x)] if nan + pos + neg else x
+    if xf.numel() == 0:
+        return Range(nan, pos, neg, math.nan, math.nan, math.nan)
+    w = xf.to(torch.float64)
+    lo, hi, am = torch.stack([w.min(), w.max(), w.abs().max()]).tolist()
+    return Range(nan, pos, neg, lo, hi, am)
+
+
+def any_nonzero(t: torch.Tensor) -> bool:
+    """Whether any element is not +-0 (a NaN counts as nonzero)."""
+    return t.numel() > 0 and bool((t != 0).any())
+
+
+@dataclass
+class RangeLoss:
+    """What a low-precision result lost against its fp32 recompute (docs/inspector.md,
+    "Range loss"): elements stored as 0 whose fp32 value is nonzero and rounds to 0 in
+    the dtype (underflow), stored as +-Inf whose fp32 value is finite and rounds to +-Inf
+    in the dtype (overflow), with the first such value of each kind; and the elements
+    that fp32 made non-finite too (no loss of the low precision)."""
+    underflow: int = 0
+    overflow: int = 0
+    underflow_value: float = 0.0
+    overflow_value: float = 0.0
+    fp32_nonfinite: int = 0
+    first_kind: str = ""  # what was lost first in element order: "underflow" or "overflow"
+
+
+def range_loss(low: torch.Tensor, ref: torch.Tensor) -> RangeLoss:
+    """Compares a low-precision result with the same op computed in fp32."""
+    b = BOUNDS[low.dtype]
+    lo = low.detach().reshape(-1).to(torch.float32)
+    r = ref.detach().reshape(-1).to(torch.float32)
+    ra = r.abs()
+    r_finite = torch.isfinite(r)
+    under = (lo == 0) & r_finite & (ra > 0) & (ra <= b.underflow)
+    over = torch.isinf(lo) & r_finite & (ra >= b.overflow)
+    both = ~torch.isfinite(lo) & ~r_finite
+    n_under, n_over, n_both = torch.stack([under.sum(), over.sum(), both.sum()]).tolist()
+    out = RangeLoss(underflow=n_under, overflow=n_over, fp32_nonfinite=n_both)
+    first = {}
+    if n_under:
+        i = int(torch.nonzero(under)[0])
+        out.underflow_value = r[i].item()
+        first["underflow"] = i
+    if n_over:
+        i = int(torch.nonzero(over)[0])
+        out.overflow_value = r[i].item()
+        first["overflow"] = i
+    if first:
+        out.first_kind = min(first, key=first.get)
+    return out
+
+
+def flushed_elementwise(low: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """Per element: the low-precision result is 0 where fp32 holds a value the dtype rounds to 0."""
+    b = BOUNDS[low.dtype]
+    lo = low.detach().reshape(-1).to(torch.float32)
+    r = ref.detach().reshape(-1).to(torch.float32)
+    ra = r.abs()
+    return (lo == 0) & torch.isfinite(r) & (ra > 0) & (ra <= b.underflow)

@@ -1,0 +1,889 @@
+"""The recorder: a PyTorch training run heard op by op, written as ampcheck's report.
+
+    rec = Recorder(model, optimizer, scaler, inspect="stats", out="run.json")
+    for batch in data:
+        with rec.step():          # optional: steps are also found from optimizer.step /
+            ...                   # scaler.update, so an unmodified loop works
+    rec.close()                   # writes run.json (also at interpreter exit)
+
+What it listens with is in listen.py; what it judges is nonfinite.py (the engine's
+NanWatch rules); what it forces to fp32 is fp32.py; what it writes is report.py.
+
+Steps. A step ends at ``GradScaler.update()`` when the step went through a scaler, else at
+the end of ``optimizer.step()``; inside ``with rec.step():`` only the block's end ends it.
+Steps count from 1, as the engine's do, and every op call belongs to the step in
+progress (calls before the first optimizer step are step 1's).
+
+Phases. A call is "backward" when the autograd engine runs it (a node is executing),
+"optimizer" inside ``optimizer.step()`` and the GradScaler's ``scale``, ``unscale_``,
+``step`` and ``update``, else "forward". Optimizer-phase calls are judged for non-finite
+values (as the engine's are) but are not rows of the op table: they are not the model's.
+"""
+
+from __future__ import annotations
+
+import atexit
+import math
+import sys
+import threading
+import traceback
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+from . import fp32 as fp32_mod
+from . import listen
+from . import nonfinite as nf
+from . import numerics as nx
+from .optypes import IGNORED, op_type, packet_name
+
+INSPECT_MODES = ("trace", "stats", "full")
+
+_active_lock = threading.Lock()
+_active: "Recorder | None" = None
+
+
+def active() -> "Recorder | None":
+    """The recorder listening now, if any."""
+    return _active
+
+
+@dataclass
+class NodeInfo:
+    """What the forward call that created an autograd node was."""
+    module: str
+    op: str
+    occurrence: int
+    reason: str
+    inserted_cast: bool
+
+
+class _Instance:
+    """One op instance of the report (OpInstance): the k-th call of an op type in one
+    module within a step, in one phase, over the run."""
+
+    def __init__(self, module, type_, phase, occurrence):
+        self.module, self.type, self.phase, self.occurrence = module, type_, phase, occurrence
+        self.calls = 0
+        self.reason = "off"
+        self.autocast = ""         # autocast's dtype when it was on for the last call
+        self.dtypes_in: list = []
+        self.compute = ""
+        self.out = ""
+        self.kernel_dtypes = [0, 0, 0, 0]
+        self.casts: dict = {}      # (input, from, to) -> calls
+        self.kernels: dict = {}    # "cpu:addmm:f16" -> calls
+        self.numerics: dict = {}   # role -> Stats
+        self.aten: list = []       # aten ops its calls ran, first-seen order
+        # inspect full: the fp32 recompute
+        self.error_count = 0
+        self.error_nonfinite = 0
+        self.error_sum = 0.0
+        self.floor_sum = 0.0
+        self.worst = -1.0
+        self.floor_at_worst = 0.0
+        self.worst_step = 0
+        self.max_abs = 0.0
+        self.underflow = 0
+        self.overflow = 0
+        self.first_loss = None     # (step, kind, value)
+        self.fp32_nonfinite = 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.module}/{self.type}#{self.occurrence}"
+
+
+_BUCKET = {torch.float16: 0, torch.bfloat16: 1, torch.float32: 2}
+_SHORT = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32", torch.float64: "f64"}
+
+
+def _kernel_dtype(outs, tensors):
+    for group in (outs, tensors):
+        for t in group:
+            if t.is_floating_point():
+                return t.dtype
+    for group in (outs, tensors):
+        for t in group:
+            return t.dtype
+    return None
+
+
+def _recompute_allowed(func) -> bool:
+    # Never re-run what has side effects or draws random numbers: a recompute must leave
+    # the run exactly as it would be without the recorder (same RNG state, same buffers).
+    if func.is_view:
+        return False
+    tags = getattr(func, "tags", ())
+    if torch.Tag.nondeterministic_seeded in tags:
+        return False
+    schema = getattr(func, "_schema", None)
+    return not (schema is not None and schema.is_mutable)
+
+
+def _make_recompute(func, args, kwargs):
+    cache = []
+
+    def recompute():
+        if not cache:
+            try:
+                with listen.internal(), torch.no_grad():
+                    a, k = fp32_mod.fp32_args(func, args, kwargs, widen_dtypes=True)
+                    outs = [t for t in listen.tensors_of(func(*a, **k)) if t.is_floating_point()]
+                cache.append(outs[0] if outs else None)
+            except Exception:  # an op without an fp32 kernel for these inputs: not measured
+                cache.append(None)
+        return cache[0]
+
+    return recompute
+
+
+class Recorder:
+    """Records a PyTorch training run as ampcheck's report.
+
+    model:     the model (or a dict of name -> module, or a list) whose module paths the
+               report uses; None: found at its first call (the first top-level module
+               with trainable parameters is the model, its paths unprefixed).
+    optimizer: the optimizer (or a list); None: found at its first step.
+    scaler:    the torch.amp.GradScaler; None is fine: every GradScaler is listened to.
+    inspect:   "trace" (op dtypes and steps), "stats" (plus numerics, the NaN/Inf
+               producers and the loss-scale reading) or "full" (plus each fp16/bf16 op
+               recomputed in fp32: what low precision lost).
+    out:       where close() (or the interpreter's exit) writes the report; None: nowhere.
+    fp32_ops, fp32_modules: op types and module paths forced to fp32 (bisect-nan's trials).
+    allow_inf: op types or module paths whose Inf/-Inf is intended (not a failure).
+    wait_for_model: record from the first top-level module call (or backward) on, not
+               from now: what ``python -m ampcheck_recorder run`` and the bootstrap use,
+               since they start before the script builds its model.
+    """
+
+    def __init__(self, model=None, optimizer=None, scaler=None, *, inspect="stats", out=None,
+                 fp32_ops=(), fp32_modules=(), allow_inf=(), max_skipped_fraction=0.05, stats_every=1,
+                 script=None, script_args=(), wait_for_model=False, start=True):
+        if inspect not in INSPECT_MODES:
+            raise ValueError(f'inspect="{inspect}" is not a mode; use "trace", "stats" or "full"')
+        if not isinstance(stats_every, int) or stats_every < 1:
+            raise ValueError(f"stats_every={stats_every!r}: give 1 (every step) or more")
+        self.inspect = inspect
+        self.out = out
+        self.forcer = fp32_mod.Forcer(fp32_ops, fp32_modules)
+        from .optypes import known_op_names
+        known = known_op_names()
+        allowed_ops = tuple(n for n in allow_inf if n in known)
+        allowed_modules = tuple(n for n in allow_inf if n not in known)
+        self.watch = None
+        if inspect != "trace":
+            self.watch = nf.NanWatch(nf.Options(allowed_ops=allowed_ops, allowed_modules=allowed_modules,
+                                                max_skipped_fraction=max_skipped_fraction))
+            self.watch.grad_keys = self._grad_keys
+        self.max_skipped_fraction = max_skipped_fraction
+        self.stats_every = stats_every
+        self.allow_inf = tuple(allow_inf)
+        self.script = script
+        self.script_args = list(script_args)
+        # A script run under the recorder builds its model and data first: those ops
+        # (initialisation, loading) are set-up, not training. Recording starts at the first
+        # top-level module call (or backward, for a script without modules).
+        self._waiting = wait_for_model
+        self._lock = threading.RLock()
+        # steps
+        self.step_index = 1
+        self._explicit = False
+        self._step_losses: list = []
+        self._step_updates: list = []
+        self._step_busy = False
+        self._scaled_ids: set = set()
+        self._in_scaler_step = 0
+        self._scaler_optimizers: list = []
+        self._grad_nonfinite = False
+        self._grad_first_inf = None
+        self._updates = 0
+        self.steps: list = []
+        self._seq = 0
+        # the op table
+        self._occurrences: dict = {}
+        self._nodes: dict = {}
+        self._nodes_prev: dict = {}
+        self.op_types: dict = {}
+        self.inserted_casts: dict = {}
+        self.instances: dict = {}
+        self._pending_casts: dict = {}
+        # the model
+        self._paths: dict = {}        # id(module) -> (path, module)
+        self._roots: list = []        # (prefix, module)
+        self._param_names: dict = {}  # id(param) -> name
+        self._optimizers: list = []
+        self.model_name = ""
+        self.parameters = 0
+        self.batch = 0
+        self.lr = math.nan
+        self.optimizer_name = ""
+        self.device = ""
+        self.autocast_dtypes: list = []
+        self.low_dtypes: list = []
+        self.autocast_seen = False
+        self.scaler_seen = False
+        self.scaler_enabled = False
+        self.init_scale = math.nan
+        self.seed = None
+        self.accuracy = math.nan
+        self.internal_error = None
+        self.script_outcome = None   # set by the runner: {"exit_code": n, "error": "..."}
+        self.interrupted_by = ""
+        self._backward_autocast = (False, False)
+        self._in_backward = 0
+        self._handles: list = []
+        self._patches: list = []
+        self._mode = None
+        self._fmode = None
+        self._started = False
+        self._closed = False
+        self._atexit = False
+        if model is not None:
+            self._add_models(model)
+        for opt in ([] if optimizer is None else optimizer if isinstance(optimizer, (list, tuple)) else [optimizer]):
+            self._note_optimizer(opt)
+        if scaler is not None:
+            self.scaler_seen = True
+        if start:
+            self.start()
+
+    # -- lifetime ---------------------------------------------------------------------
+
+    def start(self):
+        """Starts listening on the calling thread (and on autograd's threads from it)."""
+        global _active
+        with _active_lock:
+            if _active is not None and _active is not self:
+                raise RuntimeError("another ampcheck Recorder is recording; close() it before starting one")
+            if self._started:
+                return self
+            _active = self
+            self._started = True
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+        mm = torch.nn.modules.module
+        self._handles = [
+            mm.register_module_forward_pre_hook(self._module_pre),
+            mm.register_module_forward_hook(self._module_post, always_call=True),
+            register_optimizer_step_pre_hook(self._optimizer_pre),
+            register_optimizer_step_post_hook(self._optimizer_post),
+        ]
+        self._patch_scaler()
+        self._patch_autograd()
+        self._fmode = listen.AutocastWatch(self.forcer)
+        self._fmode.__enter__()
+        self._mode = listen.RecordingMode(self._on_call)
+        self._mode.__enter__()
+        if self.out and not self._atexit:
+            atexit.register(self._close_at_exit)
+            self._atexit = True
+        return self
+
+    def close(self):
+        """Stops listening and writes the report to `out` (if given). Returns the report."""
+        global _active
+        if self._closed:
+            return self._final
+        self._closed = True
+        if self._started:
+            self._mode.__exit__(None, None, None)
+            self._fmode.__exit__(None, None, None)
+            for h in self._handles:
+                h.remove()
+            for owner, name, original in reversed(self._patches):
+                setattr(owner, name, original)
+            with _active_lock:
+                if _active is self:
+                    _active = None
+        if self._step_busy:
+            self._end_step()
+        from . import report as report_mod
+        self._final = report_mod.build(self)
+        if self.out:
+            report_mod.write(self._final, self.out)
+        return self._final
+
+    def discard(self):
+        """Stops listening and writes nothing."""
+        self.out = None
+        self.close()
+
+    def _close_at_exit(self):
+        if not self._closed:
+            self.close()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is KeyboardInterrupt:
+            self.interrupted_by = "SIGINT"
+        self.close()
+        return False
+
+    def report(self) -> dict:
+        """The report of the run so far (close() gives the final one)."""
+        from . import report as report_mod
+        with self._lock:
+            return report_mod.build(self)
+
+    def set_accuracy(self, accuracy: float):
+        """The training accuracy the script measured, in [0, 1], for summary.accuracy."""
+        self.accuracy = float(accuracy)
+
+    @contextmanager
+    def step(self):
+        """One training step: its boundaries are this block's, not optimizer.step()'s."""
+        self._explicit = True
+        try:
+            yield self
+        finally:
+            self._end_step(always=True)
+
+    # -- patches ------------------------------------------------------------------------
+
+    def _patch(self, owner, name, make):
+        original = getattr(owner, name)
+        self._patches.append((owner, name, original))
+        setattr(owner, name, make(original))
+
+    def _patch_scaler(self):
+        scaler_cls = torch.amp.GradScaler
+        rec = self
+
+        def wrap(method):
+            def make(original):
+                def wrapper(scaler, *args, **kwargs):
+                    if active() is not rec:
+                        return original(scaler, *args, **kwargs)
+                    return method(scaler, original, *args, **kwargs)
+                wrapper.__wrapped__ = original
+                return wrapper
+            return make
+
+        self._patch(scaler_cls, "scale", wrap(self._scaler_scale))
+        self._patch(scaler_cls, "unscale_", wrap(self._scaler_unscale))
+        self._patch(scaler_cls, "step", wrap(self._scaler_step))
+        self._patch(scaler_cls, "update", wrap(self._scaler_update))
+
+    def _patch_autograd(self):
+        rec = self
+
+        def make(original):
+            def wrapper(tensors, *args, **kwargs):
+                if active() is not rec:
+                    return original(tensors, *args, **kwargs)
+                return rec._backward(original, tensors, args, kwargs)
+            wrapper.__wrapped__ = original
+            return wrapper
+
+        # Tensor.backward calls torch.autograd.backward by its module attribute.
+        self._patch(torch.autograd, "backward", make)
+        self._patch(torch.autograd, "grad", make)
+
+    # -- the model ----------------------------------------------------------------------
+
+    def _add_models(self, model):
+        if isinstance(model, dict):
+            for prefix, m in model.items():
+                self._add_root(m, str(prefix))
+        elif isinstance(model, (list, tuple)):
+            for i, m in enumerate(model):
+                self._add_root(m, "" if i == 0 else None)
+        else:
+            self._add_root(model, "")
+
+    def _add_root(self, module, prefix):
+        if prefix is None:
+            trainable = any(p.requires_grad for p in module.parameters())
+            if trainable and all(p != "" for p, _ in self._roots):
+                prefix = ""
+            else:
+                base = type(module).__name__
+                prefix, n = base, 2
+                while any(p == prefix for p, _ in self._roots):
+                    prefix, n = f"{base}{n}", n + 1
+        self._roots.append((prefix, module))
+        if prefix == "" and not self.model_name:
+            self.model_name = type(module).__name__
+            self.parameters = sum(p.numel() for p in module.parameters() if p.requires_grad)
+        join = lambda a, b: f"{a}.{b}" if a and b else (a or b)
+        for name, m in module.named_modules():
+            self._paths.setdefault(id(m), (join(prefix, name), m))
+        for name, p in module.named_parameters():
+            self._param_names.setdefault(id(p), join(prefix, name))
+
+    def _path_of(self, module, s) -> str:
+        hit = self._paths.get(id(module))
+        if hit is not None and hit[1] is module:
+            return hit[0]
+        if not s.modules:
+            self._add_root(module, None)
+            return self._paths[id(module)][0]
+        # A module not registered as a child (kept in a plain list, or made on the fly).
+        parent = s.modules[-1]
+        path = f"{parent}.{type(module).__name__}" if parent else type(module).__name__
+        self._paths[id(module)] = (path, module)
+        return path
+
+    def _module_pre(self, module, args):
+        s = listen.state()
+        if s.internal:
+            return None
+        with self._lock:
+            self._waiting = False
+            path = self._path_of(module, s)
+            if path == "" and not self.batch:
+                for t in listen.tensors_of(args):
+                    if t.dim() > 0:
+                        self.batch = int(t.shape[0])
+                        break
+        s.modules.append(path)
+        return None
+
+    def _module_post(self, module, args, output):
+        s = listen.state()
+        if not s.internal and s.modules:
+            s.modules.pop()
+        return None
+
+    def _note_optimizer(self, optimizer):
+        if any(o is optimizer for o in self._optimizers):
+            return
+        self._optimizers.append(optimizer)
+        if not self.optimizer_name:
+            self.optimizer_name = type(optimizer).__name__.lower()
+            lr = optimizer.param_groups[0].get("lr", math.nan) if optimizer.param_groups else math.nan
+            self.lr = float(lr)
+
+    def _grad_keys(self) -> set:
+        """The view keys of every known parameter's gradient now."""
+        params = [p for o in self._optimizers for g in o.param_groups for p in g["params"]]
+        params += [p for _, m in self._roots for p in m.parameters()]
+        return {nf.view_key(p.grad) for p in params if p.grad is not None and listen.plain(p.grad)}
+
+    def _param_name(self, g: int, i: int, p) -> str:
+        return self._param_names.get(id(p), f"param_groups[{g}][{i}]")
+
+    # -- optimizer, scaler, backward -----------------------------------------------------
+
+    def _scan_grads(self, optimizers):
+        """(gradients, any nonzero, the first non-finite one's name) of the optimizers' params."""
+        count, nonzero, first_bad = 0, False, None
+        with listen.internal():
+            for opt in optimizers:
+                for g, group in enumerate(opt.param_groups):
+                    for i, p in enumerate(group["params"]):
+                        if p.grad is None:
+                            continue
+                        count += 1
+                        grad = p.grad
+                        finite, any_nz = torch.stack([torch.isfinite(grad).all(), (grad != 0).any()]).tolist()
+                        nonzero = nonzero or bool(any_nz)
+                        if not finite and first_bad is None:
+                            first_bad = self._param_name(g, i, p)
+        return count, nonzero, first_bad
+
+    def _optimizer_pre(self, optimizer, args, kwargs):
+        s = listen.state()
+        s.optimizer_depth += 1
+        with self._lock:
+            self._step_busy = True
+            self._note_optimizer(optimizer)
+            count, nonzero, first_bad = self._scan_grads([optimizer])
+            if self.watch is not None:
+                self.watch.on_gradients(count, nonzero)
+            if first_bad is not None:
+                self._grad_nonfinite = True
+                self._grad_first_inf = self._grad_first_inf or first_bad
+
+    def _optimizer_post(self, optimizer, args, kwargs):
+        s = listen.state()
+        s.optimizer_depth = max(0, s.optimizer_depth - 1)
+        with self._lock:
+            if self._in_scaler_step:
+                return  # the scaler's update() ends this step
+            self._update(1.0, 1.0, self._grad_nonfinite, False, {}, self._grad_first_inf)
+            if not self._explicit:
+                self._end_step()
+
+    @contextmanager
+    def _optimizer_phase(self):
+        s = listen.state()
+        s.optimizer_depth += 1
+        try:
+            yield
+        finally:
+            s.optimizer_depth -= 1
+
+    def _scaler_scale(self, scaler, original, outputs, *args, **kwargs):
+        with self._optimizer_phase():
+            scaled = original(scaler, outputs, *args, **kwargs)
+        with self._lock:
+            self.scaler_seen = True
+            self._step_busy = True
+            self.scaler_enabled = scaler.is_enabled()
+            if isinstance(outputs, torch.Tensor) and outputs.numel() == 1:
+                with listen.internal():
+                    self._note_loss(float(outputs.detach().float()))
+                if isinstance(scaled, torch.Tensor):
+                    self._scaled_ids.add(id(scaled))
+        return scaled
+
+    def _scaler_unscale(self, scaler, original, optimizer, *args, **kwargs):
+        with self._optimizer_phase():
+            return original(scaler, optimizer, *args, **kwargs)
+
+    def _scaler_step(self, scaler, original, optimizer, *args, **kwargs):
+        with self._lock:
+            self._in_scaler_step += 1
+            self._step_busy = True
+            if not any(o is optimizer for o in self._scaler_optimizers):
+                self._scaler_optimizers.append(optimizer)
+            self._note_optimizer(optimizer)
+        try:
+            with self._optimizer_phase():
+                return original(scaler, optimizer, *args, **kwargs)
+        finally:
+            with self._lock:
+                self._in_scaler_step -= 1
+
+    def _scaler_update(self, scaler, original, *args, **kwargs):
+        with self._lock, listen.internal():
+            enabled = scaler.is_enabled()
+            before = scaler.get_scale() if enabled else 1.0
+            found = False
+            if enabled:
+                for st in scaler._per_optimizer_states.values():
+                    for f in st.get("found_inf_per_device", {}).values():
+                        found = found or bool(f.item())
+            first_bad = None
+            if found:
+                _, _, first_bad = self._scan_grads(self._scaler_optimizers)
+        with self._optimizer_phase():
+            result = original(scaler, *args, **kwargs)
+        with self._lock, listen.internal():
+            after = scaler.get_scale() if enabled else 1.0
+            counters = {"growth_tracker": int(scaler._get_growth_tracker())} if enabled else {}
+            if enabled and math.isnan(self.init_scale):
+                self.init_scale = before
+            self.scaler_enabled = self.scaler_enabled or enabled
+            if enabled:
+                self._update(before, after, found, found, counters, first_bad)
+            else:  # GradScaler(enabled=False): a plain optimizer.step, which never skips
+                self._update(1.0, 1.0, self._grad_nonfinite, False, {}, self._grad_first_inf)
+            self._scaler_optimizers = []
+            if not self._explicit:
+                self._end_step()
+        return result
+
+    def _update(self, before, after, found_inf, skipped, counters, first_bad):
+        self._updates += 1
+        event = nf.ScalerEvent(self._updates, float(before), float(after), bool(found_inf), bool(skipped),
+                               dict(counters))
+        producer = None
+        if self.watch is not None:
+            self.watch.on_scaler_update(event)
+            producer = self.watch.scale_history[-1].backward_producer
+        self._step_updates.append((event, first_bad if found_inf else None, producer if found_inf else None))
+        self._grad_nonfinite, self._grad_first_inf = False, None
+
+    def _note_loss(self, loss: float):
+        self._step_losses.append(loss)
+        if self.watch is not None:
+            self.watch.on_loss(loss)
+
+    def _backward(self, original, tensors, args, kwargs):
+        with self._lock:
+            self._waiting = False
+            self._step_busy = True
+            t = tensors if isinstance(tensors, torch.Tensor) else (
+                tensors[0] if isinstance(tensors, (list, tuple)) and len(tensors) == 1 else None)
+            if isinstance(t, torch.Tensor) and t.numel() == 1 and id(t) not in self._scaled_ids:
+                with listen.internal():
+                    self._note_loss(float(t.detach().float()))
+            # The engine runs backward with the caller's thread-local state: autocast's too.
+            self._backward_autocast = listen.autocast_now()
+        mode = None
+        if not listen.mode_on_this_thread(listen.RecordingMode):
+            mode = listen.RecordingMode(self._on_call)  # a thread the script started
+            mode.__enter__()
+        self._in_backward += 1
+        try:
+            return original(tensors, *args, **kwargs)
+        finally:
+            self._in_backward -= 1
+            if mode is not None:
+                mode.__exit__(None, None, None)
+
+    # -- steps ------------------------------------------------------------------------
+
+    def _end_step(self, always=False):
+        # Ops after the last optimizer step (an evaluation, a log line) make no step of their
+        # own; a step block does, whatever ran in it.
+        with self._lock:
+            if not (always or self._step_busy or self._step_updates or self._step_losses):
+                return
+            step = self.step_index
+            losses = self._step_losses
+            record = {"step": step, "loss": sum(losses) / len(losses) if losses else math.nan,
+                      "loss_scale": 1.0, "found_inf": False, "skipped": False}
+            if self._step_updates:
+                first, last = self._step_updates[0][0], self._step_updates[-1][0]
+                record["loss_scale"] = first.scale_before
+                record["found_inf"] = any(u[0].found_inf for u in self._step_updates)
+                record["skipped"] = any(u[0].skipped for u in self._step_updates)
+                record["scale_after"] = last.scale_after
+                for event, param, producer in self._step_updates:
+                    if event.found_inf:
+                        cause = {"parameter": param or ""}
+                        if producer is not None:
+                            cause["producer"] = producer
+                        record["inf_source"] = cause
+                        break
+            self.steps.append(record)
+            if self.seed is None:
+                self.seed = int(torch.initial_seed())
+            if self.watch is not None:
+                self.watch.on_step_end(step)
+                self.watch.on_step_begin(step + 1)
+            self.step_index += 1
+            self._step_losses, self._step_updates, self._step_busy = [], [], False
+            # An optimizer.step that raised never ran its post hook: its phase ends here.
+            listen.state().optimizer_depth = 0
+            self._scaled_ids = set()
+            self._occurrences = {}
+            self._nodes_prev, self._nodes = self._nodes, {}
+            self._pending_casts = {}
+            self.forcer.clear()
+
+    # -- op calls -----------------------------------------------------------------------
+
+    def _on_call(self, func, args, kwargs):
+        if self._waiting or self.internal_error is not None or packet_name(func) in IGNORED:
+            return func(*args, **kwargs)
+        tensors = listen.tensors_of((args, kwargs))
+        if not all(listen.plain(t) for t in tensors):
+            return func(*args, **kwargs)  # FakeTensor, DTensor, meta: not values to read
+        try:
+            with listen.internal():
+                call = self._begin(func, args, kwargs, tensors)
+        except Exception:
+            self._broke()
+            return func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        try:
+            with listen.internal():
+                self._end(call, func, args, kwargs, tensors, out)
+        except Exception:
+            self._broke()
+        return out
+
+    def _broke(self):
+        # A bug in the recorder must not stop the user's training: record it, stop
+        # listening, and let the report (and the exit code) say so.
+        self.internal_error = traceback.format_exc()
+        print("ampcheck recorder: internal error; recording stopped, the script goes on:\n"
+              + self.internal_error, file=sys.stderr)
+
+    def _begin(self, func, args, kwargs, tensors) -> dict:
+        s = listen.state()
+        node = listen.current_node()
+        with self._lock:
+            self._seq += 1
+            call = {"seq": self._seq, "step": self.step_index, "inserted": False,
+                    "k": 0, "node_inserted": False}
+            device = tensors[0].device.type if tensors else "cpu"
+            if not self.device and tensors:
+                self.device = device
+            if node is not None or (self._in_backward and not listen.HAS_NODE):
+                call["phase"] = "backward"
+                seq = node._sequence_nr() if node is not None else -1
+                info = self._nodes.get(seq) or self._nodes_prev.get(seq)
+                if info is not None:
+                    call.update(op=info.op, module=info.module, k=info.occurrence, reason=info.reason,
+                                node_inserted=info.inserted_cast)
+                else:
+                    call.update(op=_node_op(node), module=self._node_module(node), reason="off")
+                call["row"] = call["op"] + "_grad"
+                on = self._backward_autocast[1 if device == "cuda" else 0]
+                call["autocast"] = nx.dtype_name(listen.autocast_dtype(device)) if on else ""
+                if s.node_seq != seq:
+                    s.node_seq, s.node_results = seq, 0
+                return call
+            op = op_type(func, args)
+            if s.optimizer_depth:
+                call.update(phase="optimizer", op=op, row=op, module="", reason="off", autocast="")
+                # The scaler's multiply of the loss makes a node backward runs first.
+                self._claim_node(tensors, NodeInfo("", op, 0, "off", False))
+                return call
+            module = s.modules[-1] if s.modules else ""
+            on = s.autocast_cuda if device == "cuda" else s.autocast_cpu
+            inserted = op == "cast" and on and s.function not in listen.CONVERSIONS
+            # Inside a torch call the Forcer runs in fp32 (fp32.py): the custom black list.
+            reason = "custom_black" if s.forcing else ("autocast" if on else "off")
+            dt = ""
+            if on:
+                self.autocast_seen = True
+                dt = nx.dtype_name(listen.autocast_dtype(device))
+                if dt not in self.autocast_dtypes:
+                    self.autocast_dtypes.append(dt)
+            k = 0
+            if not inserted:
+                k = self._occurrences.get((module, op), 0)
+                self._occurrences[(module, op)] = k + 1
+            call.update(phase="forward", op=op, row=op, module=module, reason=reason, autocast=dt,
+                        inserted=inserted, k=k)
+            self._claim_node(tensors, NodeInfo(module, op, k, reason, inserted))
+            return call
+
+    def _claim_node(self, tensors, info: NodeInfo):
+        # The node a forward call creates is made just before the call reaches the mode,
+        # with the thread's last sequence number; a call that made none (an output that is
+        # not differentiable) finds that number claimed by the call that made it.
+        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+            seq = listen.next_sequence_nr() - 1
+            if seq not in self._nodes:
+                self._nodes[seq] = info
+
+    def _node_module(self, node) -> str:
+        # Gradient accumulation into a parameter belongs to the parameter's module.
+        variable = getattr(node, "variable", None)
+        if isinstance(variable, torch.Tensor):
+            name = self._param_names.get(id(variable), "")
+            return name.rsplit(".", 1)[0] if "." in name else ""
+        return ""
+
+    def _end(self, call, func, args, kwargs, tensors, out):
+        outs = [t for t in listen.tensors_of(out) if listen.plain(t)]
+        if not outs:  # an in-place op returning nothing: what it wrote is its result
+            schema = getattr(func, "_schema", None)
+            if schema is not None and schema.is_mutable:
+                outs = [a for a, arg in zip(args, schema.arguments) if isinstance(a, torch.Tensor)
+                        and arg.alias_info is not None and arg.alias_info.is_write]
+        phase = call["phase"]
+        aten = packet_name(func)
+        kdtype = _kernel_dtype(outs, tensors)
+        with self._lock:
+            if phase == "forward" and kdtype in nx.LOW_PRECISION:
+                name = nx.dtype_name(kdtype)
+                if name not in self.low_dtypes:
+                    self.low_dtypes.append(name)
+            if phase != "optimizer":
+                self._table(call, func, aten, tensors, outs, kdtype)
+            if self.watch is None:
+                return
+            floating_in = [t for t in tensors if t.is_floating_point()]
+            if phase == "forward" and (not floating_in or all(self.watch.is_constant(t) for t in floating_in)):
+                for t in outs:  # made from constants only: a constant (a mask, a position table)
+                    self.watch.note_constant(t)
+                return
+            recompute = None
+            if phase == "forward" and _recompute_allowed(func) and outs and outs[0].is_floating_point() \
+                    and outs[0].dtype in nx.LOW_PRECISION:
+                recompute = _make_recompute(func, args, kwargs)
+            ev = nf.OpEvent(call["seq"], call["step"], phase, call["op"], aten, call["module"],
+                            list(enumerate(tensors)), outs, call["inserted"], recompute)
+            self.watch.on_op(ev, call["node_inserted"])
+            if phase == "optimizer" or call["inserted"]:
+                return
+            inst = self._instance(call)
+            sample = (call["step"] - 1) % self.stats_every == 0
+            if sample:
+                role = None
+                if phase == "forward":
+                    role = "out"
+                elif not func.is_view:
+                    s = listen.state()
+                    role = f"grad{s.node_results}"
+                    s.node_results += 1
+                first = next((t for t in outs if t.is_floating_point()), None)
+                if role is not None and first is not None:
+                    inst.numerics.setdefault(role, nx.Stats()).merge(nx.tensor_stats(first))
+            if self.inspect == "full" and recompute is not None:
+                self._measure(inst, call["step"], outs[0], recompute())
+
+    def _instance(self, call) -> _Instance:
+        key = (call["module"], call["row"], call["phase"], call["k"])
+        inst = self.instances.get(key)
+        if inst is None:
+            inst = self.instances[key] = _Instance(call["module"], call["row"], call["phase"], call["k"])
+        return inst
+
+    def _table(self, call, func, aten, tensors, outs, kdtype):
+        bucket = _BUCKET.get(kdtype, 3)
+        if call["inserted"]:
+            src = next((t for t in tensors if t.is_floating_point()), None)
+            if src is not None and outs:
+                key = (nx.dtype_name(src.dtype), nx.dtype_name(outs[0].dtype))
+                self.inserted_casts[key] = self.inserted_casts.get(key, 0) + 1
+                if len(self._pending_casts) > 4096:
+                    self._pending_casts.clear()
+                self._pending_casts[id(outs[0])] = (key, outs[0])
+            return
+        row = self.op_types.setdefault(call["row"], [0, 0, 0, 0])
+        row[bucket] += 1
+        inst = self._instance(call)
+        inst.calls += 1
+        inst.reason = call["reason"]
+        inst.autocast = call["autocast"]
+        inst.dtypes_in = [nx.dtype_name(t.dtype) for t in tensors]
+        inst.compute = ("float32" if kdtype in nx.LOW_PRECISION else nx.dtype_name(kdtype)) if kdtype else ""
+        inst.out = nx.dtype_name(outs[0].dtype) if outs else ""
+        inst.kernel_dtypes[bucket] += 1
+        short = _SHORT.get(kdtype, nx.dtype_name(kdtype) if kdtype is not None else "none")
+        device = tensors[0].device.type if tensors else "cpu"
+        kernel = f"{device}:{aten}:{short}"
+        inst.kernels[kernel] = inst.kernels.get(kernel, 0) + 1
+        if aten not in inst.aten:
+            inst.aten.append(aten)
+        if call["phase"] == "forward" and self._pending_casts:
+            for i, t in enumerate(tensors):
+                hit = self._pending_casts.get(id(t))
+                if hit is not None and hit[1] is t:
+                    key = (i, hit[0][0], hit[0][1])
+                    inst.casts[key] = inst.casts.get(key, 0) + 1
+
+    def _measure(self, inst: _Instance, step: int, low: torch.Tensor, ref):
+        """inspect full: the fp16/bf16 result against the same op in fp32."""
+        if ref is None or ref.numel() != low.numel():
+            return
+        r = nx.range_loss(low, ref)
+        inst.fp32_nonfinite += r.fp32_nonfinite
+        if r.underflow or r.overflow:
+            inst.underflow += r.underflow
+            inst.overflow += r.overflow
+            if inst.first_loss is None:
+                kind = r.first_kind
+                inst.first_loss = (step, kind, r.underflow_value if kind == "underflow" else r.overflow_value)
+        lo = low.detach().reshape(-1).double()
+        y = ref.detach().reshape(-1).double()
+        if not (bool(torch.isfinite(lo).all()) and bool(torch.isfinite(y).all())):
+            inst.error_nonfinite += 1
+            return
+        norm = float(torch.linalg.vector_norm(y))
+        diff = lo - y
+        floor_diff = y.to(low.dtype).double() - y
+        err = float(torch.linalg.vector_norm(diff)) / norm if norm > 0 else 0.0
+        floor = float(torch.linalg.vector_norm(floor_diff)) / norm if norm > 0 else 0.0
+        inst.error_count += 1
+        inst.error_sum += err
+        inst.floor_sum += floor
+        if err > inst.worst:
+            inst.worst, inst.floor_at_worst, inst.worst_step = err, floor, step
+        inst.max_abs = max(inst.max_abs, float(diff.abs().max()) if diff.numel() else 0.0)
+
+
+def _node_op(node) -> str:
+    if node is None:
+        return "backward"
+    name = node.name()
+    if name.endswith("AccumulateGrad"):
+        return "accumulate"
+    base = name.split("::")[-1]
+    for suffix in ("Backward0", "Backward1", "Backward2", "Backward"):
+        if base.endswith(suffix):
+            base = base[: -len(suffix)]
+            break
+    return base or name

@@ -1,0 +1,343 @@
+"""The recorder's findings as ampcheck's report (reports/schema/report.schema.json,
+docs/report-format.md), written as ampcheck's own writer writes it.
+
+The schema is the contract between the two languages: ``ampcheck report`` renders this
+file as text and HTML and ``ampcheck diff`` gates on it. Fields appear in the order the
+format documents (the members of reports/report.h), reals that are not finite are the
+strings "nan", "inf" and "-inf", the indent is 2 and the file ends in a newline.
+
+What a PyTorch run has that the schema has no field for goes where every object of the
+schema allows more (``additionalProperties: true``), under names docs/recorder.md lists:
+``run.framework``, ``run.framework_version``, ``run.script``, ``run.script_args``,
+``run.script_outcome``, ``run.recorder_error``; ``steps[].scale_after`` and
+``steps[].inf_source``; ``ops[].aten``, ``ops[].autocast`` and ``ops[].fp32_nonfinite``;
+``nonfinite.growth_backoffs`` and ``nonfinite.healed_updates``; NanEvent ``aten``.
+
+Determinism: nothing here depends on time, host or process. The same seeded run on the
+same machine and thread count gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+
+import torch
+
+from . import nonfinite as nf
+from ._version import __version__
+
+SCHEMA_VERSION = "1.5"
+
+
+def _strip(ev: dict) -> dict:
+    """A NanEvent as the report writes it: the watch's bookkeeping dropped."""
+    out = {k: ev[k] for k in ("step", "phase", "op", "module", "inputs", "out_nan", "out_pos_inf", "out_neg_inf",
+                              "lost")}
+    out["aten"] = ev["aten"]
+    return out
+
+
+def scale_text(scale: float) -> str:
+    """ "2^13" for a power of two, else the number (reports/advice.cpp)."""
+    if scale > 0 and math.isfinite(scale):
+        p = math.log2(scale)
+        if p == math.floor(p):
+            return f"2^{int(p)}"
+    return f"{scale:g}"
+
+
+def _scale_value(scale: float) -> str:
+    return f"{scale:.0f}" if math.floor(scale) == scale and abs(scale) < 1e15 else f"{scale:g}"
+
+
+def _dynamic_scaling_advice(scale: float) -> str:
+    if scale > 0:
+        return f"PyTorch GradScaler(init_scale={_scale_value(scale)}), enabled (it is dynamic)"
+    return "PyTorch GradScaler(), enabled (dynamic, from 65536)"
+
+
+def _probing_note(nonfinite: dict) -> str:
+    p = nonfinite.get("probing")
+    if not p:
+        return ""
+    start = p["suggested_scale"] if p["suggested_scale"] > 0 else p["scale_to"]
+    later = f" (later {scale_text(start)})" if start < p["scale_to"] else ""
+    return (f"{p['skipped']} of {nonfinite['updates']} steps were skipped while the loss scaler came down from "
+            f"{scale_text(p['scale_from'])} to {scale_text(p['scale_to'])}{later}: start it lower "
+            f"(PyTorch GradScaler(init_scale={_scale_value(start)}))")
+
+
+def _gradient_underflow_text(nonfinite: dict) -> str:
+    z = nonfinite["zero_gradients"]
+    at_least = f" to at least {scale_text(z['scale_needed'])}" if z["scale_needed"] > 0 else ""
+    return (f"gradients underflow: every parameter gradient was 0 in {z['dtype']} from step {z['first_step']} "
+            f"({z['steps']} of {z['stepped']} steps); enable dynamic loss scaling or raise the scale{at_least} "
+            f"({_dynamic_scaling_advice(z['scale_needed'])})")
+
+
+def _failure_text(w: dict) -> str:
+    """The verdict's sentence for the first failure (cli/run_command.cpp's)."""
+    f = w["failures"][0]
+    producers = w["producers"]
+    if f["kind"] == "forward_non_finite" and producers:
+        p = producers[0]
+        text = (f"non-finite values first produced by {p['op']} in module '{p['module']}' "
+                f"({p['phase']}, step {p['step']})")
+        if p["lost"]:
+            text += "; " + nf.lost_text(p, p["lost"][0])
+        if len(producers) > 1:
+            text += "; also by" + ",".join(f" {q['op']} in '{q['module']}' ({q['phase']}, step {q['step']})"
+                                           for q in producers[1:])
+        return text
+    if f["kind"] == "gradient_underflow" and w["zero_gradients"]:
+        z = w["zero_gradients"]
+        return f"gradients underflow: every parameter gradient was 0 in {z['dtype']} from step {z['first_step']}"
+    return f["detail"]
+
+
+def _level(rec) -> str:
+    # torch.autocast is ampcheck's O1 (per-op lists, fp32 weights); low-precision ops
+    # without autocast are a .half()/.bfloat16() model, O3; neither is an fp32 run.
+    if rec.autocast_seen:
+        return "O1"
+    return "O3" if rec.low_dtypes else "O0"
+
+
+def _nonfinite_block(rec, w: dict | None) -> dict:
+    if w is None:  # inspect trace: nothing was judged
+        return {"producers": [], "propagator_events": 0, "propagators": [], "failures": [], "updates": rec._updates,
+                "skipped": sum(1 for s in rec.steps if s["skipped"]), "absorbed": 0, "events_checked": 0,
+                "intended": []}
+    out = {}
+    if w["producers"]:
+        out["producer"] = _strip(w["producers"][0])
+    out["producers"] = [_strip(p) for p in w["producers"]]
+    out["propagator_events"] = w["propagators"].events
+    out["propagators"] = [{"type": t, "events": n} for t, n in w["propagators"].by_op.items()]
+    out["failures"] = [{"kind": f["kind"], "step": f["step"], "detail": f["detail"]} for f in w["failures"]]
+    out["updates"] = w["updates"]
+    out["skipped"] = w["skipped"]
+    out["absorbed"] = w["absorbed"]
+    out["events_checked"] = rec.watch.events_checked
+    out["intended"] = []
+    for i in w["intended"]:
+        readers = i["readers"]
+        if not readers:
+            reason = "-inf mask: no op read it"
+        elif all(r == "softmax" for r in readers):
+            reason = "-inf mask: softmax maps it to 0"
+        else:
+            reason = f"-inf mask: {', '.join(readers)} {'maps' if len(readers) == 1 else 'map'} it to finite values"
+        out["intended"].append({"op": i["op"], "module": i["module"], "events": i["events"], "values": i["values"],
+                                "readers": list(readers), "reason": reason})
+    if w["probing"]:
+        out["probing"] = dict(w["probing"])
+    if w["zero_gradients"]:
+        out["zero_gradients"] = dict(w["zero_gradients"])
+    out["growth_backoffs"] = w["growth_backoffs"]
+    out["healed_updates"] = w["healed_updates"]
+    return out
+
+
+def _op_instance(inst) -> dict:
+    o = {
+        "name": inst.name,
+        "type": inst.type,
+        "module": inst.module,
+        "phase": inst.phase,
+        "occurrence": inst.occurrence,
+        "calls": inst.calls,
+        "reason": inst.reason,
+        "dtypes_in": list(inst.dtypes_in),
+        "compute": inst.compute,
+        "out": inst.out,
+        "kernel_dtypes": _dtype_counts(inst.kernel_dtypes),
+        "casts": [{"input": i, "slot": "", "from": a, "to": b, "calls": n} for (i, a, b), n in inst.casts.items()],
+        "kernels": [{"name": k, "calls": n} for k, n in inst.kernels.items()],
+        "numerics": [{"role": role, "numerics": s.report()} for role, s in inst.numerics.items()],
+    }
+    if inst.error_count or inst.error_nonfinite:
+        n = inst.error_count
+        o["local_error"] = {
+            "count": n, "nonfinite": inst.error_nonfinite,
+            "mean": inst.error_sum / n if n else 0.0, "mean_floor": inst.floor_sum / n if n else 0.0,
+            "worst": max(inst.worst, 0.0), "floor_at_worst": inst.floor_at_worst,
+            "worst_step": inst.worst_step, "max_abs": inst.max_abs,
+        }
+    if inst.first_loss is not None:
+        step, kind, value = inst.first_loss
+        o["range_loss"] = {"underflow": inst.underflow, "overflow": inst.overflow, "first_step": step,
+                           "first_kind": kind, "first_value": value}
+    o["aten"] = list(inst.aten)
+    o["autocast"] = inst.autocast
+    if inst.fp32_nonfinite:
+        o["fp32_nonfinite"] = inst.fp32_nonfinite
+    return o
+
+
+def _dtype_counts(c) -> dict:
+    return {"fp16": c[0], "bf16": c[1], "fp32": c[2], "other": c[3]}
+
+
+def build(rec) -> dict:
+    """The report of what `rec` recorded so far."""
+    w = rec.watch.report() if rec.watch is not None else None
+    steps = rec.steps
+    low_calls = sum(c[0] + c[1] for c in rec.op_types.values())
+    total_calls = sum(sum(c) for c in rec.op_types.values())
+    dtype = (rec.autocast_dtypes or rec.low_dtypes or ["float32"])[0]
+    level = _level(rec)
+    scaling = "pytorch" if rec.scaler_enabled else "static"
+    init_scale = rec.init_scale if rec.scaler_enabled and not math.isnan(rec.init_scale) else 1.0
+    torch_build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU"
+    run = {
+        "command": "record",
+        "model": rec.model_name,
+        "model_description": (f"{rec.model_name or 'a model'} ({rec.parameters} parameters) trained by "
+                              f"{rec.script or 'a PyTorch script'}, recorded in PyTorch {torch.__version__}"),
+        "parameters": rec.parameters,
+        "level": level,
+        "dtype": dtype if level != "O0" else "float32",
+        "device": rec.device or "cpu",
+        "seed": rec.seed if rec.seed is not None else int(torch.initial_seed()),
+        "steps": len(steps),
+        "batch": rec.batch,
+        "lr": rec.lr,
+        "optimizer": rec.optimizer_name,
+        "inspect": rec.inspect,
+        "amp": {
+            "semantics": "pytorch",
+            "config_file": "",
+            "custom_white_list": [],
+            "custom_black_list": sorted(rec.forcer.ops),
+            "fp32_modules": list(rec.forcer.modules),
+            "loss_scaling": scaling,
+            "init_loss_scaling": init_scale,
+        },
+        "versions": {
+            "ampcheck": __version__,
+            "build": f"ampcheck-recorder {__version__} (pure Python) on PyTorch {torch.__version__} ({torch_build})",
+            "cpu_conversions": "PyTorch's own kernels",
+        },
+        "framework": "pytorch",
+        "framework_version": torch.__version__,
+        "script": rec.script or "",
+        "script_args": list(rec.script_args),
+    }
+    if rec.script_outcome is not None:
+        run["script_outcome"] = dict(rec.script_outcome)
+    if rec.internal_error is not None:
+        run["recorder_error"] = rec.internal_error.strip().splitlines()[-1]
+
+    report = {"schema_version": SCHEMA_VERSION, "run": run}
+    if rec.interrupted_by and steps:
+        report["interrupted"] = {"signal": rec.interrupted_by, "steps_run": len(steps),
+                                 "steps_requested": len(steps), "bisect_run": 0}
+    report["steps"] = [dict(s, inf_source=_inf_source(s["inf_source"])) if "inf_source" in s else dict(s)
+                       for s in steps]
+    report["op_types"] = [{"type": t, "calls": _dtype_counts(c)} for t, c in sorted(rec.op_types.items())]
+    report["inserted_casts"] = [{"from": a, "to": b, "calls": n} for (a, b), n in rec.inserted_casts.items()]
+    report["ops"] = [_op_instance(i) for i in rec.instances.values()]
+    report["tensors"] = []
+    report["swamping"] = []
+    nonfinite = _nonfinite_block(rec, w)
+    report["nonfinite"] = nonfinite
+    skipped = sum(1 for s in steps if s["skipped"])
+    finite_losses = [s["loss"] for s in steps]
+    summary = {
+        "initial_loss": finite_losses[0] if finite_losses else math.nan,
+        "final_loss": finite_losses[-1] if finite_losses else math.nan,
+        "accuracy": rec.accuracy,
+        "skipped_steps": skipped,
+        "final_loss_scale": steps[-1].get("scale_after", steps[-1]["loss_scale"]) if steps else init_scale,
+        "low_precision_calls": low_calls,
+        "total_calls": total_calls,
+    }
+    summary.update(_verdict(rec, w, nonfinite, summary, dtype, report))
+    report["summary"] = summary
+    return report
+
+
+def _inf_source(src: dict) -> dict:
+    out = {"parameter": src["parameter"]}
+    if "producer" in src:
+        out["producer"] = _strip(src["producer"])
+    return out
+
+
+def _verdict(rec, w, nonfinite, summary, dtype, report) -> dict:
+    failed = bool(w and w["failures"])
+    if failed:
+        kinds = {f["kind"] for f in w["failures"]}
+        if w["zero_gradients"] and kinds <= {"gradient_underflow", "scale_below_floor"}:
+            verdict, text = "gradient_underflow", "FAILED: " + _gradient_underflow_text(nonfinite)
+        else:
+            verdict, text = "failed", "FAILED: " + _failure_text(w)
+    elif summary["low_precision_calls"] == 0:
+        verdict, text = "amp_off", "AMP is NOT on: no op ran in a low-precision dtype"
+    else:
+        verdict = "healthy"
+        text = (f"healthy: AMP is on ({summary['low_precision_calls']} of {summary['total_calls']} op calls ran "
+                f"in {dtype}), {summary['skipped_steps']} skipped step(s) absorbed by the scaler")
+        if nonfinite.get("probing", {}).get("excused"):
+            text += "; " + _probing_note(nonfinite)
+        if nonfinite.get("growth_backoffs"):
+            text += (f"; {nonfinite['growth_backoffs']} single back-off(s) right after the scale grew "
+                     "(expected of a dynamic scaler)")
+    if not failed and nonfinite["intended"]:
+        values = sum(i["values"] for i in nonfinite["intended"])
+        softmax_only = all(r == "softmax" for i in nonfinite["intended"] for r in i["readers"])
+        text += (f"; {values} intended -Inf "
+                 f"({'masks softmax maps to 0' if softmax_only else 'masks their readers map to finite values'}) "
+                 "not counted as failures")
+    if "interrupted" in report:
+        when = f"interrupted after {len(rec.steps)} steps, by {rec.interrupted_by}"
+        if verdict in ("failed", "gradient_underflow"):
+            text += f" (the run was {when})"
+        else:
+            verdict, text = "interrupted", f"{when}; in the steps run: {text}"
+    if rec.internal_error is not None:
+        text += "; the recorder stopped early on an internal error (run.recorder_error): the steps after it were not seen"
+    return {"verdict": verdict, "verdict_text": text}
+
+
+def _jsonable(x):
+    if isinstance(x, float):
+        if math.isnan(x):
+            return "nan"
+        if math.isinf(x):
+            return "inf" if x > 0 else "-inf"
+        return x
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    return x
+
+
+def to_json(report: dict) -> str:
+    """The report's bytes: ampcheck's JSON format (see the module's comment)."""
+    return json.dumps(_jsonable(report), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def write(report: dict, path) -> str:
+    """Writes atomically: a reader never sees half a report."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".ampcheck-", suffix=".json", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(to_json(report))
+        umask = os.umask(0)  # mkstemp makes the file 0600; a report is as readable as any file
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
