@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -575,12 +576,18 @@ std::string loss_scale_section(const Report& r) {
   plot.series("loss scale", kSeriesColors[0], points, /*step=*/true);
   plot.legend({"loss scale", std::string(kSeriesColors[0]), LegendEntry::Kind::line});
   bool any_skipped = false, any_inf = false;
+  // A skipped step's cause, by step (a run of one scaler update per step).
+  std::map<std::int64_t, const SkippedUpdate*> skip_at;
+  for (const SkippedUpdate& u : r.nonfinite.skips) skip_at[u.update] = &u;
   for (const StepRecord& s : r.steps) {
     if (!std::isfinite(s.loss_scale) || s.loss_scale <= 0) continue;
     const double x = static_cast<double>(s.step);
     if (s.skipped) {
+      const auto it = skip_at.find(s.step);
       plot.marker(x, s.loss_scale, "skipped", kRed,
-                  fmt::format("step {}: skipped (found inf), scale {}", s.step, num(s.loss_scale, 6)));
+                  fmt::format("step {}: skipped (found inf), scale {}{}", s.step, num(s.loss_scale, 6),
+                              it == skip_at.end() ? std::string()
+                                                  : "; " + skip_reading_text(it->second->reading) + ": " + it->second->text));
       any_skipped = true;
     } else if (s.found_inf) {
       plot.marker(x, s.loss_scale, "found-inf", kOrange,
@@ -594,6 +601,13 @@ std::string loss_scale_section(const Report& r) {
   out += fmt::format("<p class=\"caption\">{} of {} steps skipped; final scale {}.</p>\n", r.summary.skipped_steps,
                      r.steps.size(), num(r.summary.final_loss_scale, 6));
   if (r.nonfinite.probing) out += fmt::format("<p class=\"note\" id=\"probing\">{}</p>\n", esc(probing_note(r)));
+  if (!r.nonfinite.skips.empty()) {
+    // Every skipped update with its reading (the one rule, docs/inspector.md) and its cause.
+    Table t({"#update", "#scale before", "#scale after", "reading", "cause"});
+    for (const SkippedUpdate& u : r.nonfinite.skips)
+      t.row({integer(u.update), num(u.scale_before, 6), num(u.scale_after, 6), skip_reading_text(u.reading), u.text});
+    out += "<h3>Skipped updates</h3>\n" + t.render("skipped-updates");
+  }
   return out + std::string(kSectionClose);
 }
 
@@ -983,8 +997,13 @@ std::string nonfinite_section(const Report& r) {
   const NonFinite& nf = r.nonfinite;
   std::string out = section_open("nonfinite", "Non-finite values");
   out += fmt::format(
-      "<p>{} events checked; scaler: {} updates, {} skipped, {} absorbed (expected probing).</p>\n",
-      nf.events_checked, nf.updates, nf.skipped, nf.absorbed);
+      "<p>{} events checked; scaler: {} updates, {} skipped ({} the scaler probing for its scale), {} absorbed.</p>\n",
+      nf.events_checked, nf.updates, nf.skipped,
+      std::count_if(nf.skips.begin(), nf.skips.end(), [](const SkippedUpdate& u) { return is_probing_reading(u.reading); }),
+      nf.absorbed);
+  for (const MaskFailure& m : nf.mask_failures)
+    out += note(fmt::format("the -Inf mask {} in '{}' writes is read by {} in '{}', {}", m.op, m.module, m.reader,
+                            m.reader_module, m.made_non_finite ? "which makes NaN/+Inf of it" : "not a softmax"));
   // A report of 1.2 or older has the first producer only.
   const std::vector<NanEvent> producers =
       !nf.producers.empty() ? nf.producers : nf.producer ? std::vector<NanEvent>{*nf.producer} : std::vector<NanEvent>{};
