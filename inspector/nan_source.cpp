@@ -235,6 +235,7 @@ std::string_view skip_cause_name(SkipCause::Kind k) {
     case SkipCause::Kind::op: return "op";
     case SkipCause::Kind::accumulation: return "accumulation";
     case SkipCause::Kind::parameter: return "parameter";
+    case SkipCause::Kind::forward: return "forward";
     case SkipCause::Kind::unknown: return "unknown";
   }
   return "unknown";
@@ -276,6 +277,12 @@ std::string cause_text(const SkipCause& c) {
     }
     case SkipCause::Kind::parameter:
       s = "no backward op held it: a parameter's gradient summed over its uses (a shared or tied weight) overflowed";
+      break;
+    case SkipCause::Kind::forward:
+      s = "a forward value was non-finite already (the run's forward failure)";
+      if (c.event)
+        s += "; " + std::string(op_name(c.event->op)) + "_grad " + where(c.event->module) +
+             " read it and passed the gradients on non-finite";
       break;
     case SkipCause::Kind::unknown:
       s = "no backward op held it";
@@ -652,9 +659,10 @@ void NanWatch::on_step_end(std::int64_t) {
 
 void NanWatch::merge_real(NanReport& r, const Pending& p) const {
   for (const NanEvent& ev : p.producers) add_producer(r.producers, ev);
-  for (const auto& [op, n] : p.propagators.by_op) {
+  for (const auto& entry : p.propagators.by_op) {
+    const auto& [op, n] = entry;
     auto it = std::find_if(r.propagators.by_op.begin(), r.propagators.by_op.end(),
-                           [&](const auto& kv) { return kv.first == op; });
+                           [&](const auto& kv) { return kv.first == entry.first; });
     if (it == r.propagators.by_op.end()) r.propagators.by_op.emplace_back(op, n);
     else it->second += n;
   }
@@ -680,9 +688,20 @@ void NanWatch::on_scaler_update(const amp::ScalerEvent& e) {
     SkipCause& c = record.cause;
     c.params = e.nonfinite_params;
     c.names = e.nonfinite_names;
+    // The first backward event that held non-finite gradients received them in its
+    // grad_output (autograd summed them outside any op), or read a non-finite value of
+    // its forward (the loss, an activation).
+    const auto grad_output_bad = [](const NanEvent& ev) {
+      return std::any_of(ev.inputs.begin(), ev.inputs.end(),
+                         [](const TensorRange& t) { return t.role == "grad_output" && t.non_finite.any(); });
+    };
     if (record.backward_producer) {
       c.kind = SkipCause::Kind::op;
       c.event = record.backward_producer;
+    } else if (record.forward_non_finite ||
+               (!record.attribution.empty() && !grad_output_bad(record.attribution.front()))) {
+      c.kind = SkipCause::Kind::forward;
+      if (!record.attribution.empty()) c.event = record.attribution.front();
     } else if (!record.attribution.empty()) {
       c.kind = SkipCause::Kind::accumulation;
       c.event = record.attribution.front();

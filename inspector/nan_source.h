@@ -202,6 +202,8 @@ struct SkipCause {
                    // (a residual, a reused activation) overflowed, outside any op
     parameter,     // no backward event held it: a parameter's gradient summed over its uses
                    // (a shared or tied weight) overflowed
+    forward,       // a forward value (the loss, or what a backward op reads of its forward)
+                   // was non-finite already: the gradients followed it at any scale
     unknown,
   } kind = Kind::unknown;
   std::optional<NanEvent> event;

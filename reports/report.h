@@ -295,7 +295,7 @@ struct SkippedUpdate {
   double scale_before = 0, scale_after = 0;
   // initial, lower, after_growth (probing); counted, forward, not_absorbed
   std::string reading;
-  std::string cause;                     // op, accumulation, parameter, unknown
+  std::string cause;                     // op, accumulation, parameter, forward, unknown
   std::optional<NanEvent> event;         // op: the producer; accumulation: the first event that held it
   std::int64_t params = 0;               // parameters whose gradients held Inf/NaN
   std::vector<std::string> param_names;  // the first of them, in the optimizer's order
