@@ -162,6 +162,9 @@ def test_a_minus_inf_mask_read_by_another_op_is_a_failure():
     nf = report["nonfinite"]
     assert [(p["op"], p["module"]) for p in nf["producers"]] == [("masked_fill", "")]
     assert "which is not a softmax" in nf["failures"][0]["detail"]
+    # Written by masked_fill at step 1, read by exp (finite values of it, but not a softmax).
+    assert nf["mask_failures"] == [{"op": "masked_fill", "module": "", "step": 1, "reader": "exp",
+                                    "reader_module": "", "made_non_finite": False}]
 
 
 def test_converged_loss_with_zero_gradients_is_not_underflow():
