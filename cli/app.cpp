@@ -18,6 +18,7 @@
 #include "cli/fp_command.h"
 #include "cli/infer_command.h"
 #include "cli/ops_command.h"
+#include "cli/record_command.h"
 #include "cli/report_command.h"
 #include "cli/run_command.h"
 #include "cli/selftest_command.h"
@@ -51,6 +52,7 @@ int run(int argc, const char* const* argv, std::ostream& given_out, std::ostream
   // Every command, in the order `--help` lists them.
   const std::vector<Command> commands = {
       add_run_command(app),
+      add_record_command(app),
       add_bisect_command(app),
       add_compare_command(app),
       add_infer_command(app),

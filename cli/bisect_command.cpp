@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>   // std::remove
+#include <cstdlib>  // getenv, mkstemps
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -14,6 +17,7 @@
 
 #include "cli/exit_codes.h"
 #include "cli/interrupt.h"
+#include "cli/recorder_process.h"
 #include "cli/run_command.h"
 #include "cli/usage_error.h"
 #include "engine/amp/config.h"
@@ -32,6 +36,7 @@ namespace {
 
 struct BisectOptions {
   RunArgs args;
+  std::string script;  // --script: the user's own PyTorch command line, run under the recorder
   std::string granularity = "type";
   double max_skipped = 0.05;
   double loss_tolerance = 0;
@@ -44,6 +49,9 @@ CLI::App* add_options(CLI::App& app, BisectOptions& o) {
   CLI::App* cmd = app.add_subcommand(
       "bisect-nan", "Find the op producing the first NaN/Inf and a minimal black list that makes the run healthy");
   add_run_args(cmd, o.args);
+  cmd->add_option("--script", o.script,
+                  "bisect your own PyTorch script instead of a model: \"python train.py --steps 50\", run under the "
+                  "recorder with candidate ops (or modules) forced to fp32 inside autocast (docs/recorder.md)");
   cmd->add_option("--granularity", o.granularity, "search over op types (custom_black_list) or op instances (module paths)")
       ->capture_default_str();
   cmd->add_option("--max-skipped", o.max_skipped, "healthy runs skip at most this fraction of the updates")
@@ -89,10 +97,16 @@ std::vector<std::string> producer_keys(const reports::Report& r, const std::stri
   return keys;
 }
 
-// One trial: the run with `set` in fp32 on top of the user's lists.
+// What one trial runs: the training with `set` (op types or module paths) in fp32 on top
+// of the user's own lists. Two runners, one search: the engine's training of a model
+// (custom_black_list / fp32_modules) and the user's script under the recorder
+// (--fp32-ops / --fp32-modules inside autocast).
+using TrialRunner = std::function<InstrumentedRun(const Set& set)>;
+
+// The trials of one search: each set run once (cached), counted, judged, listed.
 struct Trials {
   const BisectOptions& o;
-  const Resolved& base;
+  TrialRunner runner;
   std::ostream& err;
   double reference_loss = 0;
   reports::Bisect& bisect;
@@ -105,17 +119,7 @@ struct Trials {
     if (auto it = cache.find(set); it != cache.end()) return it->second;
     if (bisect.runs >= o.max_runs)
       throw std::length_error(fmt::format("--max-runs {} reached before the search ended", o.max_runs));
-    Resolved r = base;
-    if (bisect.granularity == "type")
-      r.options.amp.custom_black_list.insert(r.options.amp.custom_black_list.end(), set.begin(), set.end());
-    else
-      r.options.amp.fp32_modules.insert(r.options.amp.fp32_modules.end(), set.begin(), set.end());
-    RunSetup setup;
-    setup.command = "bisect-nan";
-    setup.mode = inspector::Mode::stats;
-    setup.max_skipped_fraction = o.max_skipped;
-    setup.stop = InterruptScope::stop_predicate();
-    const InstrumentedRun run = instrumented_run(o.args, r, setup, err);
+    const InstrumentedRun run = runner(set);
     if (const auto& i = run.report.interrupted) throw SearchInterrupted{bisect.runs + 1, i->steps_run, i->steps_requested};
     reports::Trial t;
     t.index = ++bisect.runs;
@@ -154,6 +158,64 @@ struct Trials {
   }
   static bool isatty_stderr();
 };
+
+// The engine's trial: the model trained with `set` in fp32.
+TrialRunner engine_runner(const BisectOptions& o, const Resolved& base, const std::string& granularity,
+                          std::ostream& err) {
+  return [&o, &base, granularity, &err](const Set& set) {
+    Resolved r = base;
+    if (granularity == "type")
+      r.options.amp.custom_black_list.insert(r.options.amp.custom_black_list.end(), set.begin(), set.end());
+    else
+      r.options.amp.fp32_modules.insert(r.options.amp.fp32_modules.end(), set.begin(), set.end());
+    RunSetup setup;
+    setup.command = "bisect-nan";
+    setup.mode = inspector::Mode::stats;
+    setup.max_skipped_fraction = o.max_skipped;
+    setup.stop = InterruptScope::stop_predicate();
+    return instrumented_run(o.args, r, setup, err);
+  };
+}
+
+// A recording as a trial's run: failed when its verdict failed, or when the script itself
+// failed (forcing a module to fp32 can break a script that assumes fp16 outputs).
+InstrumentedRun as_trial(RecordedRun rec) {
+  InstrumentedRun run;
+  run.failed = rec.run_failed() || rec.script_failed();
+  if (rec.script_failed()) {
+    run.failure = reports::script_failure_text(rec.report.run);
+    if (run.failure.empty()) run.failure = fmt::format("the script failed: exit code {}", rec.exit_code);
+  } else if (run.failed) {
+    const std::string& v = rec.report.summary.verdict_text;
+    run.failure = v.rfind("FAILED: ", 0) == 0 ? v.substr(8) : v;
+  }
+  run.report = std::move(rec.report);
+  if (interrupt_requested() && !run.report.interrupted) {  // stopped in its last step, or before it trained
+    reports::Interruption& i = run.report.interrupted.emplace();
+    i.signal = std::string(interrupt_signal_name());
+    i.steps_run = i.steps_requested = std::max<std::int64_t>(1, static_cast<std::int64_t>(run.report.steps.size()));
+  }
+  return run;
+}
+
+RecordRequest script_request(const BisectOptions& o, const std::string& log) {
+  RecordRequest r;
+  r.shell = o.script;
+  r.inspect = "stats";
+  r.allow_inf = o.args.allow_inf;
+  r.max_skipped = o.max_skipped;
+  r.output_file = log;
+  return r;
+}
+
+// The script's trial: the script recorded with `set` forced to fp32 inside autocast.
+TrialRunner script_runner(const BisectOptions& o, const std::string& granularity, const std::string& log) {
+  return [&o, granularity, log](const Set& set) {
+    RecordRequest r = script_request(o, log);
+    (granularity == "type" ? r.fp32_ops : r.fp32_modules) = set;
+    return as_trial(recorded_run(r));
+  };
+}
 
 // The search for a small set of candidates whose fp32 makes the run healthy, steered by
 // what the trials report. Known culprits S start empty; the candidates R are ordered with
@@ -424,33 +486,26 @@ int finish_bisect(const BisectOptions& o, const reports::Report& report, const s
   return b.found ? kOk : kCheckFailed;
 }
 
-int run_bisect(const BisectOptions& o, std::ostream& out, std::ostream& err) {
-  if (o.args.nproc > 1 && !dist::launched_by_mpi()) return launch_under_mpi(o.args.nproc, err);
-  if (o.granularity != "type" && o.granularity != "instance")
-    throw UsageError("--granularity \"" + o.granularity + "\": use type (op types) or instance (module paths)");
-  if (!(o.max_skipped >= 0 && o.max_skipped < 1))
-    throw UsageError(fmt::format("--max-skipped {} is not a fraction in [0, 1)", o.max_skipped));
-  if (!(o.loss_tolerance >= 0)) throw UsageError(fmt::format("--loss-tolerance {} must be >= 0", o.loss_tolerance));
-  if (o.max_runs < 2) throw UsageError(fmt::format("--max-runs {} is too few: at least 2", o.max_runs));
-  const Resolved base = resolve(o.args);
-  if (!o.args.quiet) err << base.device_notice;
-  if (base.options.amp.level == amp::Level::O0)
-    throw UsageError("bisect-nan needs an AMP level (O1, O2 or O3): at O0 nothing runs in low precision");
-  check_output("--report", o.report);
-  check_output("--html", o.html);
+// The fix for a script, in PyTorch's terms, from the recorder that ran its trials.
+std::string pytorch_advice(const BisectOptions& o, const reports::Bisect& b, const std::string& device) {
+  const std::string python = python_of(shell_words(o.script));
+  return b.granularity == "type" ? recorder_advice(python, b.culprits, {}, device)
+                                 : recorder_advice(python, {}, b.culprits, device);
+}
 
-  // Ctrl-C stops the run in progress after its step; the report keeps the trials judged
-  // before it, marked interrupted, and the command exits 130.
-  const InterruptScope interrupt;
+// What differs between the two kinds of search: how a trial runs, which ops are no
+// candidates, the fp32 reference for --loss-tolerance, and the fix in the user's terms.
+struct BisectSource {
+  TrialRunner runner;
+  std::set<std::string> not_candidates;  // op types that are never candidates
+  std::function<double()> fp32_reference;  // the fp32 run's final loss (engine only)
+  std::function<reports::Suggestion(const reports::Bisect&)> suggest;
+};
 
-  // The unmodified run, traced: the producer and the candidates.
-  RunSetup setup;
-  setup.command = "bisect-nan";
-  setup.mode = inspector::Mode::stats;
-  setup.max_skipped_fraction = o.max_skipped;
-  setup.progress_label = "bisect: the run as configured";
-  setup.stop = InterruptScope::stop_predicate();
-  InstrumentedRun first = instrumented_run(o.args, base, setup, err);
+// The search on the run as configured (`first`), with `src`'s trials: one algorithm for
+// the engine's models and the users' scripts.
+int bisect_from(const BisectOptions& o, const InstrumentedRun& first, const BisectSource& src, std::ostream& out,
+                std::ostream& err) {
   reports::Report report = first.report;
   reports::Bisect& b = report.bisect.emplace();
   b.granularity = o.granularity;
@@ -470,7 +525,9 @@ int run_bisect(const BisectOptions& o, std::ostream& out, std::ostream& err) {
   std::map<std::string, std::set<std::string>> modules_of_type;
   std::set<std::string> gemm_like;
   for (const reports::OpInstance& op : report.ops) {
-    if (op.phase != "forward" || op.type == "cast" || op.kernel_dtypes.fp16 + op.kernel_dtypes.bf16 == 0) continue;
+    if (op.phase != "forward" || src.not_candidates.count(op.type) ||
+        op.kernel_dtypes.fp16 + op.kernel_dtypes.bf16 == 0)
+      continue;
     const std::string key = o.granularity == "type" ? op.type : op.module;
     if (key.empty()) continue;  // an op outside every module has no module to run in fp32
     if (std::find(b.candidates.begin(), b.candidates.end(), key) == b.candidates.end()) b.candidates.push_back(key);
@@ -478,7 +535,7 @@ int run_bisect(const BisectOptions& o, std::ostream& out, std::ostream& err) {
     if (const auto id = op_from_name(op.type); id && op_info(*id).amp == AmpCategory::lower) gemm_like.insert(key);
   }
 
-  Trials trials{o, base, err, 0, b, {}};
+  Trials trials{o, src.runner, err, 0, b, {}};
   {
     Outcome as_configured;
     as_configured.healthy = !first.failed;
@@ -495,16 +552,7 @@ int run_bisect(const BisectOptions& o, std::ostream& out, std::ostream& err) {
   } else {
     try {
       if (o.loss_tolerance > 0) {
-        // The fp32 reference the final loss is held to.
-        RunSetup ref_setup;
-        ref_setup.command = "bisect-nan";
-        ref_setup.mode = inspector::Mode::off;
-        ref_setup.stop = InterruptScope::stop_predicate();
-        Resolved ref = base;
-        ref.options = with_level(base.options, amp::Level::O0);
-        const InstrumentedRun fp32 = instrumented_run(o.args, ref, ref_setup, err);
-        if (const auto& i = fp32.report.interrupted) throw SearchInterrupted{b.runs + 1, i->steps_run, i->steps_requested};
-        trials.reference_loss = fp32.report.summary.final_loss;
+        trials.reference_loss = src.fp32_reference();
         b.reference_loss = trials.reference_loss;
         ++b.runs;
         trials.judge_loss(b.trials.front());  // the run as configured, now held to the reference too
@@ -555,10 +603,157 @@ int run_bisect(const BisectOptions& o, std::ostream& out, std::ostream& err) {
     } else {
       b.suggested_fp32_modules = b.culprits;
     }
-    if (!b.culprits.empty()) b.suggestion = suggestion(base, b);
+    if (!b.culprits.empty()) b.suggestion = src.suggest(b);
   }
 
   return finish_bisect(o, report, why_not, out);
+}
+
+void check_search_options(const BisectOptions& o) {
+  if (o.granularity != "type" && o.granularity != "instance")
+    throw UsageError("--granularity \"" + o.granularity + "\": use type (op types) or instance (module paths)");
+  if (!(o.max_skipped >= 0 && o.max_skipped < 1))
+    throw UsageError(fmt::format("--max-skipped {} is not a fraction in [0, 1)", o.max_skipped));
+  if (!(o.loss_tolerance >= 0)) throw UsageError(fmt::format("--loss-tolerance {} must be >= 0", o.loss_tolerance));
+  if (o.max_runs < 2) throw UsageError(fmt::format("--max-runs {} is too few: at least 2", o.max_runs));
+  check_output("--report", o.report);
+  check_output("--html", o.html);
+}
+
+int run_bisect_engine(const BisectOptions& o, std::ostream& out, std::ostream& err) {
+  if (o.args.nproc > 1 && !dist::launched_by_mpi()) return launch_under_mpi(o.args.nproc, err);
+  check_search_options(o);
+  const Resolved base = resolve(o.args);
+  if (!o.args.quiet) err << base.device_notice;
+  if (base.options.amp.level == amp::Level::O0)
+    throw UsageError("bisect-nan needs an AMP level (O1, O2 or O3): at O0 nothing runs in low precision");
+
+  // Ctrl-C stops the run in progress after its step; the report keeps the trials judged
+  // before it, marked interrupted, and the command exits 130.
+  const InterruptScope interrupt;
+
+  // The unmodified run, traced: the producer and the candidates.
+  RunSetup setup;
+  setup.command = "bisect-nan";
+  setup.mode = inspector::Mode::stats;
+  setup.max_skipped_fraction = o.max_skipped;
+  setup.progress_label = "bisect: the run as configured";
+  setup.stop = InterruptScope::stop_predicate();
+  const InstrumentedRun first = instrumented_run(o.args, base, setup, err);
+
+  BisectSource src;
+  src.runner = engine_runner(o, base, o.granularity, err);
+  src.not_candidates = {"cast"};
+  src.fp32_reference = [&]() {
+    // The fp32 reference the final loss is held to.
+    RunSetup ref_setup;
+    ref_setup.command = "bisect-nan";
+    ref_setup.mode = inspector::Mode::off;
+    ref_setup.stop = InterruptScope::stop_predicate();
+    Resolved ref = base;
+    ref.options = with_level(base.options, amp::Level::O0);
+    const InstrumentedRun fp32 = instrumented_run(o.args, ref, ref_setup, err);
+    if (const auto& i = fp32.report.interrupted) throw SearchInterrupted{2, i->steps_run, i->steps_requested};
+    return fp32.report.summary.final_loss;
+  };
+  src.suggest = [&](const reports::Bisect& b) { return suggestion(base, b); };
+  return bisect_from(o, first, src, out, err);
+}
+
+// Where two runs of the unchanged script first differ, in a few words; "" when they agree
+// (the same bytes, or the same steps, losses, scales, verdict and producers).
+std::string first_difference(const RecordedRun& a, const RecordedRun& b) {
+  if (a.json == b.json) return {};
+  const reports::Report &x = a.report, &y = b.report;
+  if (x.steps.size() != y.steps.size())
+    return fmt::format("{} steps, then {}", x.steps.size(), y.steps.size());
+  for (std::size_t i = 0; i < x.steps.size(); ++i) {
+    const reports::StepRecord &s = x.steps[i], &t = y.steps[i];
+    const bool same_loss = s.loss == t.loss || (std::isnan(s.loss) && std::isnan(t.loss));
+    if (!same_loss) return fmt::format("the loss at step {}: {} vs {}", s.step, s.loss, t.loss);
+    if (s.loss_scale != t.loss_scale || s.skipped != t.skipped)
+      return fmt::format("the loss scaler at step {}: scale {} {}, then {} {}", s.step, s.loss_scale,
+                         s.skipped ? "skipped" : "stepped", t.loss_scale, t.skipped ? "skipped" : "stepped");
+  }
+  if (x.summary.verdict != y.summary.verdict)
+    return fmt::format("the verdict: {}, then {}", x.summary.verdict, y.summary.verdict);
+  if (producer_keys(x, "type") != producer_keys(y, "type") || producer_keys(x, "instance") != producer_keys(y, "instance"))
+    return "the ops that produced the first NaN/Inf";
+  return {};
+}
+
+// A scratch file for the trials' output (the script's prints), kept only while it is needed.
+struct TrialLog {
+  std::string path;
+  TrialLog() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string templ = (tmp && *tmp ? std::string(tmp) : std::string("/tmp")) + "/ampcheck-bisect-XXXXXX.log";
+    const int fd = mkstemps(templ.data(), 4);
+    if (fd < 0) throw UsageError("bisect-nan --script: cannot make a scratch file in " + templ + "; set TMPDIR");
+    ::close(fd);
+    path = templ;
+  }
+  ~TrialLog() { std::remove(path.c_str()); }
+  TrialLog(const TrialLog&) = delete;
+  TrialLog& operator=(const TrialLog&) = delete;
+};
+
+int run_bisect_script(const BisectOptions& o, const CLI::App& cmd, std::ostream& out, std::ostream& err) {
+  for (const char* engine_only : {"--model", "--data", "--loss", "--output", "--level", "--dtype", "--steps", "--batch",
+                                  "--lr", "--seed", "--config", "--white", "--black", "--device", "--nproc",
+                                  "--dp-reduce-dtype", "--dp-no-inf-reduce", "--cupti"})
+    if (cmd.count(engine_only) > 0)
+      throw UsageError(fmt::format("bisect-nan --script: {} sets ampcheck's own training, and the script trains with "
+                                   "its own settings: drop {} (or bisect an exported model with --model instead)",
+                                   engine_only, engine_only));
+  if (o.loss_tolerance > 0)
+    throw UsageError("bisect-nan --script: --loss-tolerance needs an fp32 run of the same training, which only the "
+                     "script can make; drop it (each trial's verdict is still judged)");
+  if (shell_words(o.script).empty()) throw UsageError("bisect-nan --script: the command is empty; give \"python train.py\"");
+  check_search_options(o);
+  const InterruptScope interrupt;
+  const TrialLog log;
+
+  // The script as written, twice: a trial is judged against a run that repeats itself, or
+  // a fix could be chance.
+  if (!o.args.quiet) err << "bisect-nan: recording the script as written\n";
+  RecordedRun first = recorded_run(script_request(o, log.path));
+  const bool stopped = interrupt_requested() || first.report.interrupted.has_value();
+  if (!stopped) {
+    if (first.script_failed() && first.report.steps.empty())
+      throw UsageError("bisect-nan --script: " + reports::script_failure_text(first.report.run) +
+                       " before it trained a step; fix the script first (its output: " + log.path + ")");
+    if (!o.args.quiet) err << "bisect-nan: recording it again: the runs must agree\n";
+    const RecordedRun again = recorded_run(script_request(o, log.path));
+    if (!interrupt_requested()) {
+      if (const std::string diff = first_difference(first, again); !diff.empty())
+        throw UsageError(fmt::format(
+            "bisect-nan --script: two runs of the unchanged script differ ({}), so no trial could tell a fix from "
+            "chance; make the run repeat itself: seed it (torch.manual_seed(0), random.seed(0), numpy.random.seed(0)), "
+            "use deterministic kernels (torch.use_deterministic_algorithms(True); on CUDA also "
+            "CUBLAS_WORKSPACE_CONFIG=:4096:8), and load the data in a fixed order (DataLoader(num_workers=0), or a "
+            "seeded generator= and worker_init_fn)",
+            diff));
+    }
+  }
+  const std::string device = first.report.run.device.empty() ? "cuda" : first.report.run.device;
+
+  BisectSource src;
+  src.runner = script_runner(o, o.granularity, log.path);
+  // Data movement is no candidate: it computes nothing whose precision matters.
+  src.not_candidates = {"cast", "reshape", "permute", "slice", "expand", "clone"};
+  src.suggest = [&](const reports::Bisect& b) {
+    reports::Suggestion s;
+    s.pytorch = pytorch_advice(o, b, device);
+    return s;
+  };
+  InstrumentedRun as_configured = as_trial(std::move(first));
+  as_configured.report.run.command = "bisect-nan";
+  return bisect_from(o, as_configured, src, out, err);
+}
+
+int run_bisect(const BisectOptions& o, const CLI::App& cmd, std::ostream& out, std::ostream& err) {
+  return o.script.empty() ? run_bisect_engine(o, out, err) : run_bisect_script(o, cmd, out, err);
 }
 
 }  // namespace
@@ -567,8 +762,8 @@ bool Trials::isatty_stderr() { return ::isatty(2) != 0; }
 
 Command add_bisect_command(CLI::App& app) {
   auto options = std::make_shared<BisectOptions>();
-  return {add_options(app, *options),
-          [options](std::ostream& out, std::ostream& err) { return run_bisect(*options, out, err); }};
+  CLI::App* cmd = add_options(app, *options);
+  return {cmd, [options, cmd](std::ostream& out, std::ostream& err) { return run_bisect(*options, *cmd, out, err); }};
 }
 
 }  // namespace ampcheck::cli

@@ -355,6 +355,18 @@ class Checker {
 
   void accuracy() {
     const double b = b_.summary.accuracy, c = c_.summary.accuracy;
+    // A run that measured no accuracy (a recorded script that never called set_accuracy)
+    // has "nan": two such runs have nothing to compare, and a baseline without one says
+    // nothing of a drop. A NaN now against a measured baseline is a lost accuracy: judged.
+    if (std::isnan(b)) {
+      auto [bv, cv] = nums(b, c);
+      add("accuracy_drop", "summary.accuracy", std::move(bv), std::move(cv),
+          std::isnan(c) ? "not checked: both runs' accuracy is nan (neither measured one; a recorded script reports "
+                          "it with rec.set_accuracy)"
+                        : "not checked: the baseline's accuracy is nan (not measured), so a drop cannot be told",
+          false);
+      return;
+    }
     if (noise_.source == "jitter") {  // one run says nothing of how far a seed moves it
       auto [bv, cv] = nums(b, c);
       add("accuracy_drop", "summary.accuracy", std::move(bv), std::move(cv),

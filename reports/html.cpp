@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "reports/advice.h"
+#include "reports/text.h"  // recorded_text, script_failure_text
 
 namespace ampcheck::reports {
 namespace {
@@ -415,6 +416,14 @@ std::string header(const Report& r) {
   const Summary& s = r.summary;
   std::string out = fmt::format("<header>\n<h1>ampcheck {} — {}</h1>\n", esc(run.command), esc(run.model));
   if (!run.model_description.empty()) out += fmt::format("<p class=\"sub\">{}</p>\n", esc(run.model_description));
+  if (const std::string rec = recorded_text(run); !rec.empty())
+    out += fmt::format("<p class=\"sub\" id=\"recorded\">{}</p>\n", esc(rec));
+  if (const std::string f = script_failure_text(run); !f.empty())
+    out += fmt::format("<p class=\"sub\" id=\"script-failed\"><strong>{}</strong> (the report holds the {} step{} it "
+                       "ran)</p>\n",
+                       esc(f), r.steps.size(), r.steps.size() == 1 ? "" : "s");
+  if (const std::string e = recorder_error_text(run); !e.empty())
+    out += fmt::format("<p class=\"sub\" id=\"recorder-error\">{}</p>\n", esc(e));
   // The tag names the kind unless the line already starts with it ("FAILED: ...").
   const std::string tag = s.verdict.empty() ? "no verdict" : s.verdict;
   const bool tag_in_text = s.verdict_text.size() >= tag.size() &&
@@ -441,7 +450,7 @@ std::string header(const Report& r) {
 
   const std::vector<std::pair<std::string, std::string>> cards = {
       {"loss", fmt::format("{} → {}", num(s.initial_loss, 5), num(s.final_loss, 5))},
-      {"accuracy", percent(s.accuracy, 1)},
+      {"accuracy", std::isnan(s.accuracy) ? std::string("not measured") : percent(s.accuracy, 1)},
       {"skipped steps", fmt::format("{} of {}", s.skipped_steps, steps_shown)},
       {"final loss scale", num(s.final_loss_scale, 6)},
       {"low-precision calls", fmt::format("{} of {} ({})", s.low_precision_calls, s.total_calls,

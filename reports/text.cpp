@@ -211,8 +211,10 @@ std::string bisect_section(const Bisect& b, bool interrupted) {
   std::string culprits;
   for (const std::string& c : b.culprits) culprits += (culprits.empty() ? "" : ", ") + c;
   s += "Minimal fix: run " + culprits + " in fp32\n\n";
-  s += "ampcheck config (--config):\n" + b.suggestion.ampcheck + "\n";
-  s += "PaddlePaddle:\n" + b.suggestion.paddle + "\n" + b.suggestion.paddle_fleet + "\n";
+  // A recorded script's fix is in its own framework's terms only.
+  if (!b.suggestion.ampcheck.empty()) s += "ampcheck config (--config):\n" + b.suggestion.ampcheck + "\n";
+  if (!b.suggestion.paddle.empty() || !b.suggestion.paddle_fleet.empty())
+    s += "PaddlePaddle:\n" + b.suggestion.paddle + "\n" + b.suggestion.paddle_fleet + "\n";
   s += "PyTorch:\n" + b.suggestion.pytorch;
   return s;
 }
@@ -379,9 +381,43 @@ std::string distributed_section(const Report& r) {
   return s;
 }
 
+std::string recorded_text(const RunInfo& run) {
+  if (!run.framework) return {};
+  const std::string& f = *run.framework;
+  std::string s = "recorded in " + std::string(f == "pytorch" ? "PyTorch" : f == "paddle" ? "PaddlePaddle" : f);
+  if (run.framework_version && !run.framework_version->empty()) s += " " + *run.framework_version;
+  if (run.script && !run.script->empty()) {
+    s += " from " + *run.script;
+    if (run.script_args)
+      for (const std::string& a : *run.script_args)
+        s += " " + (a.empty() || a.find_first_of(" \t'\"") != std::string::npos ? "'" + a + "'" : a);
+  }
+  return s;
+}
+
+std::string script_failure_text(const RunInfo& run) {
+  if (!run.script_outcome) return {};
+  const ScriptOutcome& o = *run.script_outcome;
+  const bool exited_badly = o.exit_code && *o.exit_code != 0;
+  if (!exited_badly && o.error.empty()) return {};
+  std::string s = "the script failed:";
+  if (o.exit_code) s += fmt::format(" exit code {}", *o.exit_code);
+  if (!o.error.empty()) s += (o.exit_code ? ", " : " ") + o.error;
+  return s;
+}
+
+std::string recorder_error_text(const RunInfo& run) {
+  if (!run.recorder_error) return {};
+  return "the recorder stopped early (" + *run.recorder_error + "): the steps after it were not seen";
+}
+
 std::string to_text(const Report& r, std::size_t top) {
   const RunInfo& run = r.run;
   std::string s = fmt::format("ampcheck {}: {} ({} parameters)\n", run.command, run.model_description, run.parameters);
+  if (const std::string rec = recorded_text(run); !rec.empty()) s += "  " + rec + "\n";
+  if (const std::string f = script_failure_text(run); !f.empty())
+    s += fmt::format("  {} (the report holds the {} step{} it ran)\n", f, r.steps.size(), r.steps.size() == 1 ? "" : "s");
+  if (const std::string e = recorder_error_text(run); !e.empty()) s += "  " + e + "\n";
   std::string batch = std::to_string(run.batch);
   if (run.fixed_batch)
     batch += run.batch == *run.fixed_batch ? " (fixed by the export)"
@@ -396,8 +432,10 @@ std::string to_text(const Report& r, std::size_t top) {
   s += interrupted_section(r);
   const Summary& sum = r.summary;
   if (!r.steps.empty())
-    s += fmt::format("  loss {} -> {}, training accuracy {:.1f}%, skipped steps {} of {}, final loss scale {} ({})\n",
-                     loss(sum.initial_loss), loss(sum.final_loss), 100 * sum.accuracy, sum.skipped_steps,
+    s += fmt::format("  loss {} -> {}, training accuracy {}, skipped steps {} of {}, final loss scale {} ({})\n",
+                     loss(sum.initial_loss), loss(sum.final_loss),
+                     std::isnan(sum.accuracy) ? std::string("not measured") : fmt::format("{:.1f}%", 100 * sum.accuracy),
+                     sum.skipped_steps,
                      r.steps.size(), number(sum.final_loss_scale), run.amp.loss_scaling);
   s += "\n";
   if (!r.op_types.empty()) s += paddle_operator_table(r.op_types, r.inserted_casts) + "\n";

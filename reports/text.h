@@ -20,6 +20,16 @@ std::string to_text(const Report& report, std::size_t top = 8);
 // _print_operator_stats), then one line with the AMP policy's inserted casts.
 std::string paddle_operator_table(const std::vector<OpTypeRow>& rows, const std::vector<InsertedCasts>& casts);
 
+// A run recorded in the user's own framework (ampcheck record): "recorded in PyTorch 2.15.0
+// from python train.py --steps 50"; "" for a run of ampcheck's engine.
+std::string recorded_text(const RunInfo& run);
+// How the recorded script ended when it did not end normally: "the script failed: exit
+// code 1, RuntimeError: boom"; "" when it ended normally (or the run is not recorded).
+std::string script_failure_text(const RunInfo& run);
+// The recorder's own stop: "the recorder stopped early (...): the steps after it were not
+// seen"; "" when it did not.
+std::string recorder_error_text(const RunInfo& run);
+
 // The fraction of a tensor's elements that are NaN/Inf or overflow / underflow in fp16
 // (0 when empty): how the text ranks tensors.
 double f16_out_of_range(const Numerics& n);

@@ -189,6 +189,29 @@ TEST(Drift, ValuesThatPrintAlikeGetAllTheirDigits) {
   EXPECT_FALSE(f->failing);
 }
 
+// A recorded run measures no accuracy unless its script says one ("nan"): two such runs
+// are not a drop (NaN != NaN must not read as a change), and neither is a measured
+// accuracy against a baseline without one; a NaN against a measured baseline is lost.
+TEST(Drift, AccuracyNotMeasuredIsNotChecked) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Report base = sample(), current = sample();
+  base.summary.accuracy = nan;
+  current.summary.accuracy = nan;
+  const DriftResult both = compare_reports(base, current, DriftRules{});
+  const Finding* f = find(both, "accuracy_drop", "summary.accuracy");
+  ASSERT_NE(f, nullptr) << dump(both);
+  EXPECT_FALSE(f->failing);
+  EXPECT_EQ(f->detail.rfind("not checked: both runs' accuracy is nan", 0), 0u) << f->detail;
+  EXPECT_FALSE(both.drifted()) << dump(both);
+
+  current.summary.accuracy = 0.5;  // measured now, not before: nothing to drop from
+  EXPECT_FALSE(find(compare_reports(base, current, DriftRules{}), "accuracy_drop", "summary.accuracy")->failing);
+
+  base.summary.accuracy = 0.64;  // measured before, lost now
+  current.summary.accuracy = nan;
+  EXPECT_TRUE(find(compare_reports(base, current, DriftRules{}), "accuracy_drop", "summary.accuracy")->failing);
+}
+
 TEST(Drift, AccuracyDropAndSkippedSteps) {
   Report current = sample();
   current.summary.accuracy = 0.64 - 0.03;

@@ -2,8 +2,12 @@
 // the words a person looks for, and no claim about the steps not run.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <cstdint>
+#include <limits>
 #include <string>
+#include <vector>
 
 #include "reports/text.h"
 #include "tests/report_fixture.h"
@@ -31,6 +35,32 @@ TEST(ReportText, FailuresOfOneKindAreOneLine) {
       << text;
   EXPECT_FALSE(has(text, "gradient_not_absorbed at step 2")) << text;
   EXPECT_TRUE(has(text, "failure: skipped_fraction at step 30: 30 of 30 updates skipped (1 > 0.05)\n")) << text;
+}
+
+// A recorded run (ampcheck record) names its framework and script, says how the script
+// failed apart from the run's verdict, and an accuracy it never measured as such.
+TEST(ReportText, RecordedRunNamesFrameworkScriptAndItsFailure) {
+  Report r = testing::sample_report(false, false);
+  r.run.command = "record";
+  r.run.framework = "pytorch";
+  r.run.framework_version = "2.15.0";
+  r.run.script = "train.py";
+  r.run.script_args = std::vector<std::string>{"--steps", "5", "a b"};
+  r.summary.accuracy = std::numeric_limits<double>::quiet_NaN();
+  std::string text = to_text(r);
+  EXPECT_TRUE(has(text, "\n  recorded in PyTorch 2.15.0 from train.py --steps 5 'a b'\n")) << text;
+  EXPECT_TRUE(has(text, "training accuracy not measured")) << text;
+  EXPECT_FALSE(has(text, "the script failed")) << text;
+
+  r.run.script_outcome = ScriptOutcome{1, "RuntimeError: boom"};
+  text = to_text(r);
+  EXPECT_TRUE(has(text, fmt::format("  the script failed: exit code 1, RuntimeError: boom (the report holds the {} steps "
+                                    "it ran)\n",
+                                    r.steps.size())))
+      << text;
+  r.run.script_outcome = ScriptOutcome{0, ""};  // ended normally: nothing to say
+  EXPECT_FALSE(has(to_text(r), "the script failed"));
+  EXPECT_EQ(recorded_text(testing::sample_report(false, false).run), "");  // an engine run
 }
 
 TEST(ReportText, InterruptedRunSaysHowFarUnderTheSettings) {

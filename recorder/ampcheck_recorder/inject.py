@@ -20,6 +20,9 @@ The environment (each also a flag of ``run``; docs/recorder.md):
     AMPCHECK_RECORD_ALLOW_INF     op types or module paths whose Inf/-Inf is intended
     AMPCHECK_RECORD_MAX_SKIPPED   the skipped fraction a healthy run may have (0.05)
     AMPCHECK_RECORD_STATS_EVERY   numerics every N steps (1)
+    AMPCHECK_RECORD_SEED          seeds torch, random and numpy when the script imports
+                                  torch (`ampcheck record --seeds N`); a script that
+                                  seeds itself afterwards wins (it may read this variable)
     AMPCHECK_RECORD_OWNER         set by the recorder to its process id: a Python
                                   process the script starts (DataLoader workers,
                                   subprocesses) sees another id and does not record
@@ -41,6 +44,7 @@ ENV_ALLOW_INF = "AMPCHECK_RECORD_ALLOW_INF"
 ENV_MAX_SKIPPED = "AMPCHECK_RECORD_MAX_SKIPPED"
 ENV_STATS_EVERY = "AMPCHECK_RECORD_STATS_EVERY"
 ENV_OWNER = "AMPCHECK_RECORD_OWNER"
+ENV_SEED = "AMPCHECK_RECORD_SEED"
 
 
 class ConfigError(ValueError):
@@ -144,8 +148,30 @@ def _note_uncaught(exc_type, exc, tb, previous=sys.excepthook):
     previous(exc_type, exc, tb)
 
 
+def _seed_from_environment():
+    """AMPCHECK_RECORD_SEED: the seed of `ampcheck record --seeds N`'s k-th run, set as the
+    script imports torch; a script that seeds itself later overrides it."""
+    text = os.environ.get(ENV_SEED, "")
+    if not text:
+        return
+    try:
+        seed = int(text)
+    except ValueError:
+        raise ConfigError(f'{ENV_SEED}="{text}" is not a whole number') from None
+    import random
+    import torch
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy
+        numpy.random.seed(seed % 2 ** 32)
+    except ImportError:
+        pass
+
+
 def _start_from_environment(opts):
     try:
+        _seed_from_environment()
         from .recorder import Recorder
         rec = Recorder(script=sys.argv[0] if sys.argv else "", script_args=sys.argv[1:], wait_for_model=True,
                        **opts)

@@ -27,10 +27,19 @@ where the recorder differs):
                built with torch.full(-inf).triu() is a constant, as a buffer is.
 
 Backward and optimizer-phase calls are held until the scaler's next update judges them:
-found_inf, the step skipped and the scale lowered is absorbed probing; anything else is
-a real failure. Steps without a GradScaler end with an update of scale 1 that never
-skips, so non-finite gradients there fail the run (gradient_not_absorbed), as PyTorch's
+found_inf, the step skipped and the scale lowered is absorbed; anything else is a real
+failure. Steps without a GradScaler end with an update of scale 1 that never skips, so
+non-finite gradients there fail the run (gradient_not_absorbed), as PyTorch's
 GradScaler(enabled=False) does in the engine.
+
+Skipped updates: one rule (docs/inspector.md). Every skipped update is listed with its
+cause (the first backward producer: "op"; else the first backward call that held the
+non-finite gradient received it: "accumulation"; else a parameter's own gradient:
+"parameter") and its reading: probing while the scale looks for its level (no update
+stepped yet: "initial"; the back-off takes the scale to a new low of the run: "lower";
+the scale had grown past that of the last update that stepped: "after_growth"), else
+"counted"; "forward" after a non-finite forward value, "not_absorbed" when the scaler
+did not react. The skipped fraction counts what is not probing.
 """
 
 from __future__ import annotations
@@ -103,6 +112,10 @@ class ScalerEvent:
     # found_inf comes from a look at every parameter gradient (the GradScaler's check, or
     # the recorder's own scan when no scaler is on).
     checked: bool = True
+    # Parameters whose gradients held Inf/NaN at the update: how many, and the first
+    # (up to 8) by name, in the optimizer's order.
+    nonfinite_params: int = 0
+    nonfinite_names: list = field(default_factory=list)
 
 
 @dataclass
@@ -113,6 +126,12 @@ class ScaleRecord:
     attribution: list = field(default_factory=list)
     propagators: int = 0
     forward_non_finite: bool = False
+    reading: str = "counted"     # meaningful for a skipped update (PROBING, counted, forward, not_absorbed)
+    cause: dict | None = None    # when it found Inf/NaN: {"kind", "event", "params", "names"}
+
+
+PROBING = ("initial", "lower", "after_growth")
+MAX_PARAM_NAMES = 8
 
 
 def view_key(t: torch.Tensor):
@@ -209,6 +228,12 @@ class NanWatch:
         self.events_checked = 0
         self.allowed_events = 0
         self.healed_updates = 0
+        self.mask_failures: list[dict] = []
+        # For reading skips: whether an update has stepped, the scale of the last that did,
+        # and the lowest scale of the run so far.
+        self._stepped_any = False
+        self._last_stepped_scale = 0.0
+        self._lowest_scale = math.inf
         self._pending = _Pending()
         self._allowed_values: list[torch.Tensor] = []
         self._below_floor = False
@@ -357,12 +382,17 @@ class NanWatch:
             self._mask_values.pop(0)
         self._mask_values.append((t, list(roots)))
 
-    def _spread_masks(self, roots, how: str):
+    def _spread_masks(self, roots, reader: OpEvent, made_non_finite: bool, how: str):
         for i in roots:
             root = self._roots[i]
             if root.spread:
                 continue
             root.spread = True
+            writer = root.event
+            if not any(f["op"] == writer["op"] and f["module"] == writer["module"] for f in self.mask_failures):
+                self.mask_failures.append({"op": writer["op"], "module": writer["module"], "step": writer["step"],
+                                           "reader": reader.op, "reader_module": reader.module,
+                                           "made_non_finite": made_non_finite})
             _add_producer(self.producers, root.event)
             self._forward_bad_since_update = True
             if self._first_forward_bad is None or root.event["_seq"] < self._first_forward_bad["_seq"]:
@@ -437,7 +467,7 @@ class NanWatch:
                             if ev.op not in self._roots[r].readers:
                                 self._roots[r].readers.append(ev.op)
                     else:
-                        self._spread_masks(roots, f"; its -Inf reached {ev.op} in module '{ev.module}', "
+                        self._spread_masks(roots, ev, False, f"; its -Inf reached {ev.op} in module '{ev.module}', "
                                                   "which is not a softmax (name the mask with --allow-inf "
                                                   "if that is intended)")
             return
@@ -501,7 +531,7 @@ class NanWatch:
                 self._add_mask_value(ev.outputs[0], roots_read)
                 return
             if roots_read:
-                self._spread_masks(roots_read, f"; its -Inf reached {ev.op} in module '{ev.module}', "
+                self._spread_masks(roots_read, ev, True, f"; its -Inf reached {ev.op} in module '{ev.module}', "
                                                f"which made {_counts_text(produced)} of it")
 
         if not forward:
@@ -584,6 +614,35 @@ class NanWatch:
                 rec.backward_producer = p.producers[0]
             rec.attribution = list(p.attribution)
             rec.propagators = p.propagators.events
+            cause = {"kind": "unknown", "event": None, "params": e.nonfinite_params,
+                     "names": list(e.nonfinite_names[:MAX_PARAM_NAMES])}
+            if rec.backward_producer is not None:
+                cause["kind"], cause["event"] = "op", rec.backward_producer
+            elif rec.attribution:
+                # The first backward call that held it received it: autograd's sum of the
+                # gradients of a value read in several places overflowed outside any op.
+                cause["kind"], cause["event"] = "accumulation", rec.attribution[0]
+            elif e.nonfinite_params > 0:
+                cause["kind"] = "parameter"
+            rec.cause = cause
+        # The reading of a skip, from the scales before it (inspector/nan_source.cpp).
+        if e.skipped:
+            if not rec.absorbed:
+                rec.reading = "not_absorbed"
+            elif rec.forward_non_finite:
+                rec.reading = "forward"
+            elif not self._stepped_any:
+                rec.reading = "initial"
+            elif e.scale_after < self._lowest_scale:
+                rec.reading = "lower"
+            elif e.scale_before > self._last_stepped_scale:
+                rec.reading = "after_growth"
+            else:
+                rec.reading = "counted"
+        else:
+            self._stepped_any = True
+            self._last_stepped_scale = e.scale_before
+        self._lowest_scale = min(self._lowest_scale, e.scale_before, e.scale_after)
         if had_bad_grads and not e.found_inf and e.checked:
             # Inf in a gradient on its way that never reached a parameter: PyTorch's relu,
             # where and max-pool backward select, so a dead unit's Inf becomes an exact 0
@@ -592,12 +651,11 @@ class NanWatch:
             self.healed_updates += 1
         elif not rec.absorbed and (e.found_inf or had_bad_grads):
             self._merge_real(p)
-            where = ("no backward op call held them" if not p.attribution
-                     else "first in " + event_text(p.attribution[0]))
             what = ("step skipped but the scale did not react" if e.skipped
                     else "step not skipped" if e.found_inf else "no Inf/NaN found by the scaler")
             self.failures.append({"kind": "gradient_not_absorbed", "step": e.step,
-                                  "detail": f"{what} (scale {_num(e.scale_before)} -> {_num(e.scale_after)}); {where}"})
+                                  "detail": f"{what} (scale {_num(e.scale_before)} -> {_num(e.scale_after)}); "
+                                            f"{cause_text(rec.cause)}"})
         below = e.scale_after < self.options.scale_floor
         if below and not self._below_floor:
             self.failures.append({"kind": "scale_below_floor", "step": e.step,
@@ -650,28 +708,24 @@ class NanWatch:
                        "excused": False}
             last = probing["last_update"]
             failures = [f for f in failures if not (f["kind"] == "scale_below_floor" and f["step"] <= last)]
-        # A single back-off right after the scale grew: the scaler trying a higher scale
-        # after growth_interval clean steps, finding it too high and stepping back.
-        growth_backoffs = 0
-        for i in range(max(lead, 1), len(h)):
-            r, prev = h[i], h[i - 1].event
-            if (r.event.skipped and r.absorbed and not r.forward_non_finite and prev.scale_after > prev.scale_before
-                    and not prev.skipped):
-                growth_backoffs += 1
+        # The skipped fraction counts the skips that are not probing: a scale still looking
+        # for its level is the scaler at work, however many steps it took.
         updates = len(h)
         skipped = sum(1 for r in h if r.event.skipped)
+        probing_skips = sum(1 for r in h if r.event.skipped and r.reading in PROBING)
         if updates:
-            fraction = skipped / updates
+            counted = skipped - probing_skips
+            fraction = counted / updates
             if fraction > self.options.max_skipped_fraction:
-                probed = probing["skipped"] if probing else 0
-                rest = (skipped - probed - growth_backoffs) / (updates - probed) if updates > probed else 0.0
-                if rest <= self.options.max_skipped_fraction:
-                    if probing:
-                        probing["excused"] = True
-                else:
-                    failures.append({"kind": "skipped_fraction", "step": updates,
-                                     "detail": f"{skipped} of {updates} updates skipped ({_num(fraction)} > "
-                                               f"{_num(self.options.max_skipped_fraction)})"})
+                detail = (f"{counted} of {updates} updates skipped outside the scaler's probing ({_num(fraction)} > "
+                          f"{_num(self.options.max_skipped_fraction)})")
+                first = next((r for r in h if r.event.skipped and r.reading not in PROBING), None)
+                if first is not None:
+                    detail += f"; the first at update {first.event.step}: {cause_text(first.cause)}"
+                failures.append({"kind": "skipped_fraction", "step": updates, "detail": detail})
+            elif probing and skipped / updates > self.options.max_skipped_fraction:
+                probing["excused"] = True  # counting every skip would have failed the run: name the cure
+        skips = [_skip(r) for r in h if r.event.skipped]
 
         zero = None
         z = self._zero_longest
@@ -712,9 +766,48 @@ class NanWatch:
             "updates": updates,
             "skipped": skipped,
             "absorbed": sum(1 for r in h if r.absorbed),
-            "growth_backoffs": growth_backoffs,
+            "skips": skips,
+            "mask_failures": [dict(f) for f in self.mask_failures],
             "healed_updates": self.healed_updates,
         }
+
+
+def cause_text(c: dict | None) -> str:
+    """What made an update's gradients non-finite, in one line (inspector's cause_text)."""
+    if c is None:
+        return "no backward op held it"
+    where = lambda m: f"in '{m}'" if m else "outside any module"
+    e = c["event"]
+    kind = c["kind"]
+    if kind == "op":
+        suffix = "_grad " if e["phase"] == "backward" else " "
+        s = (f"{e['op']}{suffix}{where(e['module'])} ({e['phase']}) made "
+             f"{_counts_text((e['out_nan'], e['out_pos_inf'], e['out_neg_inf']))} from finite values")
+    elif kind == "accumulation":
+        s = (f"the gradient reaching {e['op']}_grad {where(e['module'])} was already non-finite: autograd's sum "
+             "of the gradients of a value read in several places (a residual, a reused activation) overflowed")
+    elif kind == "parameter":
+        s = "no backward op held it: a parameter's gradient summed over its uses (a shared or tied weight) overflowed"
+    else:
+        s = "no backward op held it"
+    if c["params"] > 0:
+        s += f"; {c['params']} parameter gradient{'' if c['params'] == 1 else 's'} held Inf/NaN"
+        for i, name in enumerate(c["names"]):
+            s += (": " if i == 0 else ", ") + name
+        if c["params"] > len(c["names"]):
+            s += ", ..."
+    return s
+
+
+def _skip(r: ScaleRecord) -> dict:
+    """A skipped update as the report lists it (SkippedUpdate)."""
+    c = r.cause or {"kind": "unknown", "event": None, "params": 0, "names": []}
+    out = {"update": r.event.step, "scale_before": r.event.scale_before, "scale_after": r.event.scale_after,
+           "reading": r.reading, "cause": c["kind"]}
+    if c["event"] is not None:
+        out["event"] = c["event"]
+    out.update(params=c["params"], param_names=list(c["names"]), text=cause_text(r.cause))
+    return out
 
 
 def _lost(input_, op, module, phase, step, inserted, kind, dtype, value, count, limit) -> dict:

@@ -197,7 +197,7 @@ class Recorder:
         self._in_scaler_step = 0
         self._scaler_optimizers: list = []
         self._grad_nonfinite = False
-        self._grad_first_inf = None
+        self._grad_bad: list = []
         self._updates = 0
         self.steps: list = []
         self._seq = 0
@@ -469,21 +469,24 @@ class Recorder:
     # -- optimizer, scaler, backward -----------------------------------------------------
 
     def _scan_grads(self, optimizers):
-        """(gradients, any nonzero, the first non-finite one's name) of the optimizers' params."""
-        count, nonzero, first_bad = 0, False, None
+        """(gradients, any nonzero, the non-finite ones' names in the optimizers' order) of
+        the optimizers' params."""
+        count, nonzero, bad = 0, False, []
+        seen = set()
         with listen.internal():
             for opt in optimizers:
                 for g, group in enumerate(opt.param_groups):
                     for i, p in enumerate(group["params"]):
-                        if p.grad is None:
+                        if p.grad is None or id(p) in seen:
                             continue
+                        seen.add(id(p))
                         count += 1
                         grad = p.grad
                         finite, any_nz = torch.stack([torch.isfinite(grad).all(), (grad != 0).any()]).tolist()
                         nonzero = nonzero or bool(any_nz)
-                        if not finite and first_bad is None:
-                            first_bad = self._param_name(g, i, p)
-        return count, nonzero, first_bad
+                        if not finite:
+                            bad.append(self._param_name(g, i, p))
+        return count, nonzero, bad
 
     def _optimizer_pre(self, optimizer, args, kwargs):
         s = listen.state()
@@ -491,12 +494,12 @@ class Recorder:
         with self._lock:
             self._step_busy = True
             self._note_optimizer(optimizer)
-            count, nonzero, first_bad = self._scan_grads([optimizer])
+            count, nonzero, bad = self._scan_grads([optimizer])
             if self.watch is not None:
                 self.watch.on_gradients(count, nonzero)
-            if first_bad is not None:
+            if bad:
                 self._grad_nonfinite = True
-                self._grad_first_inf = self._grad_first_inf or first_bad
+                self._grad_bad += bad
 
     def _optimizer_post(self, optimizer, args, kwargs):
         s = listen.state()
@@ -504,7 +507,7 @@ class Recorder:
         with self._lock:
             if self._in_scaler_step:
                 return  # the scaler's update() ends this step
-            self._update(1.0, 1.0, self._grad_nonfinite, False, {}, self._grad_first_inf)
+            self._update(1.0, 1.0, self._grad_nonfinite, False, {}, self._grad_bad)
             if not self._explicit:
                 self._end_step()
 
@@ -558,9 +561,9 @@ class Recorder:
                 for st in scaler._per_optimizer_states.values():
                     for f in st.get("found_inf_per_device", {}).values():
                         found = found or bool(f.item())
-            first_bad = None
+            bad = []
             if found:
-                _, _, first_bad = self._scan_grads(self._scaler_optimizers)
+                _, _, bad = self._scan_grads(self._scaler_optimizers)
         with self._optimizer_phase():
             result = original(scaler, *args, **kwargs)
         with self._lock, listen.internal():
@@ -570,24 +573,23 @@ class Recorder:
                 self.init_scale = before
             self.scaler_enabled = self.scaler_enabled or enabled
             if enabled:
-                self._update(before, after, found, found, counters, first_bad)
+                self._update(before, after, found, found, counters, bad)
             else:  # GradScaler(enabled=False): a plain optimizer.step, which never skips
-                self._update(1.0, 1.0, self._grad_nonfinite, False, {}, self._grad_first_inf)
+                self._update(1.0, 1.0, self._grad_nonfinite, False, {}, self._grad_bad)
             self._scaler_optimizers = []
             if not self._explicit:
                 self._end_step()
         return result
 
-    def _update(self, before, after, found_inf, skipped, counters, first_bad):
+    def _update(self, before, after, found_inf, skipped, counters, bad_params):
         self._updates += 1
+        bad = list(bad_params) if found_inf else []
         event = nf.ScalerEvent(self._updates, float(before), float(after), bool(found_inf), bool(skipped),
-                               dict(counters))
-        producer = None
+                               dict(counters), nonfinite_params=len(bad), nonfinite_names=bad[:nf.MAX_PARAM_NAMES])
         if self.watch is not None:
             self.watch.on_scaler_update(event)
-            producer = self.watch.scale_history[-1].backward_producer
-        self._step_updates.append((event, first_bad if found_inf else None, producer if found_inf else None))
-        self._grad_nonfinite, self._grad_first_inf = False, None
+        self._step_updates.append(event)
+        self._grad_nonfinite, self._grad_bad = False, []
 
     def _note_loss(self, loss: float):
         self._step_losses.append(loss)
@@ -630,18 +632,11 @@ class Recorder:
             record = {"step": step, "loss": sum(losses) / len(losses) if losses else math.nan,
                       "loss_scale": 1.0, "found_inf": False, "skipped": False}
             if self._step_updates:
-                first, last = self._step_updates[0][0], self._step_updates[-1][0]
+                first, last = self._step_updates[0], self._step_updates[-1]
                 record["loss_scale"] = first.scale_before
-                record["found_inf"] = any(u[0].found_inf for u in self._step_updates)
-                record["skipped"] = any(u[0].skipped for u in self._step_updates)
+                record["found_inf"] = any(u.found_inf for u in self._step_updates)
+                record["skipped"] = any(u.skipped for u in self._step_updates)
                 record["scale_after"] = last.scale_after
-                for event, param, producer in self._step_updates:
-                    if event.found_inf:
-                        cause = {"parameter": param or ""}
-                        if producer is not None:
-                            cause["producer"] = producer
-                        record["inf_source"] = cause
-                        break
             self.steps.append(record)
             if self.seed is None:
                 self.seed = int(torch.initial_seed())

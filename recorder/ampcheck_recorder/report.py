@@ -6,12 +6,13 @@ file as text and HTML and ``ampcheck diff`` gates on it. Fields appear in the or
 format documents (the members of reports/report.h), reals that are not finite are the
 strings "nan", "inf" and "-inf", the indent is 2 and the file ends in a newline.
 
-What a PyTorch run has that the schema has no field for goes where every object of the
-schema allows more (``additionalProperties: true``), under names docs/recorder.md lists:
-``run.framework``, ``run.framework_version``, ``run.script``, ``run.script_args``,
-``run.script_outcome``, ``run.recorder_error``; ``steps[].scale_after`` and
-``steps[].inf_source``; ``ops[].aten``, ``ops[].autocast`` and ``ops[].fp32_nonfinite``;
-``nonfinite.growth_backoffs`` and ``nonfinite.healed_updates``; NanEvent ``aten``.
+Schema 1.6 has the recorder's run fields (``run.framework``, ``framework_version``,
+``script``, ``script_args``, ``script_outcome``, ``recorder_error``), every skipped update
+with its reading and cause (``nonfinite.skips``) and the masks that were failures
+(``nonfinite.mask_failures``). What a PyTorch run has that the schema has no field for
+goes where every object allows more (``additionalProperties: true``), under names
+docs/recorder.md lists: ``steps[].scale_after``; ``ops[].aten``, ``ops[].autocast`` and
+``ops[].fp32_nonfinite``; ``nonfinite.healed_updates``; NanEvent ``aten``.
 
 Determinism: nothing here depends on time, host or process. The same seeded run on the
 same machine and thread count gives the same bytes.
@@ -29,7 +30,7 @@ import torch
 from . import nonfinite as nf
 from ._version import __version__
 
-SCHEMA_VERSION = "1.5"
+SCHEMA_VERSION = "1.6"
 
 
 def _strip(ev: dict) -> dict:
@@ -110,7 +111,7 @@ def _nonfinite_block(rec, w: dict | None) -> dict:
     if w is None:  # inspect trace: nothing was judged
         return {"producers": [], "propagator_events": 0, "propagators": [], "failures": [], "updates": rec._updates,
                 "skipped": sum(1 for s in rec.steps if s["skipped"]), "absorbed": 0, "events_checked": 0,
-                "intended": []}
+                "intended": [], "skips": [], "mask_failures": []}
     out = {}
     if w["producers"]:
         out["producer"] = _strip(w["producers"][0])
@@ -137,7 +138,8 @@ def _nonfinite_block(rec, w: dict | None) -> dict:
         out["probing"] = dict(w["probing"])
     if w["zero_gradients"]:
         out["zero_gradients"] = dict(w["zero_gradients"])
-    out["growth_backoffs"] = w["growth_backoffs"]
+    out["skips"] = [dict(k, event=_strip(k["event"])) if "event" in k else dict(k) for k in w["skips"]]
+    out["mask_failures"] = [dict(f) for f in w["mask_failures"]]
     out["healed_updates"] = w["healed_updates"]
     return out
 
@@ -236,8 +238,7 @@ def build(rec) -> dict:
     if rec.interrupted_by and steps:
         report["interrupted"] = {"signal": rec.interrupted_by, "steps_run": len(steps),
                                  "steps_requested": len(steps), "bisect_run": 0}
-    report["steps"] = [dict(s, inf_source=_inf_source(s["inf_source"])) if "inf_source" in s else dict(s)
-                       for s in steps]
+    report["steps"] = [dict(s) for s in steps]
     report["op_types"] = [{"type": t, "calls": _dtype_counts(c)} for t, c in sorted(rec.op_types.items())]
     report["inserted_casts"] = [{"from": a, "to": b, "calls": n} for (a, b), n in rec.inserted_casts.items()]
     report["ops"] = [_op_instance(i) for i in rec.instances.values()]
@@ -261,13 +262,6 @@ def build(rec) -> dict:
     return report
 
 
-def _inf_source(src: dict) -> dict:
-    out = {"parameter": src["parameter"]}
-    if "producer" in src:
-        out["producer"] = _strip(src["producer"])
-    return out
-
-
 def _verdict(rec, w, nonfinite, summary, dtype, report) -> dict:
     failed = bool(w and w["failures"])
     if failed:
@@ -282,11 +276,11 @@ def _verdict(rec, w, nonfinite, summary, dtype, report) -> dict:
         verdict = "healthy"
         text = (f"healthy: AMP is on ({summary['low_precision_calls']} of {summary['total_calls']} op calls ran "
                 f"in {dtype}), {summary['skipped_steps']} skipped step(s) absorbed by the scaler")
+        probing = sum(1 for k in nonfinite.get("skips", []) if k["reading"] in nf.PROBING)
+        if probing:
+            text += f" ({probing} of them probing for its scale)"
         if nonfinite.get("probing", {}).get("excused"):
             text += "; " + _probing_note(nonfinite)
-        if nonfinite.get("growth_backoffs"):
-            text += (f"; {nonfinite['growth_backoffs']} single back-off(s) right after the scale grew "
-                     "(expected of a dynamic scaler)")
     if not failed and nonfinite["intended"]:
         values = sum(i["values"] for i in nonfinite["intended"])
         softmax_only = all(r == "softmax" for i in nonfinite["intended"] for r in i["readers"])

@@ -274,6 +274,13 @@ def make(name: str, seed: int = 0):
         return Mlp(), *spiral(), {"init_scale": 2.0 ** 32}
     if name == "mlp":
         return Mlp(), *spiral(), {}
+    if name == "converged":
+        # Separable data, a large step: the loss falls to where its gradients flush to 0
+        # in fp16, without a scaler. Healthy: the model has converged (train 25 steps).
+        g = torch.Generator().manual_seed(seed)
+        x = torch.cat([torch.randn(32, 2, generator=g) + 4, torch.randn(32, 2, generator=g) - 4])
+        y = torch.cat([torch.zeros(32, dtype=torch.long), torch.ones(32, dtype=torch.long)])
+        return nn.Linear(2, 2), x, y, {"optimizer": "sgd", "lr": 20.0, "scaler": None}
     raise KeyError(name)
 
 

@@ -113,8 +113,17 @@ def test_backward_producer_is_attributed_on_a_skipped_step(record):
     report, observed = record("scaler_probing", steps=2)
     step = report["steps"][0]
     assert step["skipped"] and step["found_inf"]
-    assert step["inf_source"]["parameter"] in {n for n, _ in fam.Mlp().named_parameters()}
-    producer = step["inf_source"]["producer"]
+    skip = report["nonfinite"]["skips"][0]
+    assert (skip["update"], skip["reading"], skip["cause"]) == (1, "initial", "op")
+    # PyTorch's own account of the gradients the scaler unscaled at step 1: which held Inf/NaN.
+    model, x, y, _ = fam.make("scaler_probing")
+    with torch.autocast("cpu", dtype=torch.float16):
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+    (loss * 2.0 ** 32).backward()
+    bad = [n for n, p in model.named_parameters() if not bool(torch.isfinite(p.grad).all())]
+    assert skip["params"] == len(bad) and skip["param_names"] == bad[:8]
+    producer = skip["event"]
     assert producer["phase"] == "backward" and producer["step"] == 1
+    assert skip["text"].startswith(f"{producer['op']}_grad ")
     assert all(i["nan"] + i["pos_inf"] + i["neg_inf"] == 0 for i in producer["inputs"])
     assert producer["out_pos_inf"] + producer["out_neg_inf"] + producer["out_nan"] > 0

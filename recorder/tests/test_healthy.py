@@ -15,6 +15,8 @@ from ampcheck_recorder import Recorder
 
 def test_scaler_probing_from_a_high_initial_scale_is_healthy(record):
     report, observed = record("scaler_probing", steps=30)
+    assert [k["reading"] for k in report["nonfinite"]["skips"]] == readings(observed)
+    assert all(k["reading"] == "initial" for k in report["nonfinite"]["skips"])
     # PyTorch's own account: a step skipped is one whose scale came down after it.
     skipped = [o["scale_after"] < o["scale_used"] for o in observed]
     lead = skipped.index(False)
@@ -31,7 +33,24 @@ def test_scaler_probing_from_a_high_initial_scale_is_healthy(record):
     assert "start it lower (PyTorch GradScaler(init_scale=" in report["summary"]["verdict_text"]
 
 
-def test_a_single_back_off_after_growth_is_expected(record):
+def readings(observed):
+    """docs/inspector.md's one rule, applied to the scales PyTorch's GradScaler reported:
+    for each skipped step, initial (nothing stepped yet), lower (the back-off takes the
+    scale to a new low), after_growth (the scale had grown past the last that stepped),
+    else counted."""
+    out, stepped, last_stepped, lowest = [], False, 0.0, math.inf
+    for o in observed:
+        before, after = o["scale_used"], o["scale_after"]
+        if after < before:  # PyTorch's account of a skip: the scale came down
+            out.append("initial" if not stepped else "lower" if after < lowest
+                       else "after_growth" if before > last_stepped else "counted")
+        else:
+            stepped, last_stepped = True, before
+        lowest = min(lowest, before, after)
+    return out
+
+
+def test_a_back_off_after_growth_is_probing(record):
     report, observed = record("mlp", steps=60, init_scale=2.0 ** 10, growth_interval=3, lr=0.05)
     grew = [o["scale_after"] > o["scale_used"] for o in observed]
     skipped = [o["scale_after"] < o["scale_used"] for o in observed]
@@ -39,26 +58,46 @@ def test_a_single_back_off_after_growth_is_expected(record):
     assert backoffs >= 2 and sum(skipped) == backoffs  # every skip follows a growth
     assert sum(skipped) / len(skipped) > 0.05          # the skip fraction alone would fail it
     nf = report["nonfinite"]
-    assert nf["growth_backoffs"] == backoffs
+    want = readings(observed)
+    assert set(want) == {"after_growth"}
+    assert [k["reading"] for k in nf["skips"]] == want
+    assert [k["update"] for k in nf["skips"]] == [i + 1 for i, s in enumerate(skipped) if s]
     assert nf["failures"] == [] and report["summary"]["verdict"] == "healthy"
+    assert f"({len(want)} of them probing for its scale)" in report["summary"]["verdict_text"]
 
 
-def test_skips_that_are_neither_probing_nor_back_offs_fail(record):
-    # A static scale (GradScaler with growth and back-off both 1) that overflows every step.
+def test_a_skip_at_a_scale_that_trained_is_counted_and_fails_the_run():
+    # Inf planted in a gradient (a hook) at chosen steps; the scaler grows every 2 clean
+    # steps. Step 4 skips at 2^11, a scale step 3 trained at, and backs off to 2^10, no new
+    # low: counted. Step 7 skips right after a growth: after_growth, probing.
     model, x, y, _ = fam.make("mlp")
     rec = Recorder(model, inspect="stats")
-    opt = torch.optim.Adam(model.parameters(), 1e-2)
-    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 40, growth_factor=1.0 + 2 ** -20, backoff_factor=0.999)
-    for _ in range(6):
+    opt = torch.optim.SGD(model.parameters(), 1e-3)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10, growth_interval=2)
+    plant = [False]
+    model.fc2.weight.register_hook(lambda g: g * float("inf") if plant[0] else g)
+    observed = []
+    for step in range(1, 9):
+        plant[0] = step in (4, 7)
         opt.zero_grad()
         with torch.autocast("cpu", dtype=torch.float16):
             loss = F.cross_entropy(model(x), y)
+        before = scaler.get_scale()
         scaler.scale(loss).backward()
         scaler.step(opt)
         scaler.update()
+        observed.append({"scale_used": before, "scale_after": scaler.get_scale()})
     report = rec.close()
-    kinds = [f["kind"] for f in report["nonfinite"]["failures"]]
-    assert "skipped_fraction" in kinds and report["summary"]["verdict"] == "failed"
+    nf = report["nonfinite"]
+    assert readings(observed) == ["counted", "after_growth"]
+    assert [(k["update"], k["reading"]) for k in nf["skips"]] == [(4, "counted"), (7, "after_growth")]
+    assert nf["skips"][0]["scale_before"] == 2.0 ** 11 and nf["skips"][0]["scale_after"] == 2.0 ** 10
+    assert nf["skips"][0]["params"] >= 1 and "fc2.weight" in nf["skips"][0]["param_names"]
+    # 1 counted of 8 updates is above 5%: the run fails, naming the first counted skip.
+    failure = next(f for f in nf["failures"] if f["kind"] == "skipped_fraction")
+    assert failure["detail"].startswith("1 of 8 updates skipped outside the scaler's probing")
+    assert "the first at update 4: " in failure["detail"]
+    assert report["summary"]["verdict"] == "failed"
 
 
 def _masked_positions(batch, length, steps):
@@ -123,6 +162,9 @@ def test_a_minus_inf_mask_read_by_another_op_is_a_failure():
     nf = report["nonfinite"]
     assert [(p["op"], p["module"]) for p in nf["producers"]] == [("masked_fill", "")]
     assert "which is not a softmax" in nf["failures"][0]["detail"]
+    # Written by masked_fill at step 1, read by exp (finite values of it, but not a softmax).
+    assert nf["mask_failures"] == [{"op": "masked_fill", "module": "", "step": 1, "reader": "exp",
+                                    "reader_module": "", "made_non_finite": False}]
 
 
 def test_converged_loss_with_zero_gradients_is_not_underflow():

@@ -1,0 +1,167 @@
+#include "cli/record_command.h"
+
+#include <CLI/CLI.hpp>  // CLI::App
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cli/exit_codes.h"
+#include "cli/interrupt.h"
+#include "cli/recorder_process.h"
+#include "cli/run_options.h"  // check_output, write_output
+#include "cli/usage_error.h"
+#include "reports/drift.h"    // spread_of
+#include "reports/html.h"
+#include "reports/json.h"
+#include "reports/text.h"
+
+namespace ampcheck::cli {
+namespace {
+
+struct RecordOptions {
+  std::vector<std::string> command;
+  std::string inspect = "stats";
+  std::string report, html;
+  bool json = false;
+  std::vector<std::string> fp32_ops, fp32_modules, allow_inf;
+  double max_skipped = 0.05;
+  std::int64_t stats_every = 1;
+  int seeds = 1;
+  bool quiet = false;
+};
+
+CLI::App* add_options(CLI::App& app, RecordOptions& o) {
+  CLI::App* cmd = app.add_subcommand(
+      "record", "Run your own PyTorch training script with ampcheck's recorder: the op dtype table, the loss scale, "
+                "the first NaN's producer, the verdict (docs/recorder.md)");
+  cmd->add_option("--inspect", o.inspect, "trace (op dtypes, steps), stats (+ numerics, NaN producers), full (+ an "
+                                          "fp32 recompute of each low-precision op)")
+      ->capture_default_str();
+  cmd->add_option("--report", o.report, "write the JSON report here (docs/report-format.md)");
+  cmd->add_option("--html", o.html, "write the HTML report (one self-contained file) here");
+  cmd->add_flag("--json", o.json, "print the JSON report instead of the text summary (the script's output goes to stderr)");
+  cmd->add_option("--fp32-ops", o.fp32_ops, "op types forced to fp32 inside autocast, comma separated (bmm,softmax)")
+      ->delimiter(',');
+  cmd->add_option("--fp32-modules", o.fp32_modules, "module paths forced to fp32 inside autocast, comma separated")
+      ->delimiter(',');
+  cmd->add_option("--allow-inf", o.allow_inf,
+                  "op types or module paths whose Inf/-Inf is intended, comma separated: not counted as a failure")
+      ->delimiter(',');
+  cmd->add_option("--max-skipped", o.max_skipped, "the fraction of updates a healthy run may skip outside the "
+                                                  "scaler's probing")
+      ->capture_default_str();
+  cmd->add_option("--stats-every", o.stats_every, "numerics every N-th step (stats, full)")->capture_default_str();
+  cmd->add_option("--seeds", o.seeds,
+                  "record the command N times, run k with AMPCHECK_RECORD_SEED=k (the recorder seeds torch, random "
+                  "and numpy with it when the script imports torch), and keep the spread of the results for "
+                  "`ampcheck diff`; a script that sets its own seed must read it from that variable")
+      ->capture_default_str();
+  cmd->add_flag("--quiet,-q", o.quiet, "no progress lines");
+  cmd->add_option("command", o.command, "the command that trains, after --: python train.py --epochs 1")
+      ->expected(-1);
+  return cmd;
+}
+
+constexpr int kMaxSeeds = 20;
+
+// The recorder's bytes with the spread of the other seeds added: the recorder's own
+// fields (ops[].aten, ...) stay, which a round trip through the C++ model would drop.
+std::string with_spread(const std::string& recorded, const reports::Report& with) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(recorded);
+  j["spread"] = nlohmann::ordered_json::parse(reports::to_json(with))["spread"];
+  return j.dump(2) + "\n";
+}
+
+int run_record(const RecordOptions& o, std::ostream& out, std::ostream& err) {
+  if (o.command.empty())
+    throw UsageError("record: no command to run; give it after --: ampcheck record -- python train.py [args]");
+  if (o.inspect != "trace" && o.inspect != "stats" && o.inspect != "full")
+    throw UsageError("record: --inspect \"" + o.inspect + "\" is not a mode; use trace, stats or full");
+  if (!(o.max_skipped >= 0 && o.max_skipped <= 1))
+    throw UsageError(fmt::format("record: --max-skipped {} is not a fraction in [0, 1]; give e.g. 0.05", o.max_skipped));
+  if (o.stats_every < 1) throw UsageError(fmt::format("record: --stats-every {}: give 1 (every step) or more", o.stats_every));
+  if (o.seeds < 1 || o.seeds > kMaxSeeds)
+    throw UsageError(fmt::format("record: --seeds {} is out of range: give 1 (one run) to {}", o.seeds, kMaxSeeds));
+  check_output("--report", o.report);
+  check_output("--html", o.html);
+
+  const InterruptScope interrupt;  // Ctrl-C reaches the script, which writes the steps run
+  RecordRequest request;
+  request.argv = o.command;
+  request.inspect = o.inspect;
+  request.fp32_ops = o.fp32_ops;
+  request.fp32_modules = o.fp32_modules;
+  request.allow_inf = o.allow_inf;
+  request.max_skipped = o.max_skipped;
+  request.stats_every = o.stats_every;
+  request.stdout_to_stderr = o.json;
+
+  std::vector<RecordedRun> runs;
+  for (int k = 0; k < o.seeds; ++k) {
+    if (o.seeds > 1) {
+      request.seed = static_cast<std::uint64_t>(k);
+      if (!o.quiet) err << fmt::format("ampcheck record: seed {} ({}/{})\n", k, k + 1, o.seeds);
+    }
+    runs.push_back(recorded_run(request));
+    if (interrupt_requested() || runs.back().report.interrupted || runs.back().script_failed()) break;
+  }
+  RecordedRun& first = runs.front();
+  reports::Report& report = first.report;
+  std::string json = first.json;
+
+  const bool interrupted = interrupt_requested() || report.interrupted.has_value() || first.exit_code == 130;
+  if (o.seeds > 1 && !interrupted && static_cast<int>(runs.size()) == o.seeds) {
+    std::set<std::uint64_t> seeds;
+    for (const RecordedRun& r : runs) seeds.insert(r.report.run.seed);
+    if (seeds.size() < runs.size())
+      throw UsageError(fmt::format(
+          "record --seeds {}: the runs trained with the same seed ({}): the script sets its own (torch.manual_seed), "
+          "so the spread would be no spread; seed it from the variable ampcheck sets, e.g. "
+          "torch.manual_seed(int(os.environ.get(\"AMPCHECK_RECORD_SEED\", 0)))",
+          o.seeds, report.run.seed));
+    std::vector<reports::Report> all;
+    for (const RecordedRun& r : runs) all.push_back(r.report);
+    try {
+      report.spread = reports::spread_of(all);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(fmt::format("record --seeds {}: the runs are not of one configuration ({})", o.seeds, e.what()));
+    }
+    json = with_spread(first.json, report);
+  } else if (o.seeds > 1 && !o.quiet) {
+    err << fmt::format("ampcheck record: stopped after {} of {} seeds (the script failed or was interrupted): no "
+                       "spread recorded\n",
+                       runs.size(), o.seeds);
+  }
+
+  if (!o.report.empty()) write_output("--report", o.report, json);
+  if (!o.html.empty()) write_output("--html", o.html, reports::to_html(report));
+  out << (o.json ? json : reports::to_text(report));
+  if (interrupted) return kInterrupted;
+  if (report.run.recorder_error) {
+    err << "ampcheck record: " << reports::recorder_error_text(report.run) << "\n";
+    return kInternal;
+  }
+  if (first.script_failed()) {
+    std::string what = reports::script_failure_text(report.run);
+    if (what.empty()) what = fmt::format("the script failed: exit code {}", first.exit_code);
+    err << fmt::format("ampcheck record: {}; the report holds the {} step{} it ran, and the run's verdict is {}\n",
+                       what, report.steps.size(), report.steps.size() == 1 ? "" : "s", report.summary.verdict);
+    return kScriptFailed;
+  }
+  return first.run_failed() ? kCheckFailed : kOk;
+}
+
+}  // namespace
+
+Command add_record_command(CLI::App& app) {
+  auto options = std::make_shared<RecordOptions>();
+  return {add_options(app, *options),
+          [options](std::ostream& out, std::ostream& err) { return run_record(*options, out, err); }};
+}
+
+}  // namespace ampcheck::cli

@@ -1,0 +1,357 @@
+#include "cli/recorder_process.h"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <thread>
+
+#include <fcntl.h>     // open flags for posix_spawn_file_actions_addopen
+#include <signal.h>    // kill
+#include <spawn.h>     // posix_spawnp
+#include <sys/wait.h>  // waitpid
+#include <unistd.h>    // environ
+
+#include "cli/interrupt.h"
+#include "cli/usage_error.h"
+#include "reports/json.h"  // from_json
+
+extern char** environ;
+
+namespace ampcheck::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kBootstrapOut = "AMPCHECK_RECORD_OUT";
+
+fs::path bootstrap_in(const fs::path& root) { return root / "ampcheck_recorder" / "_bootstrap"; }
+bool is_bootstrap(const fs::path& b) {
+  std::error_code ec;
+  return fs::is_regular_file(b / "sitecustomize.py", ec);
+}
+
+// The environment as "NAME=value" strings, with `drop` removed and `set` applied.
+std::vector<std::string> environment(const std::vector<std::pair<std::string, std::string>>& set,
+                                     bool drop_record_variables) {
+  std::vector<std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    const std::string entry(*e);
+    const std::string name = entry.substr(0, entry.find('='));
+    if (drop_record_variables && name.rfind("AMPCHECK_RECORD_", 0) == 0) continue;
+    bool replaced = false;
+    for (const auto& [n, v] : set) replaced = replaced || n == name;
+    if (!replaced) env.push_back(entry);
+  }
+  for (const auto& [n, v] : set) env.push_back(n + "=" + v);
+  return env;
+}
+
+std::vector<char*> pointers(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (std::string& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+// A child with the given environment and file actions; returns its pid, or the errno of
+// a failed start.
+struct Spawned {
+  pid_t pid = -1;
+  int error = 0;
+};
+Spawned spawn(std::vector<std::string> argv, std::vector<std::string> env, const posix_spawn_file_actions_t* actions) {
+  std::vector<char*> a = pointers(argv), e = pointers(env);
+  Spawned s;
+  s.error = posix_spawnp(&s.pid, a[0], actions, nullptr, a.data(), e.data());
+  return s;
+}
+
+// Waits for the child, polling so that a SIGTERM to ampcheck alone (a CI runner's
+// cancel) is passed on; Ctrl-C reaches the child from the terminal itself.
+int wait_for(pid_t pid) {
+  bool forwarded = false;
+  for (;;) {
+    int status = 0;
+    const pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (r < 0 && errno != EINTR) return 128;
+    if (!forwarded && interrupt_requested() && interrupt_signal_name() == "SIGTERM") {
+      kill(pid, SIGTERM);
+      forwarded = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+// Runs argv with its output into `log`; returns the exit code (-1: could not start).
+int run_logged(const std::vector<std::string>& argv, const std::vector<std::string>& env, const std::string& log) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  const Spawned s = spawn(argv, env, &actions);
+  posix_spawn_file_actions_destroy(&actions);
+  if (s.error != 0) return -1;
+  return wait_for(s.pid);
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+std::string last_line(const std::string& text) {
+  std::string t = text;
+  while (!t.empty() && (t.back() == '\n' || t.back() == '\r' || t.back() == ' ')) t.pop_back();
+  const auto cut = t.rfind('\n');
+  return cut == std::string::npos ? t : t.substr(cut + 1);
+}
+
+// The last `lines` lines of `text`.
+std::string tail(const std::string& text, std::size_t lines) {
+  std::size_t at = text.size();
+  if (at > 0 && text[at - 1] == '\n') --at;
+  for (std::size_t n = 0; n < lines; ++n) {
+    if (at == 0) return text;
+    const auto cut = text.rfind('\n', at - 1);
+    if (cut == std::string::npos) return text;
+    at = cut;
+  }
+  return text.substr(at + 1);
+}
+
+// A scratch folder for one recording, removed with it.
+struct Scratch {
+  fs::path dir;
+  Scratch() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string templ = (tmp && *tmp ? std::string(tmp) : std::string("/tmp")) + "/ampcheck-record-XXXXXX";
+    if (mkdtemp(templ.data()) == nullptr)
+      throw UsageError(fmt::format("record: cannot make a scratch folder {} ({}); set TMPDIR to a writable folder",
+                                   templ, std::strerror(errno)));
+    dir = templ;
+  }
+  ~Scratch() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+};
+
+std::string joined(const std::vector<std::string>& items) {
+  std::string out;
+  for (const std::string& s : items) out += (out.empty() ? "" : ",") + s;
+  return out;
+}
+
+// Why the recorder wrote no report: PyTorch not importable by the script's python, the
+// script ending before it imported torch, or never importing it.
+std::string why_no_report(const std::string& python, const std::vector<std::string>& env, const Scratch& scratch,
+                          int exit_code, const std::string& output) {
+  std::vector<std::string> probe_env;
+  for (const std::string& e : env)
+    if (e.rfind(std::string(kBootstrapOut) + "=", 0) != 0) probe_env.push_back(e);
+  const std::string log = (scratch.dir / "probe.log").string();
+  const int probe = run_logged({python, "-c", "import torch"}, probe_env, log);
+  if (probe == -1)
+    return fmt::format("the recorder wrote no report, and {} (the script's python) cannot be started to see why: "
+                       "give the interpreter by its path, e.g. -- /path/to/venv/bin/python train.py",
+                       python);
+  if (probe != 0)
+    return fmt::format("PyTorch cannot be imported by {} ({}): install it for that interpreter (pip install torch) "
+                       "or run the script with the python that has it",
+                       python, last_line(read_file(log)));
+  const std::string said = last_line(output);
+  const std::string recorder_said =
+      output.find("ampcheck recorder: not recording") != std::string::npos
+          ? "; the recorder said: " + last_line(output.substr(output.find("ampcheck recorder: not recording")))
+          : "";
+  if (!recorder_said.empty()) return "the recorder could not start" + recorder_said;
+  if (exit_code != 0)
+    return fmt::format("the script ended with exit code {} before the recorder could write a report (it starts at "
+                       "the script's `import torch`){}",
+                       exit_code, said.empty() ? "" : "; its last words: " + said);
+  return "the script never imported torch: the recorder starts at `import torch`, so there was no PyTorch run to "
+         "record (is this the training script?)";
+}
+
+}  // namespace
+
+std::vector<std::string> shell_words(const std::string& line) {
+  std::vector<std::string> words;
+  std::string word;
+  bool in_word = false;
+  char quote = 0;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quote) {
+      if (c == quote) quote = 0;
+      else if (c == '\\' && quote == '"' && i + 1 < line.size()) word += line[++i];
+      else word += c;
+    } else if (c == '\'' || c == '"') {
+      quote = c;
+      in_word = true;
+    } else if (c == '\\' && i + 1 < line.size()) {
+      word += line[++i];
+      in_word = true;
+    } else if (c == ' ' || c == '\t' || c == '\n') {
+      if (in_word) words.push_back(word);
+      word.clear();
+      in_word = false;
+    } else {
+      word += c;
+      in_word = true;
+    }
+  }
+  if (in_word) words.push_back(word);
+  return words;
+}
+
+std::string python_of(const std::vector<std::string>& command) {
+  // Environment assignments a shell line starts with (VAR=value python ...) are not the command.
+  for (const std::string& w : command) {
+    if (w.find('=') != std::string::npos && w.find('/') == std::string::npos) continue;
+    const std::string base = fs::path(w).filename().string();
+    return base.rfind("python", 0) == 0 ? w : std::string("python3");
+  }
+  return "python3";
+}
+
+std::string recorder_bootstrap(const std::string& python) {
+  if (const char* env = std::getenv("AMPCHECK_RECORDER"); env && *env) {
+    const fs::path b = bootstrap_in(env);
+    if (!is_bootstrap(b))
+      throw UsageError(fmt::format("AMPCHECK_RECORDER={} holds no recorder ({} is missing): give the folder that "
+                                   "holds the ampcheck_recorder package (recorder/ in ampcheck's source)",
+                                   env, (b / "sitecustomize.py").string()));
+    return fs::absolute(b).string();
+  }
+#ifdef AMPCHECK_RECORDER_DIR
+  if (const fs::path b = bootstrap_in(AMPCHECK_RECORDER_DIR); is_bootstrap(b)) return b.string();
+#endif
+  // An installed copy (pip install ./recorder): the package says where its bootstrap is.
+  Scratch scratch;
+  const std::string log = (scratch.dir / "bootstrap.log").string();
+  const std::vector<std::string> env = environment({}, true);
+  if (run_logged({python, "-m", "ampcheck_recorder", "bootstrap-path"}, env, log) == 0) {
+    const fs::path b = last_line(read_file(log));
+    if (is_bootstrap(b)) return b.string();
+  }
+  throw UsageError(fmt::format(
+      "the recorder for PyTorch is not found: neither this build's source tree nor {} has it; install it into the "
+      "script's environment (pip install ./recorder, from ampcheck's source) or set AMPCHECK_RECORDER to the recorder "
+      "folder",
+      python));
+}
+
+Recording record_process(const RecordRequest& r) {
+  const std::vector<std::string> words = r.shell.empty() ? r.argv : shell_words(r.shell);
+  if (words.empty()) throw UsageError("record: no command to run; give it after --: ampcheck record -- python train.py");
+  const std::string python = python_of(words);
+  const std::string bootstrap = recorder_bootstrap(python);
+  Scratch scratch;
+  const fs::path out = scratch.dir / "report.json";
+  const char* old_path = std::getenv("PYTHONPATH");
+  std::vector<std::pair<std::string, std::string>> set = {
+      {"PYTHONPATH", bootstrap + (old_path && *old_path ? ":" + std::string(old_path) : std::string())},
+      {kBootstrapOut, out.string()},
+      {"AMPCHECK_RECORD_INSPECT", r.inspect},
+      {"AMPCHECK_RECORD_FP32_OPS", joined(r.fp32_ops)},
+      {"AMPCHECK_RECORD_FP32_MODULES", joined(r.fp32_modules)},
+      {"AMPCHECK_RECORD_ALLOW_INF", joined(r.allow_inf)},
+      {"AMPCHECK_RECORD_MAX_SKIPPED", fmt::format("{}", r.max_skipped)},
+      {"AMPCHECK_RECORD_STATS_EVERY", std::to_string(r.stats_every)},
+  };
+  if (r.seed) set.emplace_back("AMPCHECK_RECORD_SEED", std::to_string(*r.seed));
+  // AMPCHECK_RECORD_OWNER (the recording process's id) is the recorder's own: an inherited
+  // one would make the script's process think it is a child and not record.
+  std::vector<std::string> env = environment(set, true);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (!r.output_file.empty()) {
+    posix_spawn_file_actions_addopen(&actions, 1, r.output_file.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  } else if (r.stdout_to_stderr) {
+    posix_spawn_file_actions_adddup2(&actions, 2, 1);
+  }
+  std::vector<std::string> argv = r.shell.empty() ? r.argv : std::vector<std::string>{"/bin/sh", "-c", r.shell};
+  const Spawned s = spawn(argv, env, &actions);
+  posix_spawn_file_actions_destroy(&actions);
+  if (s.error == ENOENT)
+    throw UsageError(fmt::format("record: command not found: \"{}\" (not on PATH); give the interpreter that runs the "
+                                 "script, e.g. ampcheck record -- python3 train.py",
+                                 argv[0]));
+  if (s.error != 0)
+    throw UsageError(fmt::format("record: cannot start \"{}\": {}", argv[0], std::strerror(s.error)));
+
+  Recording rec;
+  rec.started = true;
+  rec.exit_code = wait_for(s.pid);
+  if (fs::exists(out)) {
+    rec.report = read_file(out);
+  } else {
+    const std::string output = r.output_file.empty() ? std::string() : tail(read_file(r.output_file), 20);
+    // `sh -c` answers 127 for a command it cannot find.
+    if (!r.shell.empty() && rec.exit_code == 127 && output.find("not found") != std::string::npos)
+      rec.why_no_report = fmt::format("the script's command was not found: {}", last_line(output));
+    else
+      rec.why_no_report = why_no_report(python, env, scratch, rec.exit_code, output);
+  }
+  return rec;
+}
+
+std::string recorder_advice(const std::string& python, const std::vector<std::string>& ops,
+                            const std::vector<std::string>& modules, const std::string& device) {
+  const fs::path root = fs::path(recorder_bootstrap(python)).parent_path().parent_path();
+  const char* old_path = std::getenv("PYTHONPATH");
+  const std::vector<std::string> env = environment(
+      {{"PYTHONPATH", root.string() + (old_path && *old_path ? ":" + std::string(old_path) : std::string())}}, true);
+  Scratch scratch;
+  const std::string log = (scratch.dir / "advice.txt").string();
+  std::vector<std::string> argv = {python, "-m", "ampcheck_recorder", "advice", "--device", device};
+  if (!ops.empty()) argv.insert(argv.end(), {"--fp32-ops", joined(ops)});
+  if (!modules.empty()) argv.insert(argv.end(), {"--fp32-modules", joined(modules)});
+  const int code = run_logged(argv, env, log);
+  const std::string text = read_file(log);
+  if (code != 0)
+    throw UsageError(fmt::format("the recorder's advice failed ({} -m ampcheck_recorder advice, exit {}): {}", python,
+                                 code, last_line(text)));
+  return text;
+}
+
+bool RecordedRun::script_failed() const {
+  if (exit_code != 0) return true;
+  const auto& o = report.run.script_outcome;
+  return o && ((o->exit_code && *o->exit_code != 0) || !o->error.empty());
+}
+
+bool RecordedRun::run_failed() const {
+  return report.summary.verdict == "failed" || report.summary.verdict == "gradient_underflow";
+}
+
+RecordedRun recorded_run(const RecordRequest& request) {
+  Recording rec = record_process(request);
+  if (!rec.report) throw UsageError("no recording: " + rec.why_no_report);
+  RecordedRun out;
+  out.exit_code = rec.exit_code;
+  out.json = std::move(*rec.report);
+  try {
+    out.report = reports::from_json(out.json, "the recorder's report");
+  } catch (const reports::ReportError& e) {
+    throw std::runtime_error(std::string("the recorder wrote a report ampcheck cannot read (a recorder bug): ") +
+                             e.what());
+  }
+  return out;
+}
+
+}  // namespace ampcheck::cli

@@ -1,0 +1,79 @@
+// The user's own PyTorch script run under ampcheck's recorder (recorder/, docs/recorder.md):
+// what `ampcheck record` and `bisect-nan --script` start. The recorder is injected at the
+// interpreter's start (its bootstrap folder first on PYTHONPATH, its options in
+// AMPCHECK_RECORD_* variables), so the script runs unmodified and its exit code is its
+// own; the recorder writes ampcheck's report JSON at the interpreter's exit.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "reports/report.h"
+
+namespace ampcheck::cli {
+
+// The recorder's bootstrap folder (…/ampcheck_recorder/_bootstrap): AMPCHECK_RECORDER (the
+// folder holding the ampcheck_recorder package) when set, else the source tree this
+// binary was built from, else an installed package as `python` finds it. Throws
+// UsageError naming the fix when none is found.
+std::string recorder_bootstrap(const std::string& python);
+
+// The Python interpreter a command starts: its first word when that is one (python,
+// python3.11, /venv/bin/python), else "python3".
+std::string python_of(const std::vector<std::string>& command);
+
+struct RecordRequest {
+  // The command as words (`record -- python train.py`), or one shell line for `sh -c`
+  // (`bisect-nan --script "python train.py --steps 50"`).
+  std::vector<std::string> argv;
+  std::string shell;
+  std::string inspect = "stats";
+  std::vector<std::string> fp32_ops, fp32_modules, allow_inf;
+  double max_skipped = 0.05;
+  std::int64_t stats_every = 1;
+  std::optional<std::uint64_t> seed;  // AMPCHECK_RECORD_SEED: torch.manual_seed at torch's import
+  // Where the script's standard output and error go: inherited (""), or appended to this
+  // file (bisect-nan's trials, whose output is not the user's to read).
+  std::string output_file;
+  bool stdout_to_stderr = false;  // --json: the script's prints must not mix with the JSON
+};
+
+struct Recording {
+  int exit_code = 0;             // the script's exit status; 128 + N when signal N ended it
+  bool started = false;         // the command could be started at all
+  std::optional<std::string> report;  // the report's bytes; none when the recorder wrote none
+  std::string why_no_report;    // then: the reason, naming the fix
+};
+
+// Runs the request with the recorder injected and waits for it. Ctrl-C reaches the script
+// (the terminal's process group) and the recorder writes the steps run, marked
+// interrupted; a SIGTERM to ampcheck alone is passed on to the script. A command that
+// cannot be started (not on PATH) throws UsageError.
+Recording record_process(const RecordRequest& request);
+
+// A recording read: the report (the model the C++ side reads) and the bytes the recorder
+// wrote (which keep the recorder's own fields). No report throws UsageError with the
+// reason; a report that cannot be read throws std::runtime_error (a recorder bug).
+struct RecordedRun {
+  reports::Report report;
+  std::string json;
+  int exit_code = 0;
+  bool script_failed() const;  // a non-zero exit, or an uncaught exception (run.script_outcome)
+  bool run_failed() const;     // the verdict: failed or gradient_underflow
+};
+RecordedRun recorded_run(const RecordRequest& request);
+
+// The fix in PyTorch's terms, as the recorder writes it (`python -m ampcheck_recorder
+// advice`): its keep_fp32 helper and the plain-PyTorch form (autocast disabled, inputs
+// .float()) for these op types and module paths, on `device` ("cpu", "cuda"). Throws
+// UsageError when the recorder cannot be run.
+std::string recorder_advice(const std::string& python, const std::vector<std::string>& ops,
+                            const std::vector<std::string>& modules, const std::string& device);
+
+// Splits a shell line into words as sh would for plain words and quotes (no expansion):
+// what names the interpreter of a --script line.
+std::vector<std::string> shell_words(const std::string& line);
+
+}  // namespace ampcheck::cli
