@@ -256,6 +256,7 @@ struct Shares {
 
 std::string ms(std::int64_t ns) {
   const double v = static_cast<double>(ns) * 1e-6;
+  if (ns < 1000) return fmt::format("{} ns", ns);
   if (v < 0.1) return fmt::format("{:.1f} us", v * 1e3);
   return v >= 100 ? fmt::format("{:.0f} ms", v) : v >= 10 ? fmt::format("{:.1f} ms", v) : fmt::format("{:.2f} ms", v);
 }
@@ -368,26 +369,33 @@ class Checker {
   }
 
  private:
+  // One class per kernel name (a trace names the same kernel thousands of times), one
+  // more per kernel whose Nsight Compute counters overrule its name.
   void classify_all() {
-    classes_.resize(p_.kernels.size());
-    std::unordered_map<std::uint32_t, KernelClass> by_name;
+    class_of_.assign(p_.kernels.size(), 0);
+    classes_.emplace_back();  // [0]: copies and memsets, which multiply nothing
+    std::unordered_map<std::uint32_t, std::uint32_t> by_name;
     for (std::size_t i = 0; i < p_.kernels.size(); ++i) {
       const pf::Kernel& k = p_.kernels[i];
       if (k.kind != pf::ActivityKind::kernel) continue;
       auto it = by_name.find(k.name);
-      if (it == by_name.end()) it = by_name.emplace(k.name, classify_kernel_name(p_.str(k.name))).first;
-      KernelClass c = it->second;
-      if (k.counters >= 0) {  // Nsight Compute's counters decide tensor cores
-        const CounterVerdict v = read_counters(p_.counters[static_cast<std::size_t>(k.counters)]);
-        if (v.tensor_cores != TensorCores::unknown && v.tensor_cores != c.tensor_cores) {
-          c.tensor_cores = v.tensor_cores;
-          c.why += std::string(c.why.empty() ? "" : "; ") + "Nsight Compute's tensor-pipe counters: tensor cores " +
-                   tensor_cores_name(v.tensor_cores);
-        }
+      if (it == by_name.end()) {
+        it = by_name.emplace(k.name, static_cast<std::uint32_t>(classes_.size())).first;
+        classes_.push_back(classify_kernel_name(p_.str(k.name)));
       }
-      classes_[i] = std::move(c);
+      class_of_[i] = it->second;
+      if (k.counters < 0) continue;
+      const CounterVerdict v = read_counters(p_.counters[static_cast<std::size_t>(k.counters)]);
+      if (v.tensor_cores == TensorCores::unknown || v.tensor_cores == classes_[it->second].tensor_cores) continue;
+      KernelClass c = classes_[it->second];
+      c.tensor_cores = v.tensor_cores;
+      c.why += std::string(c.why.empty() ? "" : "; ") + "Nsight Compute's tensor-pipe counters: tensor cores " +
+               tensor_cores_name(v.tensor_cores);
+      class_of_[i] = static_cast<std::uint32_t>(classes_.size());
+      classes_.push_back(std::move(c));
     }
   }
+  const KernelClass& cls(std::size_t kernel) const { return classes_[class_of_[kernel]]; }
 
   void attribution() {
     const pf::AttributionStats& a = p_.attribution;
@@ -506,13 +514,22 @@ class Checker {
       std::uint32_t thread;
       std::int32_t op;
     };
+    // The profiler's step ranges (ProfilerStep#N) are on the main thread; the autograd
+    // engine's thread runs inside their time: a call's step is the one whose time holds it.
+    std::vector<std::pair<std::int64_t, std::int64_t>> steps;
+    for (const pf::Op& o : p_.ops)
+      if (o.kind == pf::OpKind::step) steps.emplace_back(o.begin_ns, o.end_ns);
+    std::sort(steps.begin(), steps.end());
+    auto step_of = [&](std::int64_t ns) -> std::int64_t {
+      auto it = std::upper_bound(steps.begin(), steps.end(), std::pair{ns, INT64_MAX});
+      if (it == steps.begin()) return -1;
+      --it;
+      return ns <= it->second ? it->first : -1;
+    };
     std::vector<Call> order;
     for (const auto& [op, ks] : calls) {
-      std::int64_t step = -1;
-      for (std::int32_t o = op; o >= 0; o = p_.ops[static_cast<std::size_t>(o)].parent)
-        if (p_.ops[static_cast<std::size_t>(o)].kind == pf::OpKind::step) step = p_.ops[static_cast<std::size_t>(o)].begin_ns;
       const pf::Op& x = p_.ops[static_cast<std::size_t>(op)];
-      order.push_back({step, x.begin_ns, x.thread, op});
+      order.push_back({step_of(x.begin_ns), x.begin_ns, x.thread, op});
     }
     std::stable_sort(order.begin(), order.end(), [](const Call& a, const Call& b) {
       return std::tie(a.step_begin, a.begin, a.thread, a.op) < std::tie(b.step_begin, b.begin, b.thread, b.op);
@@ -536,7 +553,7 @@ class Checker {
       std::int32_t mapped = -1;
       std::optional<Op> eop;
       bool multiplying = false;
-      for (const std::size_t ki : calls[c.op]) multiplying = multiplying || multiplies(classes_[ki].kind);
+      for (const std::size_t ki : calls[c.op]) multiplying = multiplying || multiplies(cls(ki).kind);
       const FrameworkOp* f = framework_of(c.op, multiplying, mapped, eop);
       in.framework = f;
       in.op = eop;
@@ -555,7 +572,7 @@ class Checker {
 
   void add_kernel(Instance& in, std::size_t i) {
     const pf::Kernel& k = p_.kernels[i];
-    const KernelClass& c = classes_[i];
+    const KernelClass& c = cls(i);
     in.launches += k.instances;
     in.total_ns += k.duration_ns;
     if (multiplies(c.kind)) {
@@ -598,7 +615,7 @@ class Checker {
     }
     std::int64_t f16 = 0, bf16 = 0, all = 0;
     for (std::size_t i = 0; i < p_.kernels.size(); ++i) {
-      const KernelClass& c = classes_[i];
+      const KernelClass& c = cls(i);
       if (p_.kernels[i].kind != pf::ActivityKind::kernel || !multiplies(c.kind)) continue;
       all += p_.kernels[i].duration_ns;
       if (c.input == KernelPrecision::f16) f16 += p_.kernels[i].duration_ns;
@@ -734,8 +751,8 @@ class Checker {
       r_.types.push_back(std::move(t.first));
     }
     for (std::size_t i = 0; i < p_.kernels.size(); ++i) {
-      if (p_.kernels[i].kind != pf::ActivityKind::kernel || !multiplies(classes_[i].kind)) continue;
-      all.add(classes_[i], p_.kernels[i].duration_ns);
+      if (p_.kernels[i].kind != pf::ActivityKind::kernel || !multiplies(cls(i).kind)) continue;
+      all.add(cls(i), p_.kernels[i].duration_ns);
       r_.matrix_ns += p_.kernels[i].duration_ns;
     }
     r_.shares = all.rows();
@@ -914,7 +931,8 @@ class Checker {
   const ProfileCheckOptions& o_;
   Expectation expect_;
   bool auto_off_ = false;
-  std::vector<KernelClass> classes_;
+  std::vector<KernelClass> classes_;   // per name (and per counter override)
+  std::vector<std::uint32_t> class_of_;  // per kernel
   std::vector<Instance> instances_;
   std::vector<std::optional<DType>> expected_;
   KernelCheck check_;

@@ -73,19 +73,30 @@ Kind kind_of(std::string_view head) {
   std::size_t i = 0;
   while (i < head.size() && is_space(head[i])) ++i;
   if (i < head.size() && (head[i] == '{' || head[i] == '[')) return Kind::json;
-  // CSV: printable text whose first line has two commas or more (a header of columns).
+  // CSV: printable text with a header among its first lines (nsys and ncu may print a few
+  // lines of their own before it): four columns or more, none longer than a column name.
   const std::size_t n = std::min<std::size_t>(head.size(), 4096);
-  bool printable = true;
-  int commas = 0;
-  bool first_line = true;
-  for (std::size_t j = i; j < n; ++j) {
+  bool printable = true, header = false;
+  int fields = 1, lines = 0;
+  std::size_t field_start = i, longest = 0;
+  for (std::size_t j = i; j < n && lines < 20; ++j) {
     const auto c = static_cast<unsigned char>(head[j]);
     if (c < 0x20 && !is_space(head[j])) printable = false;
-    if (c == '\n') first_line = false;
-    if (c == ',' && first_line) ++commas;
+    if (c == ',' || c == '\n') {
+      longest = std::max(longest, j - field_start);
+      field_start = j + 1;
+    }
+    if (c == ',') ++fields;
+    if (c == '\n') {
+      header = header || (fields >= 4 && longest <= 64);
+      fields = 1;
+      longest = 0;
+      ++lines;
+    }
   }
+  header = header || (lines < 20 && fields >= 4 && std::max(longest, n - field_start) <= 64);
   if (i == head.size() && printable) return Kind::empty;
-  return printable && commas >= 2 ? Kind::csv : Kind::other;
+  return printable && header ? Kind::csv : Kind::other;
 }
 
 Profile from_source(ByteSource& source, Kind kind) {

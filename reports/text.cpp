@@ -400,6 +400,14 @@ std::string kernels_ms(std::int64_t ns) {
   return v >= 100 ? fmt::format("{:.0f}", v) : v >= 1 ? fmt::format("{:.2f}", v) : fmt::format("{:.3f}", v);
 }
 
+// A duration in the unit that shows it: "12 ns", "3.5 us", "0.42 ms", "38 ms".
+std::string duration_text(std::int64_t ns) {
+  const double v = static_cast<double>(ns) * 1e-6;
+  if (ns < 1000) return fmt::format("{} ns", ns);
+  if (v < 0.1) return fmt::format("{:.1f} us", v * 1e3);
+  return v >= 100 ? fmt::format("{:.0f} ms", v) : v >= 10 ? fmt::format("{:.1f} ms", v) : fmt::format("{:.2f} ms", v);
+}
+
 std::string dims_text(const std::vector<std::vector<std::int64_t>>& dims) {
   std::string s;
   for (const auto& d : dims) {
@@ -460,8 +468,8 @@ std::string rank_text(const ProfileRank& r, bool per_instance) {
   for (const KernelFinding& f : r.check.findings) s += "  " + f.severity + ": " + f.text + "\n";
   if (!r.cost_text.empty()) s += "  " + r.cost_text + "\n";
   for (const FallbackCost& c : r.fallbacks)
-    s += fmt::format("    {}: {} ms{}\n", c.op, kernels_ms(c.gpu_ns),
-                     c.at_rate_ns >= 0 ? fmt::format(", ~{} ms at {}", kernels_ms(c.at_rate_ns), c.rate)
+    s += fmt::format("    {}: {}{}\n", c.op, duration_text(c.gpu_ns),
+                     c.at_rate_ns >= 0 ? fmt::format(", ~{} at {}", duration_text(c.at_rate_ns), c.rate)
                                        : std::string(", not estimated"));
   if (!r.counters.empty()) {
     s += fmt::format("  Nsight Compute counters: {} kernels measured; {} disagree with what their names say\n",
