@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -289,6 +290,50 @@ TEST(RealProfiles, TheJsonReportFollowsItsSchema) {
                             (fs::path(AMPCHECK_SOURCE_DIR) / "reports/schema/kernels.schema.json").string() + "' '" +
                             out.string() + "'";
     EXPECT_EQ(std::system(cmd.c_str()), 0) << file;
+  }
+}
+
+// The project's own GPU-recorded profiles, once committed under bench/results/profiles/
+// (a PyTorch autocast training profile per model, an fp32 control, an Nsight Compute CSV
+// of one step): each reads with every kernel attributed or counted unattributable, 99% of
+// the launched time attributed, the counters agreeing with the names; a name that says
+// fp32 reads as AMP off, one that says fp16 or bf16 as AMP on in that dtype.
+TEST(ProjectProfiles, EachRecordedProfileReadsAndSaysWhatItsNameSays) {
+  const fs::path dir = fs::path(AMPCHECK_SOURCE_DIR) / "bench" / "results" / "profiles";
+  if (!fs::is_directory(dir)) GTEST_SKIP() << dir.string() << " is absent: no GPU-recorded profile committed yet";
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.is_regular_file() && e.path().filename().string()[0] != '.' && e.path().extension() != ".md")
+      files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  for (const fs::path& file : files) {
+    SCOPED_TRACE(file.string());
+    std::vector<profiles::Profile> all;
+    try {
+      all = profiles::read_profiles(file.string());
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << e.what();
+      continue;
+    }
+    for (const profiles::Profile& p : all) {
+      const profiles::AttributionStats& a = p.attribution;
+      EXPECT_EQ(a.attributed + a.no_launch + a.outside_ops + a.no_links, a.kernels);
+      if (p.links && p.has_ops()) {
+        EXPECT_GE(static_cast<double>(a.attributed_ns), 0.99 * static_cast<double>(a.launched_ns));
+      }
+    }
+    ProfileCheckOptions o;
+    const reports::KernelsReport r = check_profiles(all, o, file.string());
+    for (const reports::ProfileRank& rank : r.ranks) EXPECT_EQ(rank.counter_disagreements, 0);
+    const std::string name = file.filename().string();
+    if (name.find("fp32") != std::string::npos) {
+      EXPECT_EQ(r.verdict, "amp_off") << r.verdict_text;
+    } else if (name.find("fp16") != std::string::npos || name.find("bf16") != std::string::npos) {
+      EXPECT_NE(r.verdict, "amp_off") << r.verdict_text;
+      if (r.ranks.at(0).format.find("Nsight Compute") == std::string::npos) {
+        EXPECT_EQ(r.ranks.at(0).expect, name.find("bf16") != std::string::npos ? "autocast-bf16" : "autocast-fp16");
+      }
+    }
   }
 }
 
