@@ -17,6 +17,7 @@
 #include "cli/exit_codes.h"
 #include "cli/fp_command.h"
 #include "cli/infer_command.h"
+#include "cli/kernels_command.h"
 #include "cli/ops_command.h"
 #include "cli/record_command.h"
 #include "cli/report_command.h"
@@ -56,6 +57,7 @@ int run(int argc, const char* const* argv, std::ostream& given_out, std::ostream
       add_bisect_command(app),
       add_compare_command(app),
       add_infer_command(app),
+      add_kernels_command(app),
       add_diff_command(app),
       add_report_command(app),
       add_fp_command(app),

@@ -23,6 +23,7 @@ std::string long_name(DType d) { return std::string(info(d).long_name); }
 
 bool low(DType d) { return d == DType::f16 || d == DType::bf16; }
 
+// The dtype the engine ran an instance in: the one all its calls ran in.
 std::optional<DType> expected_dtype(const InstanceStats& s) {
   const DtypeCalls& c = s.kernel_dtypes;
   if (c.other != 0) return std::nullopt;
@@ -65,6 +66,28 @@ std::string with_shape(const std::string& what, const MatrixShape& m, bool chann
   return what + (m.dims.empty() ? "" : " (" + m.dims + ")");
 }
 
+// What the recorded inputs say: an op of the policy's fp16/bf16 list whose inputs were
+// float32 did not go through autocast's cast at all.
+std::string inputs_reason(const CheckedInstance& s) {
+  if (!s.recorded_inputs || !s.expected || !low(*s.expected) || low(*s.recorded_inputs)) return {};
+  return fmt::format("its inputs were {} (Input type: {}): the op ran outside autocast, or on {} tensors autocast "
+                     "does not cast (a region with autocast disabled, a .float() the model asks for); ",
+                     long_name(*s.recorded_inputs), s.recorded_types, long_name(*s.recorded_inputs));
+}
+
+// The algorithm a convolution's kernels name: cuDNN's FFT and Winograd paths multiply
+// transforms in float32 on CUDA cores whatever the data's type.
+std::string algorithm_reason(const CheckedInstance& s) {
+  bool fft = false, winograd = false;
+  for (const CheckedKernel& k : s.kernels) {
+    fft = fft || k.name.find("fft") != std::string::npos || k.name.find("gcgemm") != std::string::npos;
+    winograd = winograd || k.name.find("winograd") != std::string::npos;
+  }
+  if (fft) return "cuDNN chose an FFT convolution (fft2d_*, a complex gcgemm): its products run in float32 on CUDA cores; ";
+  if (winograd) return "cuDNN chose a Winograd convolution: its transforms and products run on CUDA cores; ";
+  return {};
+}
+
 }  // namespace
 
 const char* kernel_problem_name(KernelProblem p) {
@@ -95,15 +118,16 @@ std::string KernelFinding::text() const {
                         cls.tensor_cores == TensorCores::yes  ? ", tensor cores"
                         : cls.tensor_cores == TensorCores::no ? ", CUDA cores"
                                                               : "");
-  return fmt::format("{} ({}): the policy ran it in {}, but its kernel {} {} [{} launch{}]: {}", instance,
-                     phase_name(phase), long_name(expected), kernel_label(kernel), ran, launches, launches == 1 ? "" : "es",
-                     reason);
+  return fmt::format("{} ({}): the policy {} {}, but its kernel {} {} [{} launch{}]: {}", instance, phase_name(phase),
+                     intended ? "puts it in" : "ran it in", long_name(expected), kernel_label(kernel), ran, launches,
+                     launches == 1 ? "" : "es", reason);
 }
 
-MatrixShape matrix_shape(Op op, const std::vector<Shape>& shapes) {
+MatrixShape matrix_shape(Op op, const std::vector<Shape>& shapes, const Shape& out_spatial) {
   MatrixShape m;
   auto gemm = [&](std::int64_t M, std::int64_t N, std::int64_t K) {
     m.dims = fmt::format("M={} N={} K={}", M, N, K);
+    m.vector = M == 1 || N == 1;
     m.work = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
     // Row-major A [M, K], B [K, N] or [N, K], C [M, N]: K and N are the leading
     // dimensions; a backward pass reduces over M too (dW = dY^T X).
@@ -139,8 +163,9 @@ MatrixShape matrix_shape(Op op, const std::vector<Shape>& shapes) {
       const std::int64_t groups = per_group > 0 ? c_in / per_group : 1;
       m.dims = fmt::format("C_in={} C_out={}{}", c_in, c_out, groups > 1 ? fmt::format(" groups={}", groups) : "");
       m.depthwise = groups > 1 && per_group == 1;
+      const std::int64_t out_pixels = out_spatial.size() == 2 ? out_spatial[0] * out_spatial[1] : x[2] * x[3];
       m.work = static_cast<double>(x[0]) * static_cast<double>(c_out) * static_cast<double>(per_group) *
-               static_cast<double>(w[2] * w[3]) * static_cast<double>(x[2] * x[3]);
+               static_cast<double>(w[2] * w[3]) * static_cast<double>(out_pixels);
       if (!m.depthwise) {
         if (per_group % 8 != 0) m.unaligned.push_back(fmt::format("C_in={}", per_group));
         if ((c_out / std::max<std::int64_t>(groups, 1)) % 8 != 0) m.unaligned.push_back(fmt::format("C_out={}", c_out));
@@ -151,18 +176,43 @@ MatrixShape matrix_shape(Op op, const std::vector<Shape>& shapes) {
   }
 }
 
-KernelCheck check_kernels(const OpTrace& trace) { return check_kernels(trace.instances()); }
+std::vector<CheckedInstance> checked_instances(const std::vector<InstanceStats>& instances) {
+  std::vector<CheckedInstance> out;
+  out.reserve(instances.size());
+  for (const InstanceStats& s : instances) {
+    CheckedInstance c;
+    c.name = s.name();
+    c.type = std::string(op_name(s.op)) + (s.phase == Phase::backward ? "_grad" : "");
+    c.op = s.op;
+    c.phase = s.phase;
+    c.module = s.module;
+    c.expected = expected_dtype(s);
+    c.reason = s.reason;
+    c.shapes = s.shapes;
+    for (const GpuKernelStats& g : s.gpu_kernels) c.kernels.push_back({g.name, g.cls, g.launches, g.total_ns});
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+KernelCheck check_kernels(const OpTrace& trace) { return check_kernels(checked_instances(trace.instances())); }
 
 KernelCheck check_kernels(const std::vector<InstanceStats>& instances) {
+  return check_kernels(checked_instances(instances));
+}
+
+KernelCheck check_kernels(const std::vector<CheckedInstance>& instances) {
   KernelCheck out;
   std::vector<KernelFinding> notes;
-  for (const InstanceStats& s : instances) {
-    const std::optional<DType> expected = expected_dtype(s);
-    if (!expected) continue;
+  for (const CheckedInstance& s : instances) {
+    if (!s.expected) continue;
+    const DType expected = *s.expected;
     const MatrixShape shape = matrix_shape(s.op, s.shapes);
     const bool channels = s.op == Op::conv2d;
+    const std::string inputs = inputs_reason(s);
+    const std::string algorithm = channels ? algorithm_reason(s) : std::string();
     bool checked = false;
-    for (const GpuKernelStats& g : s.gpu_kernels) {
+    for (const CheckedKernel& g : s.kernels) {
       const KernelClass& c = g.cls;
       if (!multiplies(c.kind)) continue;
       if (c.input == KernelPrecision::unknown) {
@@ -171,17 +221,22 @@ KernelCheck check_kernels(const std::vector<InstanceStats>& instances) {
       }
       checked = true;
       KernelFinding f;
-      f.instance = s.name();
+      f.instance = s.name;
+      f.type = s.type;
       f.op = s.op;
       f.phase = s.phase;
       f.module = s.module;
-      f.expected = *expected;
+      f.expected = expected;
       f.kernel = g.name;
       f.cls = c;
       f.launches = g.launches;
-      const KernelPrecision want = precision_of(*expected);
-      const std::string wanted = long_name(*expected);
-      if (low(*expected)) {
+      f.total_ns = g.total_ns;
+      f.intended = s.intended;
+      const KernelPrecision want = precision_of(expected);
+      const std::string wanted = long_name(expected);
+      const bool narrow_input = c.input == KernelPrecision::f16 || c.input == KernelPrecision::bf16 ||
+                                c.input == KernelPrecision::fp8 || c.input == KernelPrecision::fp4;
+      if (low(expected)) {
         if (c.input == KernelPrecision::f32 || c.input == KernelPrecision::f64) {
           f.problem = KernelProblem::wider_kernel;
           if (shape.depthwise) {
@@ -189,16 +244,24 @@ KernelCheck check_kernels(const std::vector<InstanceStats>& instances) {
             f.reason = fmt::format("a depthwise convolution ({}): cuDNN multiplies it in {} on CUDA cores for every "
                                    "dtype (tensor cores do not fit depthwise); its tensors stay {}",
                                    shape.dims, precision_name(c.input), wanted);
+          } else if (!inputs.empty()) {
+            f.reason = with_shape(inputs + fmt::format("the library multiplied the {} data in {}",
+                                                       long_name(*s.recorded_inputs), precision_name(c.input)),
+                                  shape, channels);
           } else {
-            f.reason = with_shape(fmt::format("the library took the {} tensors and multiplied in {}", wanted,
-                                              precision_name(c.input)),
+            f.reason = with_shape(algorithm + fmt::format("the library took the {} tensors and multiplied in {}",
+                                                          wanted, precision_name(c.input)),
                                   shape, channels);
           }
         } else if (c.input == KernelPrecision::tf32) {
           f.problem = KernelProblem::tf32_kernel;
-          f.reason = with_shape(fmt::format("the library converted the {} data to float32 and multiplied in TF32 "
-                                            "(a float32 path, slower than {} tensor cores)",
-                                            wanted, wanted),
+          f.reason = with_shape(inputs.empty()
+                                    ? fmt::format("the library converted the {} data to float32 and multiplied in TF32 "
+                                                  "(a float32 path, slower than {} tensor cores)",
+                                                  wanted, wanted)
+                                    : inputs + "TF32 is how the library multiplies float32 data on tensor cores "
+                                               "(torch.backends.cuda.matmul.allow_tf32), at a fraction of the " +
+                                          wanted + " rate",
                                 shape, channels);
         } else if ((c.input == KernelPrecision::f16 || c.input == KernelPrecision::bf16) && c.input != want) {
           f.problem = KernelProblem::other_low_precision;
@@ -209,6 +272,14 @@ KernelCheck check_kernels(const std::vector<InstanceStats>& instances) {
             f.severity = Severity::note;
             f.reason = fmt::format("a depthwise convolution ({}): tensor cores do not fit depthwise, on any framework",
                                    shape.dims);
+          } else if (shape.vector) {
+            f.severity = Severity::note;
+            f.reason = fmt::format("a matrix-vector product ({}): memory-bound, each matrix element is read once and "
+                                   "no tensor-core kernel pays; as expected",
+                                   shape.dims);
+          } else if (!algorithm.empty()) {
+            f.reason = algorithm.substr(0, algorithm.size() - 2) +
+                       (shape.dims.empty() ? std::string() : " (" + shape.dims + ")");
           } else {
             const std::string why = shape_reason(shape, channels);
             f.reason = why.empty() ? "the library chose a CUDA-core kernel for this shape" +
@@ -218,8 +289,7 @@ KernelCheck check_kernels(const std::vector<InstanceStats>& instances) {
         } else {
           continue;
         }
-      } else if (*expected == DType::f32 &&
-                 (c.input == KernelPrecision::f16 || c.input == KernelPrecision::bf16 || c.input == KernelPrecision::tf32)) {
+      } else if (expected == DType::f32 && (narrow_input || c.input == KernelPrecision::tf32)) {
         f.problem = KernelProblem::narrower_kernel;
         f.reason = c.input == KernelPrecision::tf32
                        ? "TF32 keeps 10 mantissa bits of each float32 input: the op is not float32 as its policy "

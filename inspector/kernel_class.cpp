@@ -49,7 +49,28 @@
 //              conv2d_grouped_direct_kernel<..., float, __half, __half, __half, float, __half>.
 //              A multiply kernel whose element types are one of f16/bf16 and float takes
 //              the narrow type and computes in float: no library multiplies f32 operands
-//              into a f16/bf16 accumulator.
+//              into a f16/bf16 accumulator. cuBLAS's GEMVs: gemv2N/gemv2T/gemvNSP kernels,
+//              internal::gemvx::kernel<..., cublasGemvParamsEx<...>>, and gemmk1_kernel, its
+//              K = 1 product (an outer product), which reads each element once like a GEMV.
+//   [trtllm-gen] TensorRT-LLM's generated Blackwell GEMMs (also shipped in FlashInfer and
+//              vLLM): bmm_<D>_<A><B>[_cast<T>]_<accumulator>_t<tile>..._sm100a|f: D the output
+//              type, A and B the operands written together, each E4m3/E5m2 (fp8), E2m1 (fp4),
+//              Bfloat16, Fp16, Fp32, "Mx" before a block-scaled (MX) one; e.g. FP8 in, BF16
+//              out is bmm_Bfloat16_E4m3E4m3_Fp32 (FlashInfer's MoE docs). They are tcgen05
+//              MMA kernels: sm100 has no other path for FP8/FP4 operands.
+//   [fmha]     TensorRT-LLM's fmhaSm100aKernel_Q<T>Kv<T>O<T>H<head dim>... (QkvE4m3: one
+//              type for Q, K and V), PyTorch's memory-efficient attention (from xformers)
+//              fmha_cutlass<F|B>_<f16|bf16|f32>_..._sm<NN>, TensorRT's fmha_v2_..._<type>_..._sm<NN>:
+//              fused attention kernels whose GEMMs use MMA instructions on sm70 and later
+//              for 16-bit and 8-bit operands.
+//   [flash]    FlashAttention 2 (flash::, pytorch_flash::): flash_fwd_kernel, flash_fwd_splitkv_kernel,
+//              flash_bwd_*_kernel over Flash_*_kernel_traits<..., cutlass::bfloat16_t|half_t>:
+//              its GEMMs are mma.sync (it requires sm80), its accumulators float
+//              (Flash_kernel_traits::ElementAccum); flash_fwd_splitkv_combine_kernel adds the
+//              split-KV partial results, a reduction, and flash_bwd_convert_dq /
+//              flash_bwd_dot_do_o are its elementwise helpers.
+//   [Inductor] torch.compile's Triton kernels: triton_poi_* (pointwise), triton_red_* and
+//              triton_per_* (reductions), triton_tem_* (templates: mm, addmm, bmm, convolution).
 #include "inspector/kernel_class.h"
 
 #include <cxxabi.h>  // abi::__cxa_demangle: CUPTI hands mangled names
@@ -169,7 +190,7 @@ std::optional<P> type_token(std::string_view t) {
       {"f16", P::f16},     {"fp16", P::f16},    {"bf16", P::bf16},   {"tf32", P::tf32},   {"f32", P::f32},
       {"fp32", P::f32},    {"f64", P::f64},     {"fp64", P::f64},    {"s8", P::int8},     {"u8", P::int8},
       {"i8", P::int8},     {"int8", P::int8},   {"s32", P::int32},   {"i32", P::int32},   {"int32", P::int32},
-      {"e4m3", P::fp8},    {"e5m2", P::fp8}};
+      {"e4m3", P::fp8},    {"e5m2", P::fp8},    {"e2m1", P::fp4}};
   for (const auto& [name, p] : kTypes)
     if (t == name) return p;
   return std::nullopt;
@@ -202,7 +223,12 @@ std::optional<P> accumulator_letter(char c) {
 // The compute capability a name is written for: "sm80", an arch word of cuBLAS/cuDNN
 // names, or 0.
 int arch_of(std::string_view t) {
-  if (t.size() > 2 && t.substr(0, 2) == "sm") return small_number(t.substr(2));
+  if (t.size() > 2 && t.substr(0, 2) == "sm") {
+    // "sm90a", "sm100f": the arch-specific and family-specific targets of CUDA 12.9+.
+    std::string_view n = t.substr(2);
+    if (n.size() > 1 && (n.back() == 'a' || n.back() == 'f') && is_digit(n[n.size() - 2])) n.remove_suffix(1);
+    return small_number(n);
+  }
   static constexpr std::pair<std::string_view, int> kArchs[] = {{"kepler", 30}, {"maxwell", 50}, {"pascal", 60},
                                                                 {"volta", 70},  {"turing", 75},  {"ampere", 80},
                                                                 {"ada", 89},    {"hopper", 90}};
@@ -400,7 +426,7 @@ bool read_xmma(const std::vector<std::string>& t, KernelClass& r, Why& why) {
       }
     }
   }
-  if (math == P::tf32 || math == P::fp8) {
+  if (math == P::tf32 || math == P::fp8 || math == P::fp4) {
     r.tensor_cores = TC::yes;
     why.add(std::string(precision_name(*math)) + " operands exist only on tensor cores");
     return true;
@@ -412,7 +438,10 @@ bool read_xmma(const std::vector<std::string>& t, KernelClass& r, Why& why) {
 // ---------------------------------------------------------------------------------
 // [cuBLAS] <arch>_[<C type>_]<core>[_<A type>]_<tile>...
 
-bool read_cublas(const std::vector<std::string>& t, KernelClass& r, Why& why) {
+bool read_cublas(const std::vector<std::string>& t_in, KernelClass& r, Why& why) {
+  // cuDNN 8 writes its own kernels' names after a "cudnn_" (cudnn_ampere_scudnn_128x64_...).
+  const bool cudnn = t_in.size() > 2 && t_in[0] == "cudnn" && arch_of(t_in[1]) != 0;
+  const std::vector<std::string> t = cudnn ? std::vector<std::string>(t_in.begin() + 1, t_in.end()) : t_in;
   if (t.size() < 2) return false;
   const int arch = arch_of(t[0]);
   if (arch == 0 || t[0].substr(0, 2) == "sm") return false;
@@ -564,10 +593,181 @@ bool read_nvjet(const std::vector<std::string>& t, KernelClass& r, Why& why) {
   return true;
 }
 
+// ---------------------------------------------------------------------------------
+// [trtllm-gen] bmm_<D>_<A><B>[_cast<T>]_<accumulator>_..._sm<NN>[af]
+
+std::optional<P> trtllm_type(std::string_view t) {
+  if (t.substr(0, 2) == "mx") t.remove_prefix(2);  // block-scaled: the element type is what multiplies
+  static constexpr std::pair<std::string_view, P> kTypes[] = {
+      {"bfloat16", P::bf16}, {"fp16", P::f16}, {"fp32", P::f32}, {"e4m3", P::fp8},
+      {"e5m2", P::fp8},      {"e2m1", P::fp4}, {"int8", P::int8}};
+  for (const auto& [name, p] : kTypes)
+    if (t == name) return p;
+  return std::nullopt;
+}
+
+// The narrower of two operand formats is the one the MMA is sized by; the wider one is
+// what the kernel is said to take (its A and B are both named in the why).
+int width_of(P p) {
+  switch (p) {
+    case P::fp4: return 4;
+    case P::fp8:
+    case P::int8: return 8;
+    case P::f16:
+    case P::bf16: return 16;
+    case P::tf32: return 19;
+    case P::f32: return 32;
+    case P::f64: return 64;
+    default: return 0;
+  }
+}
+
+bool read_trtllm(const std::vector<std::string>& t, KernelClass& r, Why& why) {
+  if (t.size() < 4 || (t[0] != "bmm" && t[0] != "gemm")) return false;
+  const auto out = trtllm_type(t[1]);
+  if (!out) return false;
+  std::optional<std::pair<P, P>> ab;
+  std::string a_name, b_name;
+  for (std::size_t cut = 2; cut + 2 <= t[2].size() && !ab; ++cut) {
+    const auto a = trtllm_type(std::string_view(t[2]).substr(0, cut)), b = trtllm_type(std::string_view(t[2]).substr(cut));
+    if (a && b) {
+      ab = std::pair{*a, *b};
+      a_name = t[2].substr(0, cut);
+      b_name = t[2].substr(cut);
+    }
+  }
+  if (!ab) return false;
+  std::size_t i = 3;
+  if (i < t.size() && t[i].substr(0, 4) == "cast") ++i;  // the operands' conversion before the MMA
+  if (i >= t.size()) return false;
+  const auto acc = trtllm_type(t[i]);
+  if (!acc) return false;
+  r.kind = K::gemm;
+  r.accumulate = *acc;
+  const P a = ab->first, b = ab->second;
+  r.input = width_of(a) >= width_of(b) ? a : b;
+  why.add("trtllm-gen GEMM name: output " + t[1] + ", A " + a_name + " (" + precision_name(a) + "), B " + b_name +
+          " (" + precision_name(b) + "), accumulator " + precision_name(*acc));
+  int arch = 0;
+  for (const auto& w : t)
+    if (arch_of(w) != 0) arch = arch_of(w);
+  if (arch >= 100 || a == P::fp8 || a == P::fp4 || b == P::fp8 || b == P::fp4) {
+    r.tensor_cores = TC::yes;
+    why.add(arch >= 100 ? "sm" + std::to_string(arch) + " trtllm-gen kernel: tcgen05 MMA"
+                        : std::string("fp8/fp4 operands exist only on tensor cores"));
+  } else {
+    why.add("no sm100 target in the name: tensor cores not read");
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------------------------
+// [fmha] fused attention kernels named by their library
+
+// TensorRT-LLM's camel-case spelling after a marker: "QkvE4m3", "OBfloat16", "KvE2m1".
+std::optional<P> camel_type_after(std::string_view s, std::string_view marker, std::string* spelled) {
+  static constexpr std::pair<std::string_view, P> kTypes[] = {
+      {"Bfloat16", P::bf16}, {"Fp16", P::f16}, {"Fp32", P::f32}, {"E4m3", P::fp8},
+      {"E5m2", P::fp8},      {"E2m1", P::fp4}, {"Int8", P::int8}};
+  for (std::size_t at = s.find(marker); at != std::string_view::npos; at = s.find(marker, at + 1)) {
+    std::string_view rest = s.substr(at + marker.size());
+    if (rest.substr(0, 2) == "Mx") rest.remove_prefix(2);
+    for (const auto& [name, p] : kTypes)
+      if (rest.substr(0, name.size()) == name) {
+        if (spelled) *spelled = std::string(marker) + std::string(name);
+        return p;
+      }
+  }
+  return std::nullopt;
+}
+
+bool read_fmha(std::string_view name, const std::vector<std::string>& t, KernelClass& r, Why& why) {
+  if (t.empty() || t[0].substr(0, 4) != "fmha") return false;
+  int arch = 0;
+  for (const auto& w : t)
+    if (arch_of(w) != 0) arch = arch_of(w);
+  if (t[0].size() > 4) {  // fmhaSm100aKernel_QkvE4m3OBfloat16H64...
+    const std::string lower_first = t[0];
+    const std::size_t sm = lower_first.find("sm");
+    if (sm != std::string::npos) {
+      std::size_t e = sm + 2;
+      while (e < lower_first.size() && is_digit(lower_first[e])) ++e;
+      arch = small_number(std::string_view(lower_first).substr(sm + 2, e - sm - 2));
+    }
+    std::string q_name, o_name;
+    auto q = camel_type_after(name, "Qkv", &q_name);
+    if (!q) q = camel_type_after(name, "Q", &q_name);
+    if (!q) return false;
+    r.kind = K::attention;
+    r.input = *q;
+    why.add("TensorRT-LLM fmha name" + (arch ? ", sm" + std::to_string(arch) : std::string()) + "; " + quoted(q_name) +
+            ": Q (and K, V) " + precision_name(r.input));
+    if (camel_type_after(name, "O", &o_name)) why.add(quoted(o_name) + ": output");
+  } else {
+    // fmha_cutlassF_bf16_aligned_64x64_rf_sm80, fmha_v2_flash_attention_fp16_..._sm80_kernel
+    std::optional<P> type;
+    std::string spelled;
+    for (std::size_t i = 1; i < t.size() && !type; ++i)
+      if ((type = type_token(t[i]))) spelled = t[i];
+    r.kind = K::attention;
+    why.add("fused attention name (" + t[0] + "_" + (t.size() > 1 ? t[1] : std::string()) + ")" +
+            (arch ? ", sm" + std::to_string(arch) : std::string()));
+    if (!type) {
+      why.add("no element type in the name: precision not read");
+      return true;
+    }
+    r.input = *type;
+    why.add(quoted(spelled) + ": operands " + precision_name(r.input));
+  }
+  if (arch != 0 && arch < kFirstTensorCoreArch) {
+    r.tensor_cores = TC::no;
+    why.add("sm" + std::to_string(arch) + " predates MMA instructions");
+  } else if (r.input == P::f16 || r.input == P::bf16 || r.input == P::fp8 || r.input == P::fp4 || r.input == P::int8) {
+    if (arch != 0) {
+      r.tensor_cores = TC::yes;
+      why.add(std::string(precision_name(r.input)) + " attention GEMMs on sm" + std::to_string(arch) + ": MMA instructions");
+    } else {
+      why.add("no sm target in the name: tensor cores not read");
+    }
+  } else {
+    why.add(std::string(precision_name(r.input)) + " operands: the name does not say which instruction");
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------------------------
+// [Inductor] triton_<poi|red|per|tem>_fused_...
+
+bool read_triton(const std::vector<std::string>& t, KernelClass& r, Why& why) {
+  if (t.size() < 2 || t[0] != "triton") return false;
+  const std::string& k = t[1];
+  if (k == "poi") {
+    r.kind = K::elementwise;
+    r.tensor_cores = TC::no;
+    why.add("'triton_poi': a torch.compile pointwise kernel, no matrix multiply");
+  } else if (k == "red" || k == "per") {
+    r.kind = K::reduction;
+    r.tensor_cores = TC::no;
+    why.add(quoted("triton_" + k) + ": a torch.compile reduction kernel, no matrix multiply");
+  } else if (k == "tem") {
+    for (const auto& w : t) {
+      if (w == "mm" || w == "addmm" || w == "bmm" || w == "baddbmm") r.kind = K::gemm;
+      if (w == "convolution" || w == "conv") r.kind = K::conv;
+    }
+    why.add("'triton_tem': a torch.compile template kernel" +
+            (r.kind == K::unknown ? std::string() : std::string(", ") + kind_name(r.kind)) +
+            "; Triton's tl.dot picks its instruction from the operand types, which the name does not give");
+  } else {
+    return false;
+  }
+  return true;
+}
+
 // A library's procedural name, read by whichever grammar it fits.
 bool read_procedural(std::string_view name, KernelClass& r, Why& why) {
   const auto t = underscore_tokens(name);
-  return read_xmma(t, r, why) || read_cutlass(t, r, why) || read_nvjet(t, r, why) || read_cublas(t, r, why);
+  return read_xmma(t, r, why) || read_cutlass(t, r, why) || read_nvjet(t, r, why) || read_trtllm(t, r, why) ||
+         read_fmha(name, t, r, why) || read_triton(t, r, why) || read_cublas(t, r, why);
 }
 
 // ---------------------------------------------------------------------------------
@@ -725,7 +925,7 @@ std::vector<std::pair<P, std::string>> element_types(std::string_view args) {
       {"__nv_bfloat16", P::bf16},  {"BFloat16", P::bf16},      {"bfloat16_t", P::bf16},   {"tfloat32_t", P::tf32},
       {"float", P::f32},           {"double", P::f64},         {"__nv_fp8_e4m3", P::fp8}, {"__nv_fp8_e5m2", P::fp8},
       {"Float8_e4m3fn", P::fp8},   {"Float8_e5m2", P::fp8},    {"float_e4m3_t", P::fp8},  {"float_e5m2_t", P::fp8},
-      {"int8_t", P::int8}};
+      {"int8_t", P::int8},         {"float_e2m1_t", P::fp4},   {"__nv_fp4_e2m1", P::fp4}, {"Float4_e2m1fn_x2", P::fp4}};
   std::vector<std::pair<P, std::string>> out;
   std::string cur;
   auto flush = [&] {
@@ -800,6 +1000,39 @@ KernelClass classify_cxx_or_plain(const CxxName& n, Why& why) {
   const auto tokens = underscore_tokens(n.identifier);
   const auto ws = words(n.identifier);
 
+  // [flash] FlashAttention 2's kernels, by identifier; the element type from the traits.
+  if (!tokens.empty() && tokens[0] == "flash" && tokens.size() > 1 && (tokens[1] == "fwd" || tokens[1] == "bwd")) {
+    const auto types = element_types(n.template_args);
+    std::set<P> distinct;
+    for (const auto& [p, spelling] : types)
+      if (p != P::f32) distinct.insert(p);
+    const bool helper_combine = std::find(tokens.begin(), tokens.end(), "combine") != tokens.end();
+    const bool helper_convert = std::find(tokens.begin(), tokens.end(), "convert") != tokens.end();
+    const bool helper_dot = std::find(tokens.begin(), tokens.end(), "dot") != tokens.end();
+    if (helper_combine || helper_dot) {
+      r.kind = K::reduction;
+      r.tensor_cores = TC::no;
+      why.add(quoted(n.identifier) + ": FlashAttention's reduction of partial results, no MMA");
+    } else if (helper_convert) {
+      r.kind = K::elementwise;
+      r.tensor_cores = TC::no;
+      why.add(quoted(n.identifier) + ": FlashAttention's conversion helper, no MMA");
+    } else {
+      if (distinct.size() == 1) {
+        r.input = *distinct.begin();
+        why.add("FlashAttention traits name " + std::string(precision_name(r.input)));
+      }
+      r.kind = K::attention;
+      r.accumulate = P::f32;
+      why.add(quoted(n.identifier) + ": FlashAttention 2, f32 accumulators (ElementAccum)");
+      if (r.input == P::f16 || r.input == P::bf16) {
+        r.tensor_cores = TC::yes;
+        why.add("its GEMMs are mma.sync instructions (FlashAttention 2 needs sm80)");
+      }
+    }
+    return r;
+  }
+
   // Element types among the template arguments: one precision, or ambiguous (a multiply
   // kernel's narrow type and float are read below, once the kind is known).
   std::set<P> distinct;
@@ -830,11 +1063,21 @@ KernelClass classify_cxx_or_plain(const CxxName& n, Why& why) {
   // (cudnn's reduce_wgrad_nchw_helper) is a reduction: it adds partial results.
   bool conv = false, gemm = false, gemv = false, direct = false, reduces = false;
   K direction = K::conv;
+  // A helper that computes a convolution's offsets (cask_cudnn::computeWgradOffsetsKernel)
+  // names the pass it serves, not what it does.
+  const bool helper = std::find(ws.begin(), ws.end(), "offsets") != ws.end();
+  for (const auto& ns : n.namespaces)
+    for (const auto& w : words(ns))
+      if (w == "gemv" || w == "gemvx") gemv = true;
+  if (n.template_args.find("cublasGemv") != std::string::npos &&
+      std::find(ws.begin(), ws.end(), "kernel") != ws.end() && ws.size() <= 2)
+    gemv = true;  // cuBLAS's GEMV, its namespace cut off (Nsight Compute's short names)
   for (const auto& w : ws) {
+    if (helper) break;
     if (w == "conv" || w == "convolve" || w == "convolution" || w == "fprop" || w == "dgrad" || w == "wgrad")
       conv = true;
     if (w == "gemm" || w == "matmul") gemm = true;
-    if (w == "gemv" || w == "gemvx") gemv = true;
+    if (w == "gemv" || w == "gemvx" || w == "gemmk") gemv = true;
     if (w == "direct") direct = true;
     if (w == "reduce" || w == "reduction") reduces = true;
     if (w == "fprop") direction = K::conv_fprop;
@@ -846,7 +1089,9 @@ KernelClass classify_cxx_or_plain(const CxxName& n, Why& why) {
     why.add("identifier names a reduction of a convolution's or GEMM's partial results");
   } else if (gemv && !conv) {
     r.kind = K::gemv;
-    why.add("identifier names a GEMV (matrix-vector product)");
+    why.add(std::find(ws.begin(), ws.end(), "gemmk") != ws.end()
+                ? "'gemmk1': cuBLAS's K = 1 product (an outer product), memory-bound like a GEMV"
+                : "names a GEMV (matrix-vector product)");
   } else if (conv) {
     for (const auto& w : ws)
       if (direction == K::conv && (w == "fwd" || w == "forward")) direction = K::conv_fprop;
@@ -1185,6 +1430,7 @@ const char* precision_name(KernelPrecision p) {
     case P::int8: return "int8";
     case P::int32: return "int32";
     case P::fp8: return "fp8";
+    case P::fp4: return "fp4";
   }
   return "unknown";
 }
@@ -1207,6 +1453,7 @@ const char* kind_name(KernelKind k) {
     case K::conv_dgrad: return "conv dgrad";
     case K::conv_wgrad: return "conv wgrad";
     case K::conv: return "conv";
+    case K::attention: return "attention";
     case K::elementwise: return "elementwise";
     case K::reduction: return "reduction";
     case K::layout: return "layout";
@@ -1216,7 +1463,8 @@ const char* kind_name(KernelKind k) {
 }
 
 bool multiplies_matrices(KernelKind k) {
-  return k == K::gemm || k == K::conv_fprop || k == K::conv_dgrad || k == K::conv_wgrad || k == K::conv;
+  return k == K::gemm || k == K::conv_fprop || k == K::conv_dgrad || k == K::conv_wgrad || k == K::conv ||
+         k == K::attention;
 }
 
 bool multiplies(KernelKind k) { return multiplies_matrices(k) || k == K::gemv; }

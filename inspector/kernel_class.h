@@ -16,6 +16,12 @@
 //              cutlass3x_sm90_tensorop_s64x128x16gemm_f16_f16_f32_f16_f16_...
 //   nvjet      nvjet_sm90_hsh_64x8_64x16_1x1_h_bz_NNT (cuBLAS 12.8+ on sm90 and later):
 //              operand, accumulator and output types as one letter each.
+//   trtllm-gen bmm_Bfloat16_E4m3E4m3_Fp32_t128x8x128u2_..._sm100a (TensorRT-LLM's and
+//              FlashInfer's Blackwell GEMMs): output type, A and B types written together,
+//              accumulator; "Mx" marks a block-scaled (MXFP8, MXFP4) operand.
+//   attention  fmhaSm100aKernel_QkvE4m3OBfloat16H64... (TensorRT-LLM), fmha_cutlassF_bf16_...
+//              _sm80 (PyTorch's memory-efficient attention), flash_fwd_kernel<...bfloat16_t...>
+//              (FlashAttention 2): a fused attention, its operand type read from the name.
 //   C++        demangled (or mangled, demangled here) templates: the kernel's identifier
 //              and the element types among its template arguments; a wrapper whose
 //              template argument is one of the names above is read as that name.
@@ -34,8 +40,9 @@
 namespace ampcheck::inspector {
 
 // tf32 is its own value: f32 storage whose multiplies kept 10 mantissa bits. int32 is
-// the accumulator of int8 multiplies.
-enum class KernelPrecision { unknown, f16, bf16, tf32, f32, f64, int8, int32, fp8 };
+// the accumulator of int8 multiplies. fp8 is e4m3 or e5m2, fp4 e2m1, block-scaled (MX)
+// or not: Blackwell's tensor cores multiply them, nothing else does.
+enum class KernelPrecision { unknown, f16, bf16, tf32, f32, f64, int8, int32, fp8, fp4 };
 
 enum class TensorCores { unknown, yes, no };
 
@@ -49,6 +56,7 @@ enum class KernelKind {
   conv_dgrad,
   conv_wgrad,
   conv,
+  attention,  // a fused attention (flash, fmha): its two GEMMs (Q K^T, P V) and the softmax between
   elementwise,
   reduction,
   layout,
@@ -80,11 +88,11 @@ std::vector<KernelClass> classify_kernel_notes(std::string_view joined);
 // "void ", cut at 140 characters ("implicit_convolve_sgemm<__half, __half, 128, ...>").
 std::string kernel_label(std::string_view name);
 
-// "f16", "bf16", "tf32", "f32", "f64", "int8", "int32", "fp8", "unknown".
+// "f16", "bf16", "tf32", "f32", "f64", "int8", "int32", "fp8", "fp4", "unknown".
 const char* precision_name(KernelPrecision p);
 // "yes", "no", "unknown".
 const char* tensor_cores_name(TensorCores t);
-// "gemm", "gemv", "conv fprop", "conv dgrad", "conv wgrad", "conv", "elementwise",
+// "gemm", "gemv", "conv fprop", "conv dgrad", "conv wgrad", "conv", "attention", "elementwise",
 // "reduction", "layout", "other", "unknown".
 const char* kind_name(KernelKind k);
 // Whether a kernel of this kind multiplies matrices: where tensor cores are expected of

@@ -42,7 +42,7 @@ reports::KernelFinding finding(const KernelFinding& f) {
   return reports::KernelFinding{severity_name(f.severity),
                                 kernel_problem_name(f.problem),
                                 f.instance,
-                                std::string(op_name(f.op)) + (f.phase == Phase::backward ? "_grad" : ""),
+                                f.type,
                                 f.module,
                                 std::string(phase_name(f.phase)),
                                 dtype_text(f.expected),

@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "reports/kernels_report.h"
 #include "reports/report.h"
 
 namespace ampcheck::reports {
@@ -16,5 +17,11 @@ namespace ampcheck::reports {
 // compare. A section whose data is empty says why in one line; bisect and compare
 // appear only when the report has them.
 std::string to_html(const Report& report);
+
+// `ampcheck kernels`: a section per profile (rank): what was read and attributed, the GPU
+// kernels section `run`'s page has (one code path), the op types against the policy, what
+// the fallbacks cost, Nsight Compute's counters against the names; then what differs
+// between the ranks.
+std::string to_html(const KernelsReport& report);
 
 }  // namespace ampcheck::reports

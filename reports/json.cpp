@@ -551,6 +551,103 @@ constexpr void fields(V& v, S& s) {
   v("outside", s.outside);
   v("errors", s.errors);
 }
+// The kernels command's report (reports/kernels_report.h).
+template <class V, Is<PrecisionShare> S>
+constexpr void fields(V& v, S& s) {
+  v("precision", s.precision);
+  v("tensor_cores", s.tensor_cores);
+  v("ns", s.ns);
+}
+template <class V, Is<ProfileOp> S>
+constexpr void fields(V& v, S& s) {
+  v("name", s.name);
+  v("type", s.type);
+  v("phase", s.phase);
+  v("module", s.module);
+  v("policy", s.policy);
+  v("expected", s.expected);
+  v("calls", s.calls);
+  v("launches", s.launches);
+  v("total_ns", s.total_ns);
+  v("matrix_ns", s.matrix_ns);
+  v("shares", s.shares);
+  v("flops", s.flops);
+  v("input_dims", s.input_dims);
+  v("input_types", s.input_types);
+  v("kernels", s.kernels);
+}
+template <class V, Is<FallbackCost> S>
+constexpr void fields(V& v, S& s) {
+  v("op", s.op);
+  v("gpu_ns", s.gpu_ns);
+  v("flops", s.flops);
+  v("at_rate_ns", s.at_rate_ns);
+  v("rate", s.rate);
+}
+template <class V, Is<Unattributable> S>
+constexpr void fields(V& v, S& s) {
+  v("reason", s.reason);
+  v("kernels", s.kernels);
+  v("ns", s.ns);
+  v("top", s.top);
+}
+template <class V, Is<CounterCheck> S>
+constexpr void fields(V& v, S& s) {
+  v("kernel", s.kernel);
+  v("name_tensor_cores", s.name_tensor_cores);
+  v("counters_tensor_cores", s.counters_tensor_cores);
+  v("name_precision", s.name_precision);
+  v("counters_precision", s.counters_precision);
+  v("metrics", s.metrics);
+  v("agrees", s.agrees);
+}
+template <class V, Is<ProfileRank> S>
+constexpr void fields(V& v, S& s) {
+  v("source", s.source);
+  v("format", s.format);
+  v("rank", s.rank);
+  v("devices", s.devices);
+  v("expect", s.expect);
+  v("expect_note", s.expect_note);
+  v("kernels", s.kernels);
+  v("kernel_ns", s.kernel_ns);
+  v("attributed", s.attributed);
+  v("attributed_ns", s.attributed_ns);
+  v("launched_ns", s.launched_ns);
+  v("by_external_id", s.by_external_id);
+  v("no_links", s.no_links);
+  v("unattributable", s.unattributable);
+  v("notes", s.notes);
+  v("check", s.check);
+  v("shares", s.shares);
+  v("matrix_ns", s.matrix_ns);
+  v("types", s.types);
+  v("instances", s.instances);
+  v("fallbacks", s.fallbacks);
+  v("fallback_ns", s.fallback_ns);
+  v("fallback_at_rate_ns", s.fallback_at_rate_ns);
+  v("cost_text", s.cost_text);
+  v("counters", s.counters);
+  v("counter_disagreements", s.counter_disagreements);
+  v("verdict", s.verdict);
+  v("verdict_text", s.verdict_text);
+}
+template <class V, Is<RankDifference> S>
+constexpr void fields(V& v, S& s) {
+  v("what", s.what);
+  v("per_rank", s.per_rank);
+}
+template <class V, Is<KernelsReport> S>
+constexpr void fields(V& v, S& s) {
+  v("ampcheck", s.ampcheck);
+  v("profile", s.profile);
+  v("expect", s.expect);
+  v("ranks", s.ranks);
+  v("differences", s.differences);
+  v("verdict", s.verdict);
+  v("verdict_text", s.verdict_text);
+}
+
 // schema_version is not walked here: the writer writes the version it implements and the
 // reader checks it before anything else (see to_json and from_json).
 template <class V, Is<Report> S>
@@ -614,12 +711,15 @@ static_assert(kEveryMemberHasAField<
               NamedNumerics, OpInstance, TensorNumerics, Swamping, TensorRange, RangeLoss, LostValue,
               NanEvent, Failure, IntendedInf, ScalerProbing, ZeroGradients, NonFinite, Summary, Trial, Suggestion, Bisect, LevelRun, LevelError, CompareOp, Compare,
               Interruption, SeedOutcome, LowPrecisionSeen, LocalErrorSeen, Spread, GpuKernel, KernelTypeRow,
-              KernelFinding, OutsideKernel, Kernels, RankOverflow, RankDisagreement, RankSummary, Distributed>);
+              KernelFinding, OutsideKernel, Kernels, RankOverflow, RankDisagreement, RankSummary, Distributed,
+              PrecisionShare, ProfileOp, FallbackCost, Unattributable, CounterCheck, ProfileRank, RankDifference>);
 // Report's default schema_version is not constexpr, so fields(Report) cannot be walked
 // here: its members are counted by hand (schema_version, written apart, and the 15 of
 // fields(Report)), and the test of the top-level keys checks fields(Report) itself.
 static_assert(member_count<Report>() == 1 + 15,
               "Report gained a member: add it to fields(Report) in reports/json.cpp");
+static_assert(member_count<KernelsReport>() == 1 + 7,
+              "KernelsReport gained a member: add it to fields(KernelsReport) in reports/json.cpp");
 
 template <class T>
 inline constexpr bool is_vector = false;
@@ -849,6 +949,38 @@ Report from_json(std::string_view text, std::string_view source) {
 
   Report report;
   report.schema_version = version->get<std::string>();  // as read; to_json writes its own
+  const Reader reader(source, parsed->second);
+  reader.read(doc, "", report);
+  return report;
+}
+
+std::string to_json(const KernelsReport& report) {
+  ordered_json doc = ordered_json::object();
+  doc["schema_version"] = fmt::format("{}.{}", kKernelsSchemaMajor, kKernelsSchemaMinor);
+  ObjectWriter writer{doc};
+  fields(writer, report);
+  return doc.dump(2, ' ', false, ordered_json::error_handler_t::replace) + "\n";
+}
+
+KernelsReport kernels_from_json(std::string_view text, std::string_view source) {
+  json doc;
+  try {
+    doc = parse_json_text(text, source);
+  } catch (const JsonTextError& e) {
+    throw ReportError(e.what());
+  }
+  const Reader top(source, kKernelsSchemaMinor);
+  if (!doc.is_object()) top.expected("", "a JSON object (an ampcheck kernels report)", doc);
+  const auto version = doc.find("schema_version");
+  if (version == doc.end()) top.fail("", "missing field \"schema_version\" (is this an ampcheck kernels report?)");
+  const auto parsed = version->is_string() ? parse_version(version->get<std::string>()) : std::nullopt;
+  if (!parsed) top.expected("schema_version", "a string \"MAJOR.MINOR\" such as \"1.0\"", *version);
+  if (parsed->first != kKernelsSchemaMajor)
+    throw ReportError(fmt::format("{} has schema_version {}, which this ampcheck (reads {}.x) does not know; use the "
+                                  "ampcheck that wrote it",
+                                  source, version->get<std::string>(), kKernelsSchemaMajor));
+  KernelsReport report;
+  report.schema_version = version->get<std::string>();
   const Reader reader(source, parsed->second);
   reader.read(doc, "", report);
   return report;

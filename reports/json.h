@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "reports/kernels_report.h"
 #include "reports/report.h"
 
 namespace ampcheck::reports {
@@ -28,5 +29,10 @@ Report from_json(std::string_view text, std::string_view source);
 Report read_report(const std::filesystem::path& path);
 // Writes to_json(report) atomically (reports/atomic_file.h); throws WriteError.
 void write_report(const std::filesystem::path& path, const Report& report);
+
+// `ampcheck kernels`'s report (reports/kernels_report.h, reports/schema/kernels.schema.json),
+// written and read the same way.
+std::string to_json(const KernelsReport& report);
+KernelsReport kernels_from_json(std::string_view text, std::string_view source);
 
 }  // namespace ampcheck::reports

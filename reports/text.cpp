@@ -288,6 +288,31 @@ std::string spread_section(const Report& r) {
   return s;
 }
 
+// The GPU time per op type with its tensor-core share, then the kernel check's line and
+// each finding on its own line: `run`'s CUPTI section and `kernels`' profile sections.
+std::string kernel_check_text(const Kernels& k) {
+  auto ms = [](std::int64_t ns) { return fmt::format("{:.3f}", static_cast<double>(ns) * 1e-6); };
+  auto share = [](std::int64_t part, std::int64_t whole) {
+    return whole > 0 ? fmt::format("{:.1f}%", 100.0 * static_cast<double>(part) / static_cast<double>(whole))
+                     : std::string("-");
+  };
+  std::string s;
+  TextTable t({"op type", "launches", "ms", "matrix ms", "on tensor cores"});
+  t.align(0, TextTable::Align::left);
+  for (const KernelTypeRow& row : k.by_type)
+    t.add_row({row.type, std::to_string(row.launches), ms(row.total_ns), row.matrix_ns ? ms(row.matrix_ns) : "-",
+               share(row.tensor_core_ns, row.matrix_ns)});
+  s += t.render("  ");
+  const std::int64_t warnings = k.warnings();
+  s += fmt::format("  kernel check: {} op instances' GEMMs and convolutions checked against the AMP policy; {} "
+                   "warning{}{}\n",
+                   k.instances_checked, warnings, warnings == 1 ? "" : "s",
+                   k.kernels_unread ? fmt::format(" ({} kernels' names do not say their precision)", k.kernels_unread)
+                                    : std::string());
+  for (const KernelFinding& f : k.findings) s += "  " + f.severity + ": " + f.text + "\n";
+  return s;
+}
+
 // 1.4: the GPU kernels (CUDA runs with CUPTI): tensor-core share of the matrix work per
 // op type, then each finding of the kernel check on its own line.
 std::string kernels_section(const Report& r) {
@@ -311,19 +336,7 @@ std::string kernels_section(const Report& r) {
       k.kernels, k.memcpys, k.memsets, k.attributed, k.inspector, k.unattributed,
       k.dropped + k.invalid > 0 ? fmt::format(", {} dropped or unreadable", k.dropped + k.invalid) : "", ms(total),
       ms(matrix) + " ms", share(tensor, matrix));
-  TextTable t({"op type", "launches", "ms", "matrix ms", "on tensor cores"});
-  t.align(0, TextTable::Align::left);
-  for (const KernelTypeRow& row : k.by_type)
-    t.add_row({row.type, std::to_string(row.launches), ms(row.total_ns), row.matrix_ns ? ms(row.matrix_ns) : "-",
-               share(row.tensor_core_ns, row.matrix_ns)});
-  s += t.render("  ");
-  const std::int64_t warnings = k.warnings();
-  s += fmt::format("  kernel check: {} op instances' GEMMs and convolutions checked against the AMP policy; {} "
-                   "warning{}{}\n",
-                   k.instances_checked, warnings, warnings == 1 ? "" : "s",
-                   k.kernels_unread ? fmt::format(" ({} kernels' names do not say their precision)", k.kernels_unread)
-                                    : std::string());
-  for (const KernelFinding& f : k.findings) s += "  " + f.severity + ": " + f.text + "\n";
+  s += kernel_check_text(k);
   for (const std::string& e : k.errors) s += "  CUPTI error: " + e + "\n";
   return s;
 }
@@ -409,6 +422,144 @@ std::string script_failure_text(const RunInfo& run) {
 std::string recorder_error_text(const RunInfo& run) {
   if (!run.recorder_error) return {};
   return "the recorder stopped early (" + *run.recorder_error + "): the steps after it were not seen";
+}
+
+std::string shares_text(const std::vector<PrecisionShare>& shares, std::int64_t whole) {
+  std::string s;
+  for (const PrecisionShare& x : shares) {
+    if (whole <= 0) break;
+    const double pct = 100.0 * static_cast<double>(x.ns) / static_cast<double>(whole);
+    const std::string where = x.tensor_cores == "yes" ? "TC" : x.tensor_cores == "no" ? "CUDA" : "?";
+    s += fmt::format("{}{} {} {}", s.empty() ? "" : ", ", x.precision, where,
+                     pct >= 1 || pct == 0 ? fmt::format("{:.0f}%", pct) : fmt::format("{:.1f}%", pct));
+  }
+  return s.empty() ? "-" : s;
+}
+
+namespace {
+
+std::string kernels_ms(std::int64_t ns) {
+  const double v = static_cast<double>(ns) * 1e-6;
+  return v >= 100 ? fmt::format("{:.0f}", v) : v >= 1 ? fmt::format("{:.2f}", v) : fmt::format("{:.3f}", v);
+}
+
+// A duration in the unit that shows it: "12 ns", "3.5 us", "0.42 ms", "38 ms".
+std::string duration_text(std::int64_t ns) {
+  const double v = static_cast<double>(ns) * 1e-6;
+  if (ns < 1000) return fmt::format("{} ns", ns);
+  if (v < 0.1) return fmt::format("{:.1f} us", v * 1e3);
+  return v >= 100 ? fmt::format("{:.0f} ms", v) : v >= 10 ? fmt::format("{:.1f} ms", v) : fmt::format("{:.2f} ms", v);
+}
+
+std::string dims_text(const std::vector<std::vector<std::int64_t>>& dims) {
+  std::string s;
+  for (const auto& d : dims) {
+    s += s.empty() ? "[" : ", [";
+    for (std::size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+    s += "]";
+  }
+  return s;
+}
+
+std::string rank_text(const ProfileRank& r, bool per_instance) {
+  std::string s = fmt::format("ampcheck kernels: {}\n  {}{}{}\n", r.source, r.format,
+                              r.rank >= 0 ? fmt::format(", rank {}", r.rank) : std::string(),
+                              r.devices.empty() ? std::string() : ", " + r.devices.front() +
+                                                                       (r.devices.size() > 1 ? fmt::format(" (x{} listed)", r.devices.size()) : ""));
+  s += fmt::format("  expected: {}{}\n", r.expect, r.expect_note.empty() ? "" : " (" + r.expect_note + ")");
+  if (!r.no_links.empty()) {
+    s += fmt::format("  kernels: {} ({} ms); which op launched them cannot be said: {}\n", r.kernels,
+                     kernels_ms(r.kernel_ns), r.no_links);
+  } else {
+    s += fmt::format("  kernels: {} ({} ms); attributed to the op that launched them: {} ({} ms, {} of the {} ms whose "
+                     "launch is in the profile{})\n",
+                     r.kernels, kernels_ms(r.kernel_ns), r.attributed, kernels_ms(r.attributed_ns),
+                     r.launched_ns > 0 ? fmt::format("{:.1f}%", 100.0 * static_cast<double>(r.attributed_ns) /
+                                                                   static_cast<double>(r.launched_ns))
+                                       : std::string("-"),
+                     kernels_ms(r.launched_ns),
+                     r.by_external_id ? fmt::format("; {} through External id", r.by_external_id) : std::string());
+  }
+  for (const Unattributable& u : r.unattributable) {
+    if (u.reason == "the format has no launch links") continue;
+    std::string top;
+    for (std::size_t i = 0; i < u.top.size() && i < 3; ++i) top += (i ? "; " : "") + u.top[i];
+    s += fmt::format("  unattributable, {}: {} kernels, {} ms ({})\n", u.reason, u.kernels, kernels_ms(u.ns), top);
+  }
+  for (const std::string& n : r.notes) s += "  note: " + n + "\n";
+  s += fmt::format("  matrix work (GEMM, GEMV, convolution, attention): {} ms: {}\n", kernels_ms(r.matrix_ns),
+                   shares_text(r.shares, r.matrix_ns));
+  TextTable t({"op type", "calls", "launches", "ms", "matrix ms", "precision x tensor cores", "policy"});
+  t.align(0, TextTable::Align::left).align(5, TextTable::Align::left).align(6, TextTable::Align::left);
+  constexpr std::size_t kTypeRows = 25;
+  for (std::size_t i = 0; i < r.types.size() && i < kTypeRows; ++i) {
+    const ProfileOp& o = r.types[i];
+    t.add_row({o.name, std::to_string(o.calls), std::to_string(o.launches), kernels_ms(o.total_ns),
+               o.matrix_ns ? kernels_ms(o.matrix_ns) : "-", shares_text(o.shares, o.matrix_ns),
+               o.policy.empty() ? "-" : o.policy + (o.expected.empty() ? "" : " -> " + o.expected)});
+  }
+  s += "  GPU time per op type" +
+       (r.types.size() > kTypeRows ? fmt::format(" (the {} largest of {})", kTypeRows, r.types.size()) : std::string()) +
+       ":\n" + t.render("  ");
+  const std::int64_t warnings = r.check.warnings();
+  s += fmt::format("  kernel check: {} op instances' GEMMs, convolutions and attention checked against {}; {} "
+                   "warning{}{}\n",
+                   r.check.instances_checked, r.expect, warnings, warnings == 1 ? "" : "s",
+                   r.check.kernels_unread
+                       ? fmt::format(" ({} kernels' names do not say their precision)", r.check.kernels_unread)
+                       : std::string());
+  for (const KernelFinding& f : r.check.findings) s += "  " + f.severity + ": " + f.text + "\n";
+  if (!r.cost_text.empty()) s += "  " + r.cost_text + "\n";
+  for (const FallbackCost& c : r.fallbacks)
+    s += fmt::format("    {}: {}{}\n", c.op, duration_text(c.gpu_ns),
+                     c.at_rate_ns >= 0 ? fmt::format(", ~{} at {}", duration_text(c.at_rate_ns), c.rate)
+                                       : std::string(", not estimated"));
+  if (!r.counters.empty()) {
+    s += fmt::format("  Nsight Compute counters: {} kernels measured; {} disagree with what their names say\n",
+                     r.counters.size(), r.counter_disagreements);
+    for (const CounterCheck& c : r.counters)
+      if (!c.agrees)
+        s += fmt::format("    DISAGREES: {}: the name says tensor cores {} ({}), the counters {} ({}) [{}]\n",
+                         c.kernel, c.name_tensor_cores, c.name_precision, c.counters_tensor_cores,
+                         c.counters_precision.empty() ? "-" : c.counters_precision, c.metrics);
+  }
+  if (per_instance && !r.instances.empty()) {
+    TextTable i({"op instance", "calls", "ms", "matrix ms", "precision x tensor cores", "input dims", "input types"});
+    i.align(0, TextTable::Align::left).align(4, TextTable::Align::left).align(5, TextTable::Align::left)
+        .align(6, TextTable::Align::left);
+    for (const ProfileOp& o : r.instances) {
+      std::string types;
+      for (const std::string& x : o.input_types) types += (types.empty() ? "" : ", ") + x;
+      i.add_row({o.name, std::to_string(o.calls), kernels_ms(o.total_ns), o.matrix_ns ? kernels_ms(o.matrix_ns) : "-",
+                 shares_text(o.shares, o.matrix_ns), dims_text(o.input_dims), types});
+    }
+    s += "  GPU time per op instance:\n" + i.render("  ");
+  }
+  s += "  verdict: " + r.verdict_text + "\n";
+  return s;
+}
+
+}  // namespace
+
+std::string to_text(const KernelsReport& report, bool per_instance) {
+  std::string s;
+  for (std::size_t i = 0; i < report.ranks.size(); ++i) {
+    if (i) s += "\n";
+    s += rank_text(report.ranks[i], per_instance);
+  }
+  if (!report.differences.empty()) {
+    s += "\nWhat differs between the ranks:\n";
+    for (const RankDifference& d : report.differences) {
+      std::string each;
+      for (std::size_t i = 0; i < d.per_rank.size(); ++i)
+        each += fmt::format("{}{}: {}", i ? "; " : "", report.ranks[i].rank >= 0 ? fmt::format("rank {}", report.ranks[i].rank)
+                                                                                   : fmt::format("profile {}", i + 1),
+                            d.per_rank[i]);
+      s += "  " + d.what + ": " + each + "\n";
+    }
+  }
+  if (report.ranks.size() > 1) s += "\nverdict: " + report.verdict_text + "\n";
+  return s;
 }
 
 std::string to_text(const Report& r, std::size_t top) {

@@ -10,11 +10,25 @@
 #include <string>
 #include <vector>
 
+#include "reports/kernels_report.h"
 #include "reports/report.h"
 
 namespace ampcheck::reports {
 
 std::string to_text(const Report& report, std::size_t top = 8);
+
+// `ampcheck kernels`: per profile (rank) what was read and attributed, the matrix work by
+// precision and tensor cores, the GPU time per op type, the kernel check's findings, what
+// the fallbacks cost, Nsight Compute's counters against the names; the op instances too
+// with `per_instance`; then what differs between ranks and the verdict.
+std::string to_text(const KernelsReport& report, bool per_instance = false);
+
+// The GPU time per op type with its tensor-core share, the kernel check's line and each
+// finding: the part `run`'s and `kernels`' summaries share.
+std::string kernel_check_text(const Kernels& kernels);
+
+// "bf16 TC 92%, f32 CUDA 8%": a row's matrix work by precision and tensor cores.
+std::string shares_text(const std::vector<PrecisionShare>& shares, std::int64_t whole);
 
 // PaddlePaddle's operator stats table (python/paddle/amp/debugging.py,
 // _print_operator_stats), then one line with the AMP policy's inserted casts.

@@ -11,6 +11,8 @@ packages=(
   libopenblas-dev       # OpenBLAS: CPU GEMM
   libonnx-dev libprotobuf-dev  # ONNX: reading, checking and shape-inferring users' models
   libzip-dev            # libzip: numpy .npz archives (--data)
+  zlib1g-dev            # zlib: gzipped GPU profiles (ampcheck kernels)
+  libsqlite3-dev        # SQLite: Nsight Systems' SQLite exports (ampcheck kernels)
   libopenmpi-dev openmpi-bin  # OpenMPI: data-parallel training (mpirun -np N ampcheck run)
   libgtest-dev libgmock-dev googletest  # GoogleTest
   libbenchmark-dev      # Google Benchmark: bench/

@@ -317,6 +317,61 @@ TEST(KernelCheck, WarningsComeBeforeNotes) {
   EXPECT_EQ(check.findings[1].severity, Severity::note);
 }
 
+// The check on its neutral input, as a profile builds it (inspector/profile_check.h).
+CheckedInstance checked(Op op, DType expected, std::vector<Shape> shapes, const std::string& kernel_name) {
+  CheckedInstance c;
+  c.name = "m/" + std::string(op_name(op)) + "#0";
+  c.type = std::string(op_name(op));
+  c.op = op;
+  c.expected = expected;
+  c.reason = amp::Reason::white;
+  c.intended = true;
+  c.shapes = std::move(shapes);
+  c.kernels.push_back({kernel_name, classify_kernel_name(kernel_name), 1, 100});
+  return c;
+}
+
+TEST(KernelCheck, AMatrixVectorProductOnCudaCoresIsANoteNotAWarning) {
+  // M = 1: one row; the f16 CUDA-core GEMM is what such a product should run.
+  const std::string kHgemm = "maxwell_hgemm_128x64_nn";  // [cuBLAS] f16 accumulator, no MMA shape
+  const KernelCheck check = check_kernels(std::vector<CheckedInstance>{
+      checked(Op::matmul, DType::f16, {{1, 64}, {64, 64}}, kHgemm), checked(Op::matmul, DType::f16, {{64, 64}, {64, 64}}, kHgemm)});
+  ASSERT_EQ(check.findings.size(), 2u);
+  EXPECT_EQ(check.findings[0].severity, Severity::warning);  // M = 64: a warning
+  EXPECT_EQ(check.findings[1].severity, Severity::note);
+  EXPECT_NE(check.findings[1].reason.find("matrix-vector"), std::string::npos) << check.findings[1].reason;
+}
+
+TEST(KernelCheck, RecordedFloatInputsAreTheReasonOfAWiderKernel) {
+  CheckedInstance c = checked(Op::bmm, DType::bf16, {{1, 32, 1}, {1, 1, 559}}, kVoltaSgemm);
+  c.recorded_inputs = DType::f32;
+  c.recorded_types = "float, float";
+  const KernelCheck check = check_kernels(std::vector<CheckedInstance>{c});
+  ASSERT_EQ(check.findings.size(), 1u);
+  const KernelFinding& f = check.findings[0];
+  EXPECT_EQ(f.problem, KernelProblem::wider_kernel);
+  EXPECT_NE(f.reason.find("Input type: float, float"), std::string::npos) << f.reason;
+  EXPECT_NE(f.text().find("the policy puts it in bfloat16"), std::string::npos) << f.text();
+  EXPECT_EQ(f.type, "bmm");
+  EXPECT_EQ(f.total_ns, 100u);
+}
+
+TEST(KernelCheck, TheEnginesInstancesReachTheCheckAsTheyWere) {
+  OpTrace t = gpu_trace();
+  Classes classes;
+  run(t, classes, {1, 1, Op::linear, Phase::backward, "fc1", DType::f16, {{64, 64}, {32, 64}, {32}}}, {kHss});
+  const std::vector<CheckedInstance> c = checked_instances(t.instances());
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].name, t.instances()[0].name());
+  EXPECT_EQ(c[0].type, "linear_grad");
+  EXPECT_EQ(c[0].expected, DType::f16);
+  EXPECT_FALSE(c[0].intended);
+  EXPECT_FALSE(c[0].recorded_inputs.has_value());
+  ASSERT_EQ(c[0].kernels.size(), 1u);
+  EXPECT_EQ(c[0].kernels[0].name, kHss);
+  EXPECT_EQ(c[0].kernels[0].launches, 1);
+}
+
 TEST(MatrixShape, ReadsTheProductsOfEachOp) {
   MatrixShape m = matrix_shape(Op::linear, {{4, 15, 64}, {3, 64}, {3}});
   EXPECT_EQ(m.dims, "M=60 N=3 K=64");

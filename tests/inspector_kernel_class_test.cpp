@@ -317,6 +317,89 @@ TEST(KernelClass, DemangledTemplates) {
 // ---------------------------------------------------------------------------------
 // What must stay unknown
 
+// Names from the real profiles of ../shared/data/traces (its README gives each file's
+// origin), read by the grammars added for them. Where Nsight Compute measured the kernel
+// (the RTX 5090 run), its tensor-pipe counters are the reference; else the library's own
+// documented naming (cited in inspector/kernel_class.cpp).
+TEST(KernelClass, BlackwellTrtllmGenGemms) {
+  // B200 vLLM trace: the MoE experts in MXFP4 times MXFP8 activations, FP32 accumulation;
+  // output MXFP8 (the next layer's input) or BF16. FlashInfer documents
+  // bmm_Bfloat16_E4m3E4m3_Fp32 as "FP8 in, BF16 out".
+  expect_class(classify_kernel_name("bmm_MxE4m3_MxE2m1MxE4m3_Fp32_t128x16x256u2_s3_et128x16_m128x16x32_cga1x1x1_16dp256b_"
+                                    "rM_TN_transOut_schedP2x1x2x3_biasM_bN_tma_tmaOpt_clmp_swiGlu_dynBatch_sm100f"),
+               {"", "fp8", "f32", "yes", "gemm"});
+  expect_class(classify_kernel_name("bmm_Bfloat16_MxE2m1MxE4m3_Fp32_t128x16x256u2_s3_et128x16_m128x16x32_cga1x1x1_16dp256b_"
+                                    "rM_TN_transOut_schedP2x1x2x3_biasM_bN_tmaOpt_clmp_dynBatch_sm100f"),
+               {"", "fp8", "f32", "yes", "gemm"});
+  expect_class(classify_kernel_name("bmm_Bfloat16_E4m3E4m3_Fp32_t128x8x128u2_s8_et64x8_m64x8x32_cga1x1x1_16dp256b_TN_"
+                                    "transOut_noShflA_dsFp8_schedS_bN_clmp_dynBatch_sm100a"),
+               {"", "fp8", "f32", "yes", "gemm"});
+  // Both operands FP4: the input is fp4.
+  expect_class(classify_kernel_name("bmm_Bfloat16_E2m1E2m1_Fp32_t128x8x512_sm100a"), {"", "fp4", "f32", "yes", "gemm"});
+  // "bmm" followed by no type is no trtllm-gen name.
+  EXPECT_EQ(classify_kernel_name("bmm_kernel_naive").kind, KernelKind::unknown);
+}
+
+TEST(KernelClass, FusedAttention) {
+  // B200: TensorRT-LLM's FMHA with FP8 Q, K, V (the FP8 KV cache) and a BF16 output.
+  expect_class(classify_kernel_name("fmhaSm100aKernel_QkvE4m3OBfloat16H64PagedKvCausalP16VarSeqQ128Kv128PersistentContext"),
+               {"", "fp8", "unknown", "yes", "attention"});
+  // RTX 5090 (Nsight Compute: sm__ops_path_tensor_src_bf16_dst_fp32 = 10,192,158,720).
+  expect_class(classify_kernel_name("fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<"
+                                    "cutlass::bfloat16_t, cutlass::arch::Sm80, (bool)1, (int)64, (int)64, (int)64, (bool)1, "
+                                    "(bool)1>::Params)"),
+               {"", "bf16", "unknown", "yes", "attention"});
+  // H100 bert: FlashAttention 2 (and on the 5090, its split-KV kernel: 335,544,320 tensor ops).
+  expect_class(classify_kernel_name(
+                   "void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<64, 128, 128, 4, false, "
+                   "false, cutlass::bfloat16_t, pytorch_flash::Flash_kernel_traits<64, 128, 128, 4, cutlass::bfloat16_t> "
+                   ">, false, false, false, false, true, true, false, false>(pytorch_flash::Flash_fwd_params)"),
+               {"", "bf16", "f32", "yes", "attention"});
+  // Its combine step adds partial results: no MMA.
+  expect_class(classify_kernel_name("void flash::flash_fwd_splitkv_combine_kernel<Flash_fwd_kernel_traits<(int)128, (int)64, "
+                                    "(int)128, (int)4, (bool)0, (bool)0, cutlass::bfloat16_t, Flash_kernel_traits<(int)128, "
+                                    "(int)64, (int)128, (int)4, cutlass::bfloat16_t>>, (int)4, (int)3, (bool)1>(flash::"
+                                    "Flash_fwd_params)"),
+               {"", "unknown", "unknown", "no", "reduction"});
+  EXPECT_TRUE(multiplies_matrices(KernelKind::attention));
+}
+
+TEST(KernelClass, CublasGemvsAndTheKEqualsOneProduct) {
+  // RTX 5090: nsys's full name and Nsight Compute's short one of the same kernel, whose
+  // counters say 0 tensor ops.
+  expect_class(classify_kernel_name(
+                   "std::enable_if<!T7, void>::type internal::gemvx::kernel<int, int, __nv_bfloat16, __nv_bfloat16, "
+                   "__nv_bfloat16, float, (bool)0, (bool)1, (bool)1, (bool)0, (int)7, (bool)0, cublasGemvParamsEx<int, "
+                   "cublasGemvTensorStridedBatched<const __nv_bfloat16>, cublasGemvTensorStridedBatched<const "
+                   "__nv_bfloat16>, cublasGemvTensorStridedBatched<__nv_bfloat16>, float>>(T13)"),
+               {"", "bf16", "f32", "no", "gemv"});
+  expect_class(classify_kernel_name("enable_if<!T7, void>::type kernel<int, int, __nv_bfloat16, __nv_bfloat16, __nv_bfloat16, "
+                                    "float, 0, 1, 1, 0, 7, 0, cublasGemvParamsEx<int, cublasGemvTensorStridedBatched<const "
+                                    "__nv_bfloat16>, cublasGemvTensorStridedBatched<const __nv_bfloat16>, "
+                                    "cublasGemvTensorStridedBatched<__nv_bfloat16>, float>>(T13)"),
+               {"", "bf16", "f32", "no", "gemv"});
+  // V100 fp16 inference: cuBLAS's K = 1 GEMM over f16 tensors, computed in float.
+  expect_class(classify_kernel_name("void gemmk1_kernel<float, 256, 5, false, false, false, false, "
+                                    "cublasGemvTensorStridedBatched<__half const>, cublasGemvTensorStridedBatched<__half "
+                                    "const>, cublasGemvTensorStridedBatched<__half>, float, true, true>(cublasGemmk1Params<"
+                                    "float, cublasGemvTensorStridedBatched<__half const>, cublasGemvTensorStridedBatched<"
+                                    "__half const>, cublasGemvTensorStridedBatched<__half>, float>)"),
+               {"", "f16", "f32", "no", "gemv"});
+}
+
+TEST(KernelClass, CudnnPrefixedNamesTritonAndConvHelpers) {
+  // A100 AlexNet, fp32: cuDNN 8 prefixes its own kernels with "cudnn_".
+  expect_class(classify_kernel_name("cudnn_ampere_scudnn_128x64_relu_xregs_large_nn_v1"), {"", "f32", "f32", "no", "conv"});
+  // B200: torch.compile's pointwise kernel.
+  expect_class(classify_kernel_name("triton_poi_fused_add_bitwise_and_bitwise_not_bitwise_or_ge_lt_mul_sub_0"),
+               {"", "unknown", "unknown", "no", "elementwise"});
+  EXPECT_EQ(classify_kernel_name("triton_tem_fused_mm_0").kind, KernelKind::gemm);
+  EXPECT_EQ(classify_kernel_name("triton_tem_fused_mm_0").tensor_cores, TensorCores::unknown);
+  // V100 ResNet-50: the offsets a cuDNN wgrad needs, not the wgrad.
+  expect_class(classify_kernel_name("cask_cudnn::computeWgradSplitKOffsetsKernel(cask_cudnn::ComputeWgradSplitKOffsetsParams)"),
+               {"", "unknown", "unknown", "no", "other"});
+}
+
 TEST(KernelClass, NamesThatSayNothingAreUnknown) {
   const Expected names[] = {
       {"", "unknown", "unknown", "unknown", "unknown"},

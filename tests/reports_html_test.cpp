@@ -310,6 +310,11 @@ TEST(ReportHtml, GpuKernelsSectionHasTheSharesFindingsAndKernels) {
   EXPECT_NE(page.find("nvjet_sm90_hss_64x8_64x16_1x4_h_bz_TNT"), std::string::npos);
   EXPECT_NE(page.find("id=\"outside-kernels\""), std::string::npos);
   EXPECT_EQ(to_html(testing::sample_report(true, true)).find("id=\"kernels\""), std::string::npos);
+  // The matrix work per op type by precision, from the instances' kernels: fc1's f16 GEMM
+  // on tensor cores (the elementwise kernel multiplies nothing).
+  const std::size_t precision = page.find("id=\"kernel-precision\"");
+  ASSERT_NE(precision, std::string::npos);
+  EXPECT_NE(page.find("<td>f16 TC 100%</td>", precision), std::string::npos);
 }
 
 }  // namespace
