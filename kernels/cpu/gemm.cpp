@@ -198,17 +198,23 @@ namespace avx512_path {
 #pragma GCC diagnostic pop
 #endif  // __x86_64__
 
-// The instances are built once per path and element type.
+// The instances are built once per path and element type, each only when its path is
+// asked for: a path's builder is compiled for its ISA (it may copy the table with AVX-512
+// stores), so building it on a CPU without that ISA is an illegal instruction.
 template <typename T>
 const Kernels<T>& kernels_for(GemmIsa isa) {
   constexpr bool f32 = std::is_same_v<T, float>;
 #if defined(__x86_64__)
   using Avx512 = std::conditional_t<f32, Avx512F32, Avx512F64>;
   using Avx2 = std::conditional_t<f32, Avx2F32, Avx2F64>;
-  static const Kernels<T> avx512 = avx512_path::kernels<Avx512, 12, 2>();
-  static const Kernels<T> avx2 = avx2_path::kernels<Avx2, 6, 2>();
-  if (isa == GemmIsa::avx512) return avx512;
-  if (isa == GemmIsa::avx2) return avx2;
+  if (isa == GemmIsa::avx512) {
+    static const Kernels<T> avx512 = avx512_path::kernels<Avx512, 12, 2>();
+    return avx512;
+  }
+  if (isa == GemmIsa::avx2) {
+    static const Kernels<T> avx2 = avx2_path::kernels<Avx2, 6, 2>();
+    return avx2;
+  }
 #endif
   static const Kernels<T> scalar = scalar_path::kernels<ScalarOps<T>, 4, 4>();
   (void)isa;
