@@ -227,7 +227,7 @@ std::optional<OnnxRefusal> check_conv(const NodeAttrs& a) {
     return OnnxRefusal{"auto_pad", "\"" + auto_pad + "\" is not an auto_pad ONNX defines", "export with explicit pads"};
   if (const auto k = a.attr_ints("kernel_shape"); k && k->size() > 2)
     return OnnxRefusal{"kernel_shape", std::to_string(k->size()) + "-D convolution " + fmt_ints(*k) + " (1-D and 2-D are supported)",
-                       "use Conv1d/Conv2d layers"};
+                       "use 1-D or 2-D convolutions"};
   return std::nullopt;
 }
 
@@ -251,6 +251,101 @@ void op_conv(Exec& e) {
     x = pad_spatial(x, g.begin, g.end, 0);
   }
   e.set(0, from_2d(conv2d(x, w, e.has(2) ? e.tensor(2) : Tensor{}, o), sp));
+}
+
+namespace {
+
+// Crops negative `before`/`after` amounts, then pads the rest with zeros.
+Tensor pad_or_crop(Tensor x, const Pair& before, const Pair& after) {
+  for (int d = 0; d < 2; ++d) {
+    const std::int64_t dim = 2 + d, b = before[static_cast<std::size_t>(d)], f = after[static_cast<std::size_t>(d)];
+    if (b < 0 || f < 0) x = slice(x, dim, std::max<std::int64_t>(0, -b), x.size(dim) - std::max<std::int64_t>(0, -f));
+  }
+  return pad_spatial(x, {std::max<std::int64_t>(0, before[0]), std::max<std::int64_t>(0, before[1])},
+                     {std::max<std::int64_t>(0, after[0]), std::max<std::int64_t>(0, after[1])}, 0);
+}
+
+// x with stride - 1 zeros after each element of dims 2 and 3 (none after the last).
+Tensor spread(Tensor x, const Pair& stride) {
+  for (int d = 0; d < 2; ++d) {
+    const std::int64_t s = stride[static_cast<std::size_t>(d)], dim = 2 + d, n = x.size(dim);
+    if (s == 1 || n == 0) continue;
+    Shape one = x.shape(), zeros = x.shape(), merged = x.shape();
+    one.insert(one.begin() + dim + 1, 1);
+    zeros.insert(zeros.begin() + dim + 1, s - 1);
+    merged[static_cast<std::size_t>(dim)] = n * s;
+    const Tensor t = concat({reshape(x, one), Tensor::zeros(zeros, x.dtype(), x.device())}, dim + 1);
+    x = slice(reshape(t, merged), dim, 0, (n - 1) * s + 1);
+  }
+  return x;
+}
+
+}  // namespace
+
+// ConvTranspose: the gradient of a convolution with respect to its input, written as a
+// convolution: the input spread by the strides (zeros between its elements), padded by
+// dilation (kernel - 1) less the node's pads (cropped where those are larger) plus
+// output_padding at the end, and convolved at stride 1 with the weight flipped in space
+// and, per group, with its input and output channels swapped. Registry ops throughout, so
+// the gradient is autograd's (PyTorch's conv_transpose2d is conv2d's backward).
+void op_conv_transpose(Exec& e) {
+  Tensor x = e.tensor(0), w = e.tensor(1);
+  const int sp = spatial_rank(e, x.dim());
+  if (w.dim() != sp + 2) e.fail("weight " + to_string(w.shape()) + " does not match the input " + to_string(x.shape()));
+  x = as_2d(x, sp);
+  w = as_2d(w, sp);
+  const std::int64_t groups = e.attr_i("group", 1), cin = x.size(1);
+  if (groups < 1 || w.size(0) != cin || cin % groups != 0)
+    e.fail("weight " + to_string(w.shape()) + " does not fit " + std::to_string(cin) + " input channels in " +
+           std::to_string(groups) + " groups");
+  const std::int64_t cout = w.size(1) * groups;
+  const Pair kernel{w.size(2), w.size(3)}, stride = spatial_pair(e, "strides", sp, 1), dilation = spatial_pair(e, "dilations", sp, 1);
+  const std::vector<std::int64_t> out_pad_list = e.attr_ints("output_padding").value_or(std::vector<std::int64_t>(static_cast<std::size_t>(sp), 0));
+  if (static_cast<int>(out_pad_list.size()) != sp) e.fail("output_padding has " + std::to_string(out_pad_list.size()) + " values");
+  const Pair out_pad = sp == 1 ? Pair{0, out_pad_list[0]} : Pair{out_pad_list[0], out_pad_list[1]};
+  const std::vector<std::int64_t> pads = e.attr_ints("pads").value_or(std::vector<std::int64_t>(static_cast<std::size_t>(2 * sp), 0));
+  if (static_cast<int>(pads.size()) != 2 * sp) e.fail("pads has " + std::to_string(pads.size()) + " values");
+  Pair begin = sp == 1 ? Pair{0, pads[0]} : Pair{pads[0], pads[1]};
+  Pair end = sp == 1 ? Pair{0, pads[1]} : Pair{pads[2], pads[3]};
+  const std::string auto_pad = e.attr_s("auto_pad", "NOTSET");
+  const auto output_shape = e.attr_ints("output_shape");
+  if (auto_pad == "VALID") begin = end = {0, 0};
+  if (output_shape || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    // The padding that gives the output shape asked for (SAME: input * stride), split as
+    // ONNX says: the odd one at the end for SAME_UPPER, at the beginning otherwise.
+    std::vector<std::int64_t> want;
+    if (output_shape) want.assign(output_shape->end() - sp, output_shape->end());
+    for (int d = 0; d < 2; ++d) {
+      const auto k = static_cast<std::size_t>(d);
+      if (sp == 1 && d == 0) continue;
+      const std::int64_t in = x.size(2 + d);
+      const std::int64_t target = output_shape ? want[static_cast<std::size_t>(sp == 1 ? 0 : d)] : in * stride[k];
+      const std::int64_t total = stride[k] * (in - 1) + out_pad[k] + (kernel[k] - 1) * dilation[k] + 1 - target;
+      const std::int64_t half = total / 2;
+      begin[k] = auto_pad == "SAME_UPPER" ? half : total - half;
+      end[k] = total - begin[k];
+    }
+  }
+  Pair before{}, after{};
+  for (std::size_t k = 0; k < 2; ++k) {
+    before[k] = dilation[k] * (kernel[k] - 1) - begin[k];
+    after[k] = dilation[k] * (kernel[k] - 1) - end[k] + out_pad[k];
+  }
+  const Tensor xs = pad_or_crop(spread(x, stride), before, after);
+  // [Cin, Cout/g, kh, kw] -> [Cout, Cin/g, kh, kw], flipped in space.
+  Tensor wt = reshape(permute(reshape(w, {groups, cin / groups, cout / groups, kernel[0], kernel[1]}), {0, 2, 1, 3, 4}),
+                      {cout, cin / groups, kernel[0], kernel[1]});
+  for (int d = 0; d < 2; ++d) {
+    const std::int64_t n = kernel[static_cast<std::size_t>(d)];
+    if (n == 1) continue;
+    std::vector<std::int64_t> reversed;
+    for (std::int64_t i = n; i-- > 0;) reversed.push_back(i);
+    wt = take_along(e, wt, 2 + d, reversed);
+  }
+  Conv2dOptions o;
+  o.dilation = dilation;
+  o.groups = groups;
+  e.set(0, from_2d(conv2d(xs, wt, e.has(2) ? e.tensor(2) : Tensor{}, o), sp));
 }
 
 void host_max_pool(Exec& e) {

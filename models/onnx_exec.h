@@ -130,6 +130,7 @@ std::optional<CastTarget> cast_target(std::int64_t to);
 
 // ---- onnx_conv_pool.cpp ----
 void op_conv(Exec& e);
+void op_conv_transpose(Exec& e);
 void op_pool(Exec& e);
 void host_max_pool(Exec& e);
 void op_lrn(Exec& e);
@@ -138,25 +139,21 @@ std::optional<OnnxRefusal> check_conv(const NodeAttrs& a);
 std::optional<OnnxRefusal> check_pool(const NodeAttrs& a);
 
 // ---- onnx_index.cpp ----
+// op_* take tensors, and host arrays where the table gives them as the host form too;
+// host_* take host arrays (and read float data there).
 void op_arg_reduce(Exec& e);   // ArgMax, ArgMin (host, from the data)
 void op_hardmax(Exec& e);
 void op_topk(Exec& e);
 void host_topk(Exec& e);
 void op_gather_elements(Exec& e);
-void host_gather_elements(Exec& e);
 void op_scatter_elements(Exec& e);  // ScatterElements, Scatter
-void host_scatter_elements(Exec& e);
 void op_gather_nd(Exec& e);
-void host_gather_nd(Exec& e);
 void op_scatter_nd(Exec& e);
-void host_scatter_nd(Exec& e);
 void host_one_hot(Exec& e);
 void host_non_zero(Exec& e);
 void op_compress(Exec& e);
-void host_compress(Exec& e);
 void op_reverse_sequence(Exec& e);
 void op_unique(Exec& e);
-void host_reverse_sequence(Exec& e);
 void op_einsum(Exec& e);
 void op_nll_loss(Exec& e);          // NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
 std::optional<OnnxRefusal> check_scatter(const NodeAttrs& a);

@@ -450,7 +450,6 @@ void op_gather_elements(Exec& e) {
   const std::int64_t axis = norm_axis(e.attr_i("axis", 0), static_cast<std::int64_t>(data.size()), "axis");
   gather_rows(e, 0, {numel(data), 1}, element_positions(e, data, ind, axis), ind.shape);
 }
-void host_gather_elements(Exec& e) { op_gather_elements(e); }
 
 void op_gather_nd(Exec& e) {
   const Shape data = e.shape_of(0);
@@ -460,7 +459,6 @@ void op_gather_nd(Exec& e) {
   out.insert(out.end(), data.begin() + e.attr_i("batch_dims", 0) + ind.shape.back(), data.end());
   gather_rows(e, 0, {numel(data) / std::max<std::int64_t>(r.inner, 1), r.inner}, r.rows, out);
 }
-void host_gather_nd(Exec& e) { op_gather_nd(e); }
 
 // ---- scatters ----
 
@@ -478,7 +476,6 @@ void op_scatter_elements(Exec& e) {
   const std::int64_t axis = norm_axis(e.attr_i("axis", 0), static_cast<std::int64_t>(data.size()), "axis");
   scatter(e, data, 1, element_positions(e, data, ind, axis));
 }
-void host_scatter_elements(Exec& e) { op_scatter_elements(e); }
 
 void op_scatter_nd(Exec& e) {
   const Shape data = e.shape_of(0);
@@ -489,7 +486,6 @@ void op_scatter_nd(Exec& e) {
   if (e.shape_of(2) != want) e.fail("updates " + to_string(e.shape_of(2)) + " should be " + to_string(want));
   scatter(e, data, r.inner, r.rows);
 }
-void host_scatter_nd(Exec& e) { op_scatter_nd(e); }
 
 // ---- host index ops ----
 
@@ -557,7 +553,6 @@ void op_compress(Exec& e) {
   out[static_cast<std::size_t>(axis)] = static_cast<std::int64_t>(keep.size());
   gather_rows(e, 0, {numel(data), 1}, rows, out);
 }
-void host_compress(Exec& e) { op_compress(e); }
 
 // ReverseSequence: the first sequence_lens[b] steps of each batch element reversed.
 void op_reverse_sequence(Exec& e) {
@@ -578,7 +573,6 @@ void op_reverse_sequence(Exec& e) {
     }
   gather_rows(e, 0, {t_size * b_size, inner}, rows, data);
 }
-void host_reverse_sequence(Exec& e) { op_reverse_sequence(e); }
 
 // Unique: the distinct values (or slices along `axis`), sorted or in order of first
 // occurrence, found on the host from the values. Y gathers them from X (the gradient goes

@@ -1765,11 +1765,12 @@ const std::vector<OpDef>& op_table() {
         {{"Ceil", {}, "on the host (float data read there: no gradient, as in the framework)"}, host_unary_op, host_unary_op},
         {{"Celu", {"neg", "relu", "div_scalar", "exp", "sub_scalar", "mul_scalar", "add"}, "alpha; composed of registry ops"}, op_activation, nullptr},
         {{"Clip", {"clamp"}, "constant min and max (ReLU6); integers on the host"}, op_clip, host_clip},
-        {{"Compress", {"embedding", "reshape"}, "any axis or flattened; the condition on the host"}, op_compress, host_compress},
+        {{"Compress", {"embedding", "reshape"}, "any axis or flattened; the condition on the host"}, op_compress, op_compress},
         {{"Concat", {"concat"}, "any axis"}, op_concat, host_concat},
         {{"Constant", {}, "tensor, float(s) and int(s) values (host)"}, HOST_ONLY, op_constant, check_constant},
         {{"ConstantOfShape", {}, "host"}, HOST_ONLY, op_constant_of_shape},
         {{"Conv", {"conv2d", "concat", "reshape"}, "2-D and 1-D, groups, dilations, strides, pads (asymmetric too), auto_pad"}, op_conv, nullptr, check_conv},
+        {{"ConvTranspose", {"conv2d", "concat", "slice", "reshape", "permute", "embedding"}, "2-D and 1-D; strides, pads, dilations, group, output_padding, output_shape, auto_pad"}, op_conv_transpose, nullptr, check_conv},
         {{"Cos", {}, "on constants (host: positional encodings)"}, HOST_ONLY, host_unary_op},
         {{"CumSum", {"concat", "slice", "add"}, "exclusive, reverse; log2(n) shifted adds (integers on the host: position ids)"}, op_cumsum, host_cumsum},
         {{"DepthToSpace", {"reshape", "permute"}, "DCR and CRD"}, op_depth_space, nullptr},
@@ -1786,8 +1787,8 @@ const std::vector<OpDef>& op_table() {
         {{"Floor", {}, "on the host (float data read there: no gradient, as in the framework)"}, host_unary_op, host_unary_op},
         {{"GRU", {"linear", "slice", "reshape", "sigmoid", "tanh", "relu", "mul_scalar", "add_scalar", "clamp", "mul", "add", "sub", "concat", "where", "masked_fill", "embedding", "permute"}, "forward, reverse, bidirectional; layout 0 and 1; initial_h; sequence_lens; linear_before_reset 0 and 1; activations Sigmoid, Tanh, Relu, HardSigmoid"}, op_recurrent, nullptr, check_recurrent},
         {{"Gather", {"embedding", "slice"}, "any axis; a table lookup (embedding) or, for one index, a slice"}, op_gather, host_gather},
-        {{"GatherElements", {"embedding", "reshape"}, "any axis; indices on the host"}, op_gather_elements, host_gather_elements},
-        {{"GatherND", {"embedding", "reshape"}, "batch_dims; indices on the host"}, op_gather_nd, host_gather_nd},
+        {{"GatherElements", {"embedding", "reshape"}, "any axis; indices on the host"}, op_gather_elements, op_gather_elements},
+        {{"GatherND", {"embedding", "reshape"}, "batch_dims; indices on the host"}, op_gather_nd, op_gather_nd},
         {{"Gelu", {"gelu"}, "approximate none and tanh"}, op_gelu, nullptr, check_gelu},
         {{"Gemm", {"linear", "matmul"}, "alpha, beta, transA, transB; A B^T + c is one linear"}, op_gemm, nullptr},
         {{"GlobalAveragePool", {"adaptive_avg_pool2d"}, "2-D and 1-D"}, op_pool, nullptr, check_pool},
@@ -1842,11 +1843,11 @@ const std::vector<OpDef>& op_table() {
         {{"Relu", {"relu"}, "elementwise"}, op_unary, host_unary_op},
         {{"Reshape", {"reshape"}, "0 (copy) and -1 (infer), allowzero"}, op_reshape_like, host_shape_op},
         {{"Resize", {"reshape", "add", "embedding", "permute"}, "mode nearest, any scales or sizes, every coordinate_transformation_mode but tf_crop_and_resize, every nearest_mode"}, op_resize, nullptr, check_resize},
-        {{"ReverseSequence", {"embedding", "reshape"}, "time_axis, batch_axis; sequence_lens on the host"}, op_reverse_sequence, host_reverse_sequence},
+        {{"ReverseSequence", {"embedding", "reshape"}, "time_axis, batch_axis; sequence_lens on the host"}, op_reverse_sequence, op_reverse_sequence},
         {{"Round", {}, "half to even, on the host (float data read there: no gradient, as in the framework)"}, host_unary_op, host_unary_op},
-        {{"Scatter", {"embedding", "concat", "where", "reshape"}, "any axis (ScatterElements before opset 11)"}, op_scatter_elements, host_scatter_elements, check_scatter},
-        {{"ScatterElements", {"embedding", "concat", "where", "add", "mul", "reshape"}, "any axis; reduction none, add, mul; indices on the host"}, op_scatter_elements, host_scatter_elements, check_scatter},
-        {{"ScatterND", {"embedding", "concat", "where", "add", "mul", "reshape"}, "reduction none, add, mul; indices on the host"}, op_scatter_nd, host_scatter_nd, check_scatter},
+        {{"Scatter", {"embedding", "concat", "where", "reshape"}, "any axis (ScatterElements before opset 11)"}, op_scatter_elements, op_scatter_elements, check_scatter},
+        {{"ScatterElements", {"embedding", "concat", "where", "add", "mul", "reshape"}, "any axis; reduction none, add, mul; indices on the host"}, op_scatter_elements, op_scatter_elements, check_scatter},
+        {{"ScatterND", {"embedding", "concat", "where", "add", "mul", "reshape"}, "reduction none, add, mul; indices on the host"}, op_scatter_nd, op_scatter_nd, check_scatter},
         {{"Selu", {"neg", "relu", "exp", "sub_scalar", "mul_scalar", "add"}, "alpha, gamma; composed of registry ops"}, op_activation, nullptr},
         {{"Shape", {}, "start and end (host)"}, op_shape, op_shape},
         {{"Shrink", {"add", "masked_fill"}, "lambd, bias; the masks from the host"}, op_threshold, nullptr},
@@ -1932,7 +1933,7 @@ std::string scope_path(const std::string& node_name) {
 
 bool is_weight_slot(const Node& n, std::size_t k) {
   const std::string& op = n.op_type;
-  if (op == "Conv" || op == "Gemm" || op == "LayerNormalization") return k >= 1;
+  if (op == "Conv" || op == "ConvTranspose" || op == "Gemm" || op == "LayerNormalization") return k >= 1;
   if (op == "BatchNormalization") return k == 1 || k == 2;
   if (op == "MatMul") return true;
   if (op == "Gather") return k == 0;

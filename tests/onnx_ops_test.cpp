@@ -55,8 +55,9 @@ TEST(OnnxPytorchOps, ForwardMatchesPytorchsOutputs) {
   // lstm: 2 layers, bidirectional, batch_first; gru: bidirectional, linear_before_reset;
   // rnn_relu: nonlinearity relu; pools: ceil_mode, count_include_pad, dilation, MaxPool1d,
   // Conv padding="same" (SAME_UPPER); last_token_head: ArgMax of Equal on token ids, Mod,
-  // Range, a computed Gather, TopK; indexing: Einsum, GatherElements, ScatterElements add.
-  for (const char* name : {"lstm", "gru", "rnn_relu", "pools", "last_token_head", "indexing"}) {
+  // Range, a computed Gather, TopK; indexing: Einsum, GatherElements, ScatterElements add;
+  // upsampler: ConvTranspose2d with output_padding, groups, dilation, and ConvTranspose1d.
+  for (const char* name : {"lstm", "gru", "rnn_relu", "pools", "last_token_head", "indexing", "upsampler"}) {
     const auto g = graph_of(kModels + name + ".onnx");
     const auto arrays = read_npz(kModels + name + ".npz");
     auto model = build_onnx(g, "", 0);
@@ -226,6 +227,13 @@ TEST(OnnxOpsGradients, PoolingEinsumIndexOpsAndLossesMatchFiniteDifferences) {
        [](onnx::NodeProto& n) {
          OnnxBuilder::attr(n, "auto_pad", std::string("SAME_UPPER"));
          OnnxBuilder::attr(n, "strides", std::vector<std::int64_t>{2, 2});
+       }},
+      {"ConvTranspose", {{"x", {1, 4, 2, 3}, {}}, {"w", {4, 1, 2, 3}, {}}}, {1, 2, 4, 6},
+       [](onnx::NodeProto& n) {  // groups, strides, output_padding, asymmetric pads
+         OnnxBuilder::attr(n, "group", std::int64_t{2});
+         OnnxBuilder::attr(n, "strides", std::vector<std::int64_t>{2, 2});
+         OnnxBuilder::attr(n, "pads", std::vector<std::int64_t>{0, 1, 1, 0});
+         OnnxBuilder::attr(n, "output_padding", std::vector<std::int64_t>{1, 0});
        }},
       {"LRN", {{"x", {1, 4, 2, 2}, {}}}, {1, 4, 2, 2},
        [](onnx::NodeProto& n) {

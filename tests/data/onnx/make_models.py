@@ -1,6 +1,6 @@
 """Small models PyTorch exports, with PyTorch's own outputs, for ampcheck_onnx_tests
 (OnnxPytorchOps.*): recurrent layers, pooling with ceil_mode / dilation / asymmetric
-padding, a sequence-classification head that picks the last real token (ArgMax on token
+padding, transposed convolutions, a sequence-classification head that picks the last real token (ArgMax on token
 ids), TopK, Einsum, gather and scatter.
 
     python tests/data/onnx/make_models.py   # torch 2.x, onnx; writes next to this file
@@ -110,6 +110,20 @@ class Indexing(torch.nn.Module):
         return (s + torch.einsum("bqd->bdq", mixed).transpose(1, 2)).flatten(1)
 
 
+class Upsampler(torch.nn.Module):
+    """A decoder's transposed convolutions: stride 2 with output_padding, groups, dilation."""
+
+    def __init__(self):
+        super().__init__()
+        self.up1 = torch.nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2)
+        self.up2 = torch.nn.ConvTranspose2d(6, 2, (2, 3), stride=(1, 2), padding=(0, 2), dilation=2)
+        self.up3 = torch.nn.ConvTranspose1d(2, 3, 4, stride=3, padding=1)
+
+    def forward(self, x):
+        y = self.up2(torch.relu(self.up1(x)))
+        return self.up3(y.flatten(2)).flatten(1)
+
+
 def lstm_seq_lens():
     """A bidirectional LSTM over padded sequences of lengths 4, 2 and 1: ONNX's
     sequence_lens against PyTorch's packed sequences."""
@@ -161,3 +175,4 @@ if __name__ == "__main__":
            dynamic={"input_ids": {0: "batch", 1: "sequence"}, "output": {0: "batch"}})
     export("indexing", Indexing(), [torch.randn(2, 3, 4)], ["input"])
     lstm_seq_lens()
+    export("upsampler", Upsampler(), [torch.randn(2, 4, 3, 4)], ["input"])
