@@ -219,7 +219,8 @@ int onnx_ops(const OpsOptions& opts, const amp::Policy& policy, std::ostream& ou
     return nullptr;
   };
   const auto uses = models::onnx_op_uses(g);
-  std::int64_t params = 0, unsupported = 0;
+  std::int64_t params = 0, unsupported = 0, refused = 0;
+  for (const auto& u : uses) refused += static_cast<std::int64_t>(u.refused.size());
   for (const std::string& name : g.initializer_order)
     if (models::initializer_role(g, name) == models::InitializerRole::parameter) params += g.initializers.at(name).numel();
   const amp::AmpOptions& o = policy.options();
@@ -236,12 +237,16 @@ int onnx_ops(const OpsOptions& opts, const amp::Policy& policy, std::ostream& ou
                             {"reason", snake(amp::reason_name(r->reason))},
                             {"runs_in_fp32_inputs", r->from_fp32 ? ordered_json(long_name(*r->from_fp32)) : ordered_json()},
                             {"runs_in_low_inputs", r->from_low ? ordered_json(long_name(*r->from_low)) : ordered_json()}});
+      ordered_json refusals = ordered_json::array();
+      for (const auto& [node, r] : u.refused)
+        refusals.push_back({{"node", node->name}, {"attribute", r.attribute}, {"reason", r.reason}, {"fix", r.fix}});
       types.push_back({{"op_type", u.op_type},
                        {"nodes", u.count},
                        {"supported", u.info != nullptr},
                        {"host", u.info && u.info->runs.empty()},
                        {"runs", runs},
-                       {"modules", u.modules}});
+                       {"modules", u.modules},
+                       {"refused", refusals}});
       unsupported += u.info ? 0 : 1;
     }
     out << ordered_json{{"ampcheck_onnx_ops", 1},
@@ -288,11 +293,22 @@ int onnx_ops(const OpsOptions& opts, const amp::Policy& policy, std::ostream& ou
     out << t.render();
     out << "\nruns as: the registry ops a node of that type runs (`ampcheck ops` lists them); a type with several\n"
            "runs one of them per node, by its attributes and operands (docs/onnx.md). (host): computed on the CPU\n"
-           "from shapes and constants, not an op of the model.\n";
+           "from shapes, constants and integer data, not an op of the model.\n";
+    if (refused > 0) {
+      // The same check `run` makes before anything runs (models::onnx_refusal).
+      out << "\nrefused: " << refused << " node(s) of supported types, for an attribute:\n";
+      for (const auto& u : uses)
+        for (const auto& [node, r] : u.refused) out << "  " << models::refusal_message(*node, r) << "\n";
+    }
   }
   if (unsupported > 0) {
     err << "ampcheck: " << opts.onnx << ": " << unsupported
         << " op type(s) the importer does not support; the model cannot run (docs/onnx.md lists what is supported)\n";
+    return 2;
+  }
+  if (refused > 0) {
+    err << "ampcheck: " << opts.onnx << ": " << refused
+        << " node(s) refused for an attribute (listed above with the fix); the model cannot run\n";
     return 2;
   }
   return 0;

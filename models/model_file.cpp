@@ -1057,6 +1057,41 @@ void check_output(const ModelFile& file, const Tensor& y, const Dataset& probe, 
                           " scores per sample, but the data has " + std::to_string(classes) + " classes");
 }
 
+// Whether an error of the first forward is a mismatch in the batch dimension, which a size
+// fixed at export would explain: a Reshape of the batch's `rows` to a target with another
+// fixed leading size ("cannot reshape [2, 8] to [4, 2, 4]"), or two shapes of one rank that
+// do not broadcast in their leading dim. Only the reason is read (after the last "): ", the
+// end of the node's label or of its inputs' shapes).
+bool batch_size_mismatch(const std::string& what, std::int64_t rows) {
+  const std::size_t cut = what.rfind("): ");
+  const std::string reason = cut == std::string::npos ? what : what.substr(cut + 3);
+  std::vector<Shape> shapes;
+  for (std::size_t at = reason.find('['); at != std::string::npos; at = reason.find('[', at + 1)) {
+    const std::size_t end = reason.find(']', at);
+    if (end == std::string::npos) break;
+    Shape s;
+    std::istringstream in(reason.substr(at + 1, end - at - 1));
+    for (std::string part; std::getline(in, part, ',');) {
+      try {
+        s.push_back(std::stoll(part));
+      } catch (const std::exception&) {
+        s.clear();
+        break;
+      }
+    }
+    shapes.push_back(s);
+  }
+  auto batch_led = [&](const Shape& s) { return s.size() >= 2 && s[0] == rows; };
+  auto other_led = [&](const Shape& s) { return !s.empty() && s[0] != rows && s[0] > 1; };
+  if (reason.find("cannot reshape") != std::string::npos)
+    return shapes.size() >= 2 && batch_led(shapes[0]) && other_led(shapes[1]);
+  if (reason.find("broadcast") == std::string::npos) return false;
+  for (const Shape& a : shapes)
+    for (const Shape& b : shapes)
+      if (a.size() == b.size() && batch_led(a) && other_led(b)) return true;
+  return false;
+}
+
 std::shared_ptr<nn::Module> build_onnx_model(const ModelFile& file, const Dataset& data, Generator& gen) {
   auto model = build_onnx(file.onnx_graph, file.output, gen.seed());
   const onnx_file::Graph& g = *file.onnx_graph;
@@ -1093,8 +1128,11 @@ std::shared_ptr<nn::Module> build_onnx_model(const ModelFile& file, const Datase
       set_side_inputs(*model, probe.more);
       y = (*model)(x);
     } catch (const std::exception& e) {
-      fail(file.source, std::string(e.what()) + " (on a first batch of " + std::to_string(x.size(0)) +
-                            " rows; a size fixed at export, without dynamic_axes, would do this)");
+      const std::string what = e.what();
+      fail(file.source, what + (batch_size_mismatch(what, x.size(0))
+                                    ? " (on a first batch of " + std::to_string(x.size(0)) +
+                                          " rows; a size fixed at export, without dynamic_axes, would do this)"
+                                    : std::string()));
     }
   }
   const std::string out_name = file.output.empty() ? (g.outputs.empty() ? "" : g.outputs[0].name) : file.output;

@@ -12,24 +12,10 @@
 
 #include "engine/autograd.h"
 #include "engine/dtype/convert.h"
+#include "models/onnx_exec.h"
 
 namespace ampcheck::models {
-namespace {
-
-using onnx_file::Attribute;
-using onnx_file::Graph;
-using onnx_file::Node;
-using onnx_file::OnnxError;
-
-constexpr std::int64_t kI64Max = std::numeric_limits<std::int64_t>::max();
-
-// ---- values: a tensor of the model, or a host array (shapes, constants, indices) ----
-
-struct Value {
-  Tensor t;
-  std::shared_ptr<const Array> host;
-  bool defined() const { return t.defined() || host != nullptr; }
-};
+namespace onnx_impl {
 
 std::string fmt_ints(const std::vector<std::int64_t>& v) {
   std::string s = "[";
@@ -62,8 +48,6 @@ Shape broadcast(const Shape& a, const Shape& b) {
   return out;
 }
 
-// For each element of `out` (row-major), the index of the element of `in` it reads when
-// `in` broadcasts to `out`.
 std::vector<std::int64_t> broadcast_index(const Shape& out, const Shape& in) {
   const std::int64_t n = numel(out);
   std::vector<std::int64_t> idx(static_cast<std::size_t>(n));
@@ -81,8 +65,7 @@ std::vector<std::int64_t> broadcast_index(const Shape& out, const Shape& in) {
   return idx;
 }
 
-// Copies elements `idx` of `a` into a new array of `shape`.
-Array gather_elements(const Array& a, const Shape& shape, const std::vector<std::int64_t>& idx) {
+Array take(const Array& a, const Shape& shape, const std::vector<std::int64_t>& idx) {
   Array o;
   o.shape = shape;
   o.dtype = a.dtype;
@@ -97,30 +80,131 @@ Array gather_elements(const Array& a, const Shape& shape, const std::vector<std:
   return o;
 }
 
-// The ONNX elem type names of the Cast `to` attribute.
-struct CastTarget {
-  bool integer;
-  DType dtype;  // floats: f16, bf16, f32, f64; integers: i64
-  std::string stored;
-};
-CastTarget cast_target(std::int64_t to) {
+std::optional<CastTarget> cast_target(std::int64_t to) {
   switch (to) {
-    case 1: return {false, DType::f32, "float32"};
-    case 10: return {false, DType::f16, "float16"};
-    case 11: return {false, DType::f64, "float64"};
-    case 16: return {false, DType::bf16, "bfloat16"};
-    case 9: return {true, DType::i64, "bool"};
-    case 2: return {true, DType::i64, "uint8"};
-    case 3: return {true, DType::i64, "int8"};
-    case 4: return {true, DType::i64, "uint16"};
-    case 5: return {true, DType::i64, "int16"};
-    case 6: return {true, DType::i64, "int32"};
-    case 7: return {true, DType::i64, "int64"};
-    case 12: return {true, DType::i64, "uint32"};
-    case 13: return {true, DType::i64, "uint64"};
-    default: throw std::invalid_argument("Cast to ONNX type " + std::to_string(to) + " is not supported");
+    case 1: return CastTarget{false, DType::f32, "float32"};
+    case 10: return CastTarget{false, DType::f16, "float16"};
+    case 11: return CastTarget{false, DType::f64, "float64"};
+    case 16: return CastTarget{false, DType::bf16, "bfloat16"};
+    case 9: return CastTarget{true, DType::i64, "bool"};
+    case 2: return CastTarget{true, DType::i64, "uint8"};
+    case 3: return CastTarget{true, DType::i64, "int8"};
+    case 4: return CastTarget{true, DType::i64, "uint16"};
+    case 5: return CastTarget{true, DType::i64, "int16"};
+    case 6: return CastTarget{true, DType::i64, "int32"};
+    case 7: return CastTarget{true, DType::i64, "int64"};
+    case 12: return CastTarget{true, DType::i64, "uint32"};
+    case 13: return CastTarget{true, DType::i64, "uint64"};
+    default: return std::nullopt;
   }
 }
+
+// ---- attributes ----
+
+const Attribute* NodeAttrs::attr(const std::string& name) const {
+  auto it = node.attributes.find(name);
+  return it == node.attributes.end() ? nullptr : &it->second;
+}
+std::int64_t NodeAttrs::attr_i(const std::string& name, std::int64_t fallback) const {
+  const Attribute* a = attr(name);
+  if (!a) return fallback;
+  if (a->kind != Attribute::Kind::i) fail("attribute \"" + name + "\" must be an int");
+  return a->i;
+}
+double NodeAttrs::attr_f(const std::string& name, double fallback) const {
+  const Attribute* a = attr(name);
+  if (!a) return fallback;
+  if (a->kind != Attribute::Kind::f && a->kind != Attribute::Kind::i) fail("attribute \"" + name + "\" must be a float");
+  return a->kind == Attribute::Kind::f ? a->f : static_cast<double>(a->i);
+}
+std::string NodeAttrs::attr_s(const std::string& name, const std::string& fallback) const {
+  const Attribute* a = attr(name);
+  if (!a) return fallback;
+  if (a->kind != Attribute::Kind::s) fail("attribute \"" + name + "\" must be a string");
+  return a->s;
+}
+std::optional<std::vector<std::int64_t>> NodeAttrs::attr_ints(const std::string& name) const {
+  const Attribute* a = attr(name);
+  if (!a) return std::nullopt;
+  if (a->kind != Attribute::Kind::ints) fail("attribute \"" + name + "\" must be a list of ints");
+  return a->ints;
+}
+std::optional<std::vector<double>> NodeAttrs::attr_floats(const std::string& name) const {
+  const Attribute* a = attr(name);
+  if (!a) return std::nullopt;
+  if (a->kind != Attribute::Kind::floats) fail("attribute \"" + name + "\" must be a list of floats");
+  return a->floats;
+}
+std::optional<std::vector<std::string>> NodeAttrs::attr_strings(const std::string& name) const {
+  const Attribute* a = attr(name);
+  if (!a) return std::nullopt;
+  if (a->kind != Attribute::Kind::strings) fail("attribute \"" + name + "\" must be a list of strings");
+  return a->strings;
+}
+
+// ---- a node's inputs and outputs ----
+
+const Array& Exec::host(std::size_t i, std::string_view what) const {
+  if (!has(i)) fail("input " + std::to_string(i) + " (" + std::string(what) + ") is missing");
+  if (!in[i].host)
+    fail("input " + std::to_string(i) + " (" + std::string(what) + ", \"" + node.inputs[i] +
+         "\") must be known before the run: a constant, an initializer or computed from shapes, not from the data");
+  return *in[i].host;
+}
+
+Tensor Exec::tensor(std::size_t i) const {
+  if (!has(i)) fail("input " + std::to_string(i) + " is missing");
+  if (in[i].t.defined()) return in[i].t;
+  return model.host_tensor(in[i].host, device);
+}
+
+std::shared_ptr<const Array> Exec::values(std::size_t i, std::string_view what) const {
+  if (!has(i)) fail("input " + std::to_string(i) + " (" + std::string(what) + ") is missing");
+  if (in[i].host) return in[i].host;
+  return std::make_shared<const Array>(Array::of_tensor(in[i].t.detach()));
+}
+
+Shape Exec::shape_of(std::size_t i) const {
+  if (!has(i)) fail("input " + std::to_string(i) + " is missing");
+  return in[i].t.defined() ? in[i].t.shape() : in[i].host->shape;
+}
+
+std::optional<double> Exec::scalar(std::size_t i) const {
+  if (is_host(i) && in[i].host->numel() == 1 && !in[i].host->integer()) return in[i].host->at(0);
+  return std::nullopt;
+}
+
+std::optional<std::vector<std::int64_t>> Exec::ints_from(const std::string& attr_name, std::size_t input,
+                                                         std::int64_t since_opset) const {
+  if (node.opset < since_opset) return attr_ints(attr_name);
+  if (!has(input)) return std::nullopt;
+  const Array& a = host(input, attr_name);
+  std::vector<std::int64_t> v;
+  for (std::int64_t k = 0; k < a.numel(); ++k) v.push_back(a.int_at(k));
+  return v;
+}
+
+void Exec::set(std::size_t k, Tensor t) {
+  if (out.size() <= k) out.resize(k + 1);
+  out[k].t = std::move(t);
+}
+void Exec::set(std::size_t k, Array a) { set(k, std::make_shared<const Array>(std::move(a))); }
+void Exec::set(std::size_t k, std::shared_ptr<const Array> a) {
+  if (out.size() <= k) out.resize(k + 1);
+  out[k].host = std::move(a);
+}
+
+void Exec::only_outputs(std::size_t n, const std::string& why) const {
+  for (std::size_t k = n; k < node.outputs.size(); ++k)
+    if (!node.outputs[k].empty() && model.consumed(node.outputs[k]))
+      fail("output " + std::to_string(k) + " (\"" + node.outputs[k] + "\") is read by a later node: " + why);
+}
+
+}  // namespace onnx_impl
+
+namespace {
+
+using namespace onnx_impl;
 
 // ---- the model ----
 
@@ -143,92 +227,7 @@ class Scope : public nn::Module {
   std::map<std::string, std::shared_ptr<Scope>> children_;
 };
 
-class OnnxModel;
-
-struct Exec {
-  const Node& node;
-  std::vector<Value> in;
-  std::vector<Value> out;
-  OnnxModel& model;
-  Device device;
-
-  [[noreturn]] void fail(const std::string& msg) const { throw OnnxError(node.label() + ": " + msg); }
-  bool has(std::size_t i) const { return i < in.size() && in[i].defined(); }
-  bool is_host(std::size_t i) const { return has(i) && in[i].host != nullptr; }
-  const Array& host(std::size_t i, std::string_view what) const {
-    if (!has(i)) fail("input " + std::to_string(i) + " (" + std::string(what) + ") is missing");
-    if (!in[i].host)
-      fail("input " + std::to_string(i) + " (" + std::string(what) + ", \"" + node.inputs[i] +
-           "\") must be known before the run: a constant, an initializer or computed from shapes, not from the data");
-    return *in[i].host;
-  }
-  Tensor tensor(std::size_t i) const;
-  // A one-element host input's value.
-  std::optional<double> scalar(std::size_t i) const {
-    if (is_host(i) && in[i].host->numel() == 1 && !in[i].host->integer()) return in[i].host->at(0);
-    return std::nullopt;
-  }
-  const Attribute* attr(const std::string& name) const {
-    auto it = node.attributes.find(name);
-    return it == node.attributes.end() ? nullptr : &it->second;
-  }
-  std::int64_t attr_i(const std::string& name, std::int64_t fallback) const {
-    const Attribute* a = attr(name);
-    if (!a) return fallback;
-    if (a->kind != Attribute::Kind::i) fail("attribute \"" + name + "\" must be an int");
-    return a->i;
-  }
-  double attr_f(const std::string& name, double fallback) const {
-    const Attribute* a = attr(name);
-    if (!a) return fallback;
-    if (a->kind != Attribute::Kind::f && a->kind != Attribute::Kind::i) fail("attribute \"" + name + "\" must be a float");
-    return a->kind == Attribute::Kind::f ? a->f : static_cast<double>(a->i);
-  }
-  std::string attr_s(const std::string& name, const std::string& fallback) const {
-    const Attribute* a = attr(name);
-    if (!a) return fallback;
-    if (a->kind != Attribute::Kind::s) fail("attribute \"" + name + "\" must be a string");
-    return a->s;
-  }
-  std::optional<std::vector<std::int64_t>> attr_ints(const std::string& name) const {
-    const Attribute* a = attr(name);
-    if (!a) return std::nullopt;
-    if (a->kind != Attribute::Kind::ints) fail("attribute \"" + name + "\" must be a list of ints");
-    return a->ints;
-  }
-  // An int list given as an attribute (older opsets) or as a host input (newer ones).
-  std::optional<std::vector<std::int64_t>> ints_from(const std::string& attr_name, std::size_t input,
-                                                     std::int64_t since_opset) const {
-    if (node.opset < since_opset) return attr_ints(attr_name);
-    if (!has(input)) return std::nullopt;
-    const Array& a = host(input, attr_name);
-    std::vector<std::int64_t> v;
-    for (std::int64_t k = 0; k < a.numel(); ++k) v.push_back(a.int_at(k));
-    return v;
-  }
-  void set(std::size_t k, Tensor t) {
-    if (out.size() <= k) out.resize(k + 1);
-    out[k].t = std::move(t);
-  }
-  void set(std::size_t k, Array a) {
-    if (out.size() <= k) out.resize(k + 1);
-    out[k].host = std::make_shared<const Array>(std::move(a));
-  }
-  // Fails when a node's optional output that the importer does not compute is used.
-  void only_outputs(std::size_t n, const std::string& why) const;
-  bool training() const;
-  Generator& generator() const;
-};
-
-using Run = void (*)(Exec&);
-
-struct OpDef {
-  OnnxOpInfo info;
-  Run tensor;  // with tensors among the inputs; null: always on the host
-  Run host;    // every input on the host; null: never on the host
-};
-
-class OnnxModel : public Scope {
+class OnnxModel : public Scope, public ExecContext {
  public:
   OnnxModel(std::shared_ptr<const Graph> g, std::string output, std::uint64_t seed);
   Tensor forward(const Tensor& x) override;
@@ -236,9 +235,10 @@ class OnnxModel : public Scope {
   // Every data input in graph order; the values named (graph outputs or any other value).
   std::vector<Tensor> run(const std::vector<Tensor>& inputs, const std::vector<std::string>& outputs,
                           const std::vector<bool>& constant = {});
-  bool consumed(const std::string& value) const { return consumed_.count(value) > 0; }
-  Generator& generator() { return gen_; }
-  Tensor host_tensor(const std::shared_ptr<const Array>& a, Device device) {
+  bool consumed(const std::string& value) const override { return consumed_.count(value) > 0; }
+  bool training() const override { return nn::Module::training(); }
+  Generator& generator() override { return gen_; }
+  Tensor host_tensor(const std::shared_ptr<const Array>& a, Device device) override {
     if (!fixed_.count(a.get())) return a->to_tensor().to(device);
     auto& slot = cache_[{a.get(), device}];
     if (!slot.defined()) slot = a->to_tensor().to(device);
@@ -264,20 +264,6 @@ class OnnxModel : public Scope {
   Generator gen_;
   std::vector<Tensor> side_;  // the inputs after the first (set_side_inputs)
 };
-
-Tensor Exec::tensor(std::size_t i) const {
-  if (!has(i)) fail("input " + std::to_string(i) + " is missing");
-  if (in[i].t.defined()) return in[i].t;
-  return model.host_tensor(in[i].host, device);
-}
-
-void Exec::only_outputs(std::size_t n, const std::string& why) const {
-  for (std::size_t k = n; k < node.outputs.size(); ++k)
-    if (!node.outputs[k].empty() && model.consumed(node.outputs[k]))
-      fail("output " + std::to_string(k) + " (\"" + node.outputs[k] + "\") is read by a later node: " + why);
-}
-bool Exec::training() const { return model.training(); }
-Generator& Exec::generator() const { return model.generator(); }
 
 // ---- host evaluation (shapes and constants) ----
 
@@ -360,8 +346,11 @@ void host_binary_op(Exec& e) {
   e.set(0, host_binary(e, e.host(0, "A"), e.host(1, "B"), op));
 }
 
+// Unary ops on the host. Piecewise-constant ones (Floor, Ceil, Round, Sign, IsNaN, IsInf)
+// also take float data, read to the host: their gradient is zero, as in the framework.
 void host_unary_op(Exec& e) {
-  const Array& a = e.host(0, "X");
+  const auto in = e.values(0, "X");
+  const Array& a = *in;
   const std::string& op = e.node.op_type;
   Array o = a;
   if (op == "Not") {
@@ -369,7 +358,18 @@ void host_unary_op(Exec& e) {
     for (auto& v : o.i) v = v == 0;
     return e.set(0, std::move(o));
   }
-  if (a.integer() && (op == "Neg" || op == "Abs" || op == "Identity" || op == "Floor" || op == "Ceil" || op == "Sign")) {
+  if (op == "IsNaN" || op == "IsInf") {
+    const bool negative = e.attr_i("detect_negative", 1) != 0, positive = e.attr_i("detect_positive", 1) != 0;
+    std::vector<std::int64_t> r;
+    for (std::int64_t k = 0; k < a.numel(); ++k) {
+      const double v = a.at(k);
+      r.push_back(op == "IsNaN" ? std::isnan(v) : std::isinf(v) && (v > 0 ? positive : negative));
+    }
+    Array b = Array::ints(a.shape, r);
+    b.stored = "bool";
+    return e.set(0, std::move(b));
+  }
+  if (a.integer() && (op == "Neg" || op == "Abs" || op == "Identity" || op == "Floor" || op == "Ceil" || op == "Sign" || op == "Round")) {
     for (auto& v : o.i) v = op == "Neg" ? -v : op == "Abs" ? std::abs(v) : op == "Sign" ? (v > 0) - (v < 0) : v;
     return e.set(0, std::move(o));
   }
@@ -383,6 +383,7 @@ void host_unary_op(Exec& e) {
     else if (op == "Log") v = std::log(v);
     else if (op == "Floor") v = std::floor(v);
     else if (op == "Ceil") v = std::ceil(v);
+    else if (op == "Round") v = std::nearbyint(v);  // half to even
     else if (op == "Erf") v = std::erf(v);
     else if (op == "Sin") v = std::sin(v);
     else if (op == "Cos") v = std::cos(v);
@@ -390,10 +391,14 @@ void host_unary_op(Exec& e) {
     else if (op == "Relu") v = v > 0 ? v : 0;
     else if (op == "Sigmoid") v = 1 / (1 + std::exp(-v));
     else if (op == "Tanh") v = std::tanh(v);
-    if (o.dtype == DType::f32) v = static_cast<float>(v);
+    if (o.dtype != DType::f64) v = round_to(v, o.dtype);
   }
   e.set(0, std::move(o));
 }
+
+// Comparisons (Equal, Less, ...) and logic: bools, on the host; float data is read there
+// (the framework's comparison has no gradient either).
+void host_compare(Exec& e) { e.set(0, host_binary(e, *e.values(0, "A"), *e.values(1, "B"), e.node.op_type)); }
 
 // The shape Reshape asks for, with 0 (copy) and -1 (infer) resolved against `in`.
 Shape reshape_target(const Exec& e, const Shape& in) {
@@ -487,11 +492,8 @@ void host_shape_op(Exec& e) {
 }
 
 // Shape and Size of a tensor or of a host array.
-Shape shape_of(const Exec& e, std::size_t i) { return e.in[i].t.defined() ? e.in[i].t.shape() : e.in[i].host->shape; }
-
 void op_shape(Exec& e) {
-  if (!e.has(0)) e.fail("input 0 is missing");
-  const Shape s = shape_of(e, 0);
+  const Shape s = e.shape_of(0);
   const auto rank = static_cast<std::int64_t>(s.size());
   if (e.node.op_type == "Size") return e.set(0, Array::ints({}, {numel(s)}));
   auto clampi = [rank](std::int64_t v) { return std::clamp(v < 0 ? v + rank : v, std::int64_t{0}, rank); };
@@ -548,13 +550,20 @@ void op_range(Exec& e) {
   e.set(0, Array::floats({n}, v, s.dtype));
 }
 
+// CastLike: the type of input 1.
+std::int64_t cast_to(const Exec& e) {
+  if (e.node.op_type != "CastLike") return e.attr_i("to", 1);
+  const DType d = e.in.at(1).t.defined() ? e.in[1].t.dtype() : e.host(1, "target_type").dtype;
+  const std::string stored = e.in[1].t.defined() ? std::string(info(d).long_name) : e.in[1].host->stored;
+  for (std::int64_t to : {1, 10, 11, 16, 9, 2, 3, 4, 5, 6, 7, 12, 13})
+    if (cast_target(to)->stored == stored) return to;
+  e.fail("CastLike to " + stored + " is not supported");
+}
+
 Array host_cast(const Exec& e, const Array& a, std::int64_t to) {
-  CastTarget t;
-  try {
-    t = cast_target(to);
-  } catch (const std::invalid_argument& x) {
-    e.fail(x.what());
-  }
+  const auto target = cast_target(to);
+  if (!target) e.fail("Cast to ONNX type " + std::to_string(to) + " is not supported");
+  const CastTarget& t = *target;
   Array o;
   o.shape = a.shape;
   o.dtype = t.dtype;
@@ -570,7 +579,7 @@ Array host_cast(const Exec& e, const Array& a, std::int64_t to) {
   return o;
 }
 
-void host_cast_op(Exec& e) { e.set(0, host_cast(e, e.host(0, "input"), e.attr_i("to", 1))); }
+void host_cast_op(Exec& e) { e.set(0, host_cast(e, e.host(0, "input"), cast_to(e))); }
 
 void host_concat(Exec& e) {
   std::vector<const Array*> parts;
@@ -604,9 +613,19 @@ void host_concat(Exec& e) {
   e.set(0, std::move(o));
 }
 
-// Normalised Slice arguments for one axis.
+// Normalised Slice arguments for one axis; a negative step walks from start down to end
+// (exclusive), as numpy's.
 struct SliceAxis {
   std::int64_t axis, start, end, step;
+  std::int64_t count() const {
+    if (step > 0) return end > start ? (end - start + step - 1) / step : 0;
+    return start > end ? (start - end - step - 1) / -step : 0;
+  }
+  std::vector<std::int64_t> indices() const {
+    std::vector<std::int64_t> v;
+    for (std::int64_t k = 0; k < count(); ++k) v.push_back(start + k * step);
+    return v;
+  }
 };
 std::vector<SliceAxis> slice_axes(const Exec& e, const Shape& shape) {
   std::vector<std::int64_t> starts, ends, axes, steps;
@@ -630,10 +649,13 @@ std::vector<SliceAxis> slice_axes(const Exec& e, const Shape& shape) {
   for (std::size_t k = 0; k < starts.size(); ++k) {
     const std::int64_t axis = norm_axis(axes[k], rank, "axis");
     const std::int64_t size = shape[static_cast<std::size_t>(axis)];
-    if (steps[k] <= 0) e.fail("a step of " + std::to_string(steps[k]) + " (reversal) is not supported; steps must be positive");
-    auto clampi = [size](std::int64_t v) {
-      if (v < 0) v = v < -size ? 0 : v + size;
-      return std::min(v, size);
+    if (steps[k] == 0) e.fail("a step of 0");
+    // Negative positions count from the end; then clamped to [0, size] (forward) or
+    // [-1, size - 1] (backward).
+    const bool up = steps[k] > 0;
+    auto clampi = [&](std::int64_t v) {
+      if (v < 0) v = v < -size ? (up ? 0 : -1) : v + size;
+      return up ? std::min(v, size) : std::min(v, size - 1);
     };
     out.push_back({axis, clampi(starts[k]), clampi(ends[k]), steps[k]});
   }
@@ -644,9 +666,8 @@ void host_slice(Exec& e) {
   Array cur = e.host(0, "data");
   for (const SliceAxis& s : slice_axes(e, cur.shape)) {
     const Shape st = strides_of(cur.shape);
-    const std::int64_t count = s.end > s.start ? (s.end - s.start + s.step - 1) / s.step : 0;
     Shape shape = cur.shape;
-    shape[static_cast<std::size_t>(s.axis)] = count;
+    shape[static_cast<std::size_t>(s.axis)] = s.count();
     std::vector<std::int64_t> idx;
     const Shape ost = strides_of(shape);
     for (std::int64_t k = 0; k < numel(shape); ++k) {
@@ -659,7 +680,7 @@ void host_slice(Exec& e) {
       }
       idx.push_back(at);
     }
-    cur = gather_elements(cur, shape, idx);
+    cur = take(cur, shape, idx);
   }
   e.set(0, std::move(cur));
 }
@@ -685,7 +706,7 @@ void host_gather(Exec& e) {
       if (i < 0 || i >= size) e.fail("index " + std::to_string(ind.int_at(j)) + " is out of range for size " + std::to_string(size));
       for (std::int64_t k = 0; k < inner; ++k) idx.push_back((o * size + i) * inner + k);
     }
-  e.set(0, gather_elements(data, shape, idx));
+  e.set(0, take(data, shape, idx));
 }
 
 std::vector<std::int64_t> transpose_perm(const Exec& e, std::int64_t rank) {
@@ -714,7 +735,7 @@ void host_transpose(Exec& e) {
     }
     idx.push_back(at);
   }
-  e.set(0, gather_elements(a, shape, idx));
+  e.set(0, take(a, shape, idx));
 }
 
 Shape expand_target(const Exec& e, const Shape& in) {
@@ -731,7 +752,7 @@ Shape expand_target(const Exec& e, const Shape& in) {
 void host_expand(Exec& e) {
   const Array& a = e.host(0, "input");
   const Shape shape = expand_target(e, a.shape);
-  e.set(0, gather_elements(a, shape, broadcast_index(shape, a.shape)));
+  e.set(0, take(a, shape, broadcast_index(shape, a.shape)));
 }
 
 void host_where(Exec& e) {
@@ -791,16 +812,48 @@ Tensor apply_binary(Exec& e, const std::string& op) {
 
 void op_binary(Exec& e) { e.set(0, apply_binary(e, e.node.op_type)); }
 
+// Pow: a one-element constant exponent is the registry's pow (x ** 2). A tensor of
+// exponents is exp(y log|x|), with the sign and the special cases std::pow gives (-1 for
+// a negative x to an odd power, NaN to a non-integer one, 0 ** y) taken from the values on
+// the host; x = 0 enters the log as 1, so no NaN reaches the gradient.
 void op_pow(Exec& e) {
-  const auto y = e.scalar(1);
-  if (!y || e.is_host(0)) {
-    if (e.is_host(1) && e.in[1].host->numel() == 1) {
-      e.set(0, pow(e.tensor(0), e.in[1].host->at(0)));
-      return;
-    }
-    e.fail("Pow needs a constant one-element exponent (x ** 2, x ** 0.5); a tensor exponent is not supported");
+  if (!e.is_host(0)) {
+    if (const auto y = e.scalar(1)) return e.set(0, pow(e.tensor(0), *y));
+    if (e.is_host(1) && e.in[1].host->numel() == 1) return e.set(0, pow(e.tensor(0), e.in[1].host->at(0)));
   }
-  e.set(0, pow(e.tensor(0), *y));
+  const auto xv = e.values(0, "X"), yv = e.values(1, "Y");
+  if (xv->integer()) {  // an integer base gives integers (ONNX: the base's type): no gradient
+    Array o = host_binary(e, *xv, *yv, "Pow");
+    Array r = Array::ints(o.shape, {});
+    for (double v : o.f) r.i.push_back(static_cast<std::int64_t>(v));
+    r.stored = xv->stored;
+    return e.set(0, std::move(r));
+  }
+  const Tensor x = e.tensor(0);
+  Tensor y = e.tensor(1);
+  if (!is_floating(y.dtype())) y = Array::floats(yv->shape, std::vector<double>(yv->i.begin(), yv->i.end()), x.dtype()).to_tensor().to(e.device);
+  Shape shape;
+  try {
+    shape = broadcast(xv->shape, yv->shape);
+  } catch (const std::invalid_argument& err) {
+    e.fail(err.what());
+  }
+  const auto ix = broadcast_index(shape, xv->shape), iy = broadcast_index(shape, yv->shape);
+  std::vector<double> sign, at_zero;
+  std::vector<std::int64_t> zero_x, zero_base;
+  for (std::size_t k = 0; k < ix.size(); ++k) {
+    const double a = xv->at(ix[k]), b = yv->at(iy[k]);
+    const bool integral = std::isfinite(b) && b == std::floor(b);
+    sign.push_back(a < 0 ? (integral ? (std::fmod(std::fabs(b), 2) == 1 ? -1 : 1) : std::nan("")) : 1);
+    zero_base.push_back(a == 0);
+    at_zero.push_back(std::pow(0.0, b));
+  }
+  for (std::int64_t k = 0; k < xv->numel(); ++k) zero_x.push_back(xv->at(k) == 0);
+  auto host = [&](const std::vector<double>& v) { return Tensor::from(v, shape, DType::f64).to(x.dtype()).to(e.device); };
+  const Tensor x_zero = Tensor::from(zero_x, xv->shape).to(e.device);
+  const Tensor base = where(x_zero, Tensor::ones({}, x.dtype(), e.device), abs(x));
+  const Tensor magnitude = exp(mul(y, log(base)));
+  e.set(0, where(Tensor::from(zero_base, shape).to(e.device), host(at_zero), mul(magnitude, host(sign))));
 }
 
 void op_unary(Exec& e) {
@@ -823,9 +876,7 @@ void op_unary(Exec& e) {
 }
 
 void op_gelu(Exec& e) {
-  const std::string approx = e.attr_s("approximate", "none");
-  if (approx != "none" && approx != "tanh") e.fail("approximate \"" + approx + "\" is not \"none\" or \"tanh\"");
-  e.set(0, gelu(e.tensor(0), approx == "tanh"));
+  e.set(0, gelu(e.tensor(0), e.attr_s("approximate", "none") == "tanh"));
 }
 
 void op_hard_sigmoid(Exec& e) {
@@ -846,6 +897,62 @@ void op_clip(Exec& e) {
     if (e.has(2)) hi = e.host(2, "max").at(0);
   }
   e.set(0, clamp(e.tensor(0), lo, hi));
+}
+
+// Clip of host values (integer data: token ids, sizes).
+void host_clip(Exec& e) {
+  Array o = e.host(0, "input");
+  double lo = -std::numeric_limits<double>::infinity(), hi = std::numeric_limits<double>::infinity();
+  if (e.node.opset < 11) {
+    lo = e.attr_f("min", lo);
+    hi = e.attr_f("max", hi);
+  } else {
+    if (e.has(1)) lo = e.host(1, "min").at(0);
+    if (e.has(2)) hi = e.host(2, "max").at(0);
+  }
+  for (auto& v : o.i) {
+    if (static_cast<double>(v) < lo) v = static_cast<std::int64_t>(lo);
+    if (static_cast<double>(v) > hi) v = static_cast<std::int64_t>(hi);
+  }
+  for (auto& v : o.f) v = v < lo ? lo : v > hi ? hi : v;
+  e.set(0, std::move(o));
+}
+
+// Max and Min of tensors, pairwise: the larger (smaller) of each pair chosen on the host from
+// the values (NaN wins, as torch.maximum), taken with `where`, so the gradient goes to the
+// operand chosen.
+void op_minmax(Exec& e) {
+  const bool is_max = e.node.op_type == "Max";
+  Tensor acc;
+  std::shared_ptr<const Array> acc_values;
+  for (std::size_t k = 0; k < e.in.size(); ++k) {
+    if (!e.has(k)) continue;
+    const auto v = e.values(k, "data");
+    if (!acc.defined()) {
+      acc = e.tensor(k);
+      acc_values = v;
+      continue;
+    }
+    Shape shape;
+    try {
+      shape = broadcast(acc_values->shape, v->shape);
+    } catch (const std::invalid_argument& err) {
+      e.fail(err.what());
+    }
+    const auto ia = broadcast_index(shape, acc_values->shape), ib = broadcast_index(shape, v->shape);
+    std::vector<std::int64_t> keep;
+    Array next = Array::floats(shape, {}, acc_values->dtype);
+    for (std::size_t i = 0; i < ia.size(); ++i) {
+      const double a = acc_values->at(ia[i]), b = v->at(ib[i]);
+      const bool first = std::isnan(a) || (!std::isnan(b) && (is_max ? a >= b : a <= b));
+      keep.push_back(first);
+      next.f.push_back(first ? a : b);
+    }
+    acc = where(Tensor::from(keep, shape).to(e.device), acc, e.tensor(k));
+    acc_values = std::make_shared<const Array>(std::move(next));
+  }
+  if (!acc.defined()) e.fail("no inputs");
+  e.set(0, acc);
 }
 
 void op_matmul(Exec& e) {
@@ -870,104 +977,7 @@ void op_gemm(Exec& e) {
   e.set(0, y);
 }
 
-// Symmetric pads of a 2-D window op ([top, left, bottom, right]).
-std::array<std::int64_t, 2> pads2(const Exec& e, int spatial) {
-  const std::string auto_pad = e.attr_s("auto_pad", "NOTSET");
-  if (auto_pad != "NOTSET" && auto_pad != "VALID")
-    e.fail("auto_pad " + auto_pad + " is not supported: export with explicit padding");
-  const auto p = e.attr_ints("pads").value_or(std::vector<std::int64_t>(static_cast<std::size_t>(2 * spatial), 0));
-  if (static_cast<int>(p.size()) != 2 * spatial) e.fail("pads has " + std::to_string(p.size()) + " values");
-  for (int d = 0; d < spatial; ++d)
-    if (p[static_cast<std::size_t>(d)] != p[static_cast<std::size_t>(d + spatial)])
-      e.fail("asymmetric pads " + fmt_ints(p) + " are not supported (begin and end padding must match)");
-  return spatial == 1 ? std::array<std::int64_t, 2>{0, p[0]} : std::array<std::int64_t, 2>{p[0], p[1]};
-}
-
-std::array<std::int64_t, 2> pair_attr(const Exec& e, const std::string& name, int spatial, std::int64_t fallback) {
-  const auto v = e.attr_ints(name).value_or(std::vector<std::int64_t>(static_cast<std::size_t>(spatial), fallback));
-  if (static_cast<int>(v.size()) != spatial) e.fail(name + " has " + std::to_string(v.size()) + " values for " + std::to_string(spatial) + " spatial dims");
-  return spatial == 1 ? std::array<std::int64_t, 2>{fallback == 0 ? 0 : 1, v[0]} : std::array<std::int64_t, 2>{v[0], v[1]};
-}
-
-// [N, C, L] runs as [N, C, 1, L]; returns the spatial rank (1 or 2).
-int spatial_rank(const Exec& e, const Tensor& x) {
-  if (x.dim() == 4) return 2;
-  if (x.dim() == 3) return 1;
-  e.fail("takes [N, C, H, W] (or [N, C, L]), got " + to_string(x.shape()) + "; 3-D convolution and pooling are not supported");
-}
-
-void op_conv(Exec& e) {
-  Tensor x = e.tensor(0), w = e.tensor(1);
-  const int sp = spatial_rank(e, x);
-  if (w.dim() != sp + 2) e.fail("weight " + to_string(w.shape()) + " does not match the input " + to_string(x.shape()));
-  Conv2dOptions o;
-  o.stride = pair_attr(e, "strides", sp, 1);
-  o.dilation = pair_attr(e, "dilations", sp, 1);
-  o.padding = pads2(e, sp);
-  o.groups = e.attr_i("group", 1);
-  if (auto k = e.attr_ints("kernel_shape")) {
-    for (int d = 0; d < sp; ++d)
-      if ((*k)[static_cast<std::size_t>(d)] != w.size(2 + d)) e.fail("kernel_shape does not match the weight");
-  }
-  if (sp == 1) {
-    x = reshape(x, {x.size(0), x.size(1), 1, x.size(2)});
-    w = reshape(w, {w.size(0), w.size(1), 1, w.size(2)});
-  }
-  Tensor y = conv2d(x, w, e.has(2) ? e.tensor(2) : Tensor{}, o);
-  if (sp == 1) y = reshape(y, {y.size(0), y.size(1), y.size(3)});
-  e.set(0, y);
-}
-
-void op_pool(Exec& e) {
-  const std::string& op = e.node.op_type;
-  Tensor x = e.tensor(0);
-  const int sp = spatial_rank(e, x);
-  if (sp == 1) x = reshape(x, {x.size(0), x.size(1), 1, x.size(2)});
-  Tensor y;
-  if (op == "GlobalAveragePool") {
-    y = adaptive_avg_pool2d(x, {1, 1});
-  } else if (op == "GlobalMaxPool") {
-    y = max(x, {2, 3}, true);
-  } else {
-    if (e.attr_i("ceil_mode", 0) != 0) e.fail("ceil_mode 1 is not supported: export with ceil_mode=False");
-    if (op == "MaxPool") {
-      if (e.attr_i("storage_order", 0) != 0) e.fail("storage_order 1 is not supported");
-      e.only_outputs(1, "MaxPool's Indices output is not supported");
-    }
-    const auto k = e.attr_ints("kernel_shape");
-    if (!k || static_cast<int>(k->size()) != sp) e.fail("kernel_shape is missing or of the wrong length");
-    const std::array<std::int64_t, 2> kernel = sp == 1 ? std::array<std::int64_t, 2>{1, (*k)[0]}
-                                                       : std::array<std::int64_t, 2>{(*k)[0], (*k)[1]};
-    const auto stride = pair_attr(e, "strides", sp, 1);
-    const auto pad = pads2(e, sp);
-    for (int d = 0; d < 2; ++d)
-      if (pad[static_cast<std::size_t>(d)] * 2 > kernel[static_cast<std::size_t>(d)])
-        e.fail("padding " + std::to_string(pad[static_cast<std::size_t>(d)]) + " wider than half the window " +
-               std::to_string(kernel[static_cast<std::size_t>(d)]) + " is not supported");
-    if (op == "MaxPool") {
-      if (pair_attr(e, "dilations", sp, 1) != std::array<std::int64_t, 2>{1, 1}) e.fail("dilated max pooling is not supported");
-      y = max_pool2d(x, kernel, stride, pad);
-    } else {
-      y = avg_pool2d(x, kernel, stride, pad);  // padding counts as zeros in the average
-      if ((pad[0] || pad[1]) && e.attr_i("count_include_pad", 0) == 0) {
-        // ONNX's default averages over the window's real elements only: divide by the
-        // share of each window that lies inside the input.
-        const Tensor ones = Tensor::ones({1, 1, x.size(2), x.size(3)}, DType::f32, x.device());
-        Tensor share;
-        {
-          NoGradGuard no_grad;
-          share = avg_pool2d(ones, kernel, stride, pad).to(y.dtype());
-        }
-        y = div(y, share);
-      }
-    }
-  }
-  if (sp == 1) y = reshape(y, {y.size(0), y.size(1), y.size(3)});
-  e.set(0, y);
-}
-
 void op_batch_norm(Exec& e) {
-  if (e.node.opset < 9 && e.attr_i("spatial", 1) != 1) e.fail("spatial=0 (per-activation statistics) is not supported");
   const Tensor x = e.tensor(0);
   const Tensor scale = e.tensor(1), bias = e.tensor(2), mean = e.tensor(3), var = e.tensor(4);
   // ONNX: running = running * momentum + batch * (1 - momentum); PyTorch's momentum is 1 - that.
@@ -1016,17 +1026,104 @@ void op_softmax(Exec& e) {
   e.set(0, log_form ? log_softmax(x, axis) : softmax(x, axis));
 }
 
-void op_reduce(Exec& e) {
-  const Tensor x = e.tensor(0);
+// The product over `axes`: the reduced dims moved last and merged, then halves multiplied
+// until one column is left (mul's gradient is the product of the others, zeros included).
+Tensor product(const Tensor& x, const std::vector<std::int64_t>& axes, bool keep) {
+  std::vector<std::int64_t> perm;
+  Shape kept, kept_dims = x.shape();
+  std::int64_t n = 1;
+  for (std::int64_t d = 0; d < x.dim(); ++d)
+    if (std::find(axes.begin(), axes.end(), d) == axes.end()) {
+      perm.push_back(d);
+      kept.push_back(x.size(d));
+    } else {
+      kept_dims[static_cast<std::size_t>(d)] = 1;
+    }
+  for (std::int64_t a : axes) {
+    perm.push_back(a);
+    n *= x.size(a);
+  }
+  Tensor t = reshape(permute(x, perm), {numel(kept), n});
+  if (n == 0) return Tensor::ones(keep ? kept_dims : kept, x.dtype(), x.device());
+  while (t.size(1) > 1) {
+    const std::int64_t half = t.size(1) / 2;
+    Tensor p = mul(slice(t, 1, 0, half), slice(t, 1, half, 2 * half));
+    t = t.size(1) % 2 ? concat({p, slice(t, 1, 2 * half, t.size(1))}, 1) : p;
+  }
+  return reshape(t, keep ? kept_dims : kept);
+}
+
+// The axes a Reduce* node reduces (every axis when none are given); nullopt: none at all
+// (noop_with_empty_axes).
+std::optional<std::vector<std::int64_t>> reduce_axes(const Exec& e, std::int64_t rank) {
   const std::int64_t since = e.node.op_type == "ReduceSum" ? 13 : 18;
   auto axes = e.ints_from("axes", 1, since);
-  const bool keep = e.attr_i("keepdims", 1) != 0;
   if (!axes || axes->empty()) {
-    if (e.attr_i("noop_with_empty_axes", 0) != 0) return e.set(0, x);
+    if (e.attr_i("noop_with_empty_axes", 0) != 0) return std::nullopt;
     axes = std::vector<std::int64_t>();
-    for (std::int64_t d = 0; d < x.dim(); ++d) axes->push_back(d);
+    for (std::int64_t d = 0; d < rank; ++d) axes->push_back(d);
   }
-  for (auto& a : *axes) a = norm_axis(a, x.dim(), "axis");
+  for (auto& a : *axes) a = norm_axis(a, rank, "axis");
+  std::sort(axes->begin(), axes->end());
+  axes->erase(std::unique(axes->begin(), axes->end()), axes->end());
+  return axes;
+}
+
+// Reductions of host arrays: an integer mask's sum (the lengths of token sequences), a
+// constant's maximum. Integer inputs give integers (a mean truncated, as ONNX's integer
+// division); the logarithmic ones take floats only.
+void host_reduce(Exec& e) {
+  const Array& x = e.host(0, "data");
+  const std::string& op = e.node.op_type;
+  const auto rank = static_cast<std::int64_t>(x.shape.size());
+  const auto axes = reduce_axes(e, rank);
+  if (!axes) return e.set(0, x);
+  const bool keep = e.attr_i("keepdims", 1) != 0;
+  const bool logs = op == "ReduceL2" || op == "ReduceLogSum" || op == "ReduceLogSumExp";
+  if (x.integer() && logs) e.fail(op + " of integers is not supported");
+  Shape kept = x.shape, dropped;
+  for (std::int64_t d = 0; d < rank; ++d) {
+    const bool reduced = std::find(axes->begin(), axes->end(), d) != axes->end();
+    if (reduced) kept[static_cast<std::size_t>(d)] = 1;
+    else dropped.push_back(x.shape[static_cast<std::size_t>(d)]);
+  }
+  const auto to = broadcast_index(x.shape, kept);  // each element's output position
+  const std::int64_t n = numel(kept), count = n ? x.numel() / n : 0;
+  std::vector<double> acc(static_cast<std::size_t>(n), op == "ReduceProd" ? 1.0 : 0.0);
+  std::vector<bool> seen(static_cast<std::size_t>(n), false);
+  for (std::int64_t k = 0; k < x.numel(); ++k) {
+    const double v = x.at(k);
+    double& a = acc[static_cast<std::size_t>(to[static_cast<std::size_t>(k)])];
+    const bool first = !seen[static_cast<std::size_t>(to[static_cast<std::size_t>(k)])];
+    seen[static_cast<std::size_t>(to[static_cast<std::size_t>(k)])] = true;
+    if (op == "ReduceMax") a = first || v > a || std::isnan(v) ? v : a;
+    else if (op == "ReduceMin") a = first || v < a || std::isnan(v) ? v : a;
+    else if (op == "ReduceProd") a *= v;
+    else if (op == "ReduceSumSquare" || op == "ReduceL2") a += v * v;
+    else if (op == "ReduceL1") a += std::fabs(v);
+    else if (op == "ReduceLogSumExp") a += std::exp(v);
+    else a += v;
+  }
+  for (double& a : acc) {
+    if (op == "ReduceMean") a = x.integer() ? std::trunc(a / static_cast<double>(count)) : a / static_cast<double>(count);
+    else if (op == "ReduceL2") a = std::sqrt(a);
+    else if (op == "ReduceLogSum" || op == "ReduceLogSumExp") a = std::log(a);
+  }
+  const Shape shape = keep ? kept : dropped;
+  if (x.integer()) {
+    Array o = Array::ints(shape, std::vector<std::int64_t>(acc.begin(), acc.end()));
+    o.stored = x.stored;
+    return e.set(0, std::move(o));
+  }
+  for (double& a : acc) a = x.dtype == DType::f64 ? a : round_to(a, x.dtype);
+  e.set(0, Array::floats(shape, acc, x.dtype));
+}
+
+void op_reduce(Exec& e) {
+  const Tensor x = e.tensor(0);
+  const auto axes = reduce_axes(e, x.dim());
+  if (!axes) return e.set(0, x);
+  const bool keep = e.attr_i("keepdims", 1) != 0;
   const std::string& op = e.node.op_type;
   Tensor y;
   if (op == "ReduceSum") y = sum(x, *axes, keep);
@@ -1036,6 +1133,8 @@ void op_reduce(Exec& e) {
   else if (op == "ReduceSumSquare") y = sum(square(x), *axes, keep);
   else if (op == "ReduceL1") y = sum(abs(x), *axes, keep);
   else if (op == "ReduceL2") y = sqrt(sum(square(x), *axes, keep));
+  else if (op == "ReduceLogSum") y = log(sum(x, *axes, keep));
+  else if (op == "ReduceProd") y = product(x, *axes, keep);
   else {  // ReduceLogSumExp, shifted by the maximum (whose gradient cancels)
     const Tensor m = max(x, *axes, true);
     y = add(log(sum(exp(sub(x, m)), *axes, true)), m);
@@ -1092,6 +1191,88 @@ void op_activation(Exec& e) {
   e.fail("no composition");
 }
 
+// A mask of where a float input's values satisfy `keep`, read on the host, as a tensor
+// on the model's device (the framework's comparison has no gradient either).
+Tensor mask_where(const Exec& e, std::size_t i, const std::function<bool(double)>& keep) {
+  const auto a = e.values(i, "X");
+  std::vector<std::int64_t> m;
+  for (std::int64_t k = 0; k < a->numel(); ++k) m.push_back(keep(a->at(k)));
+  return Tensor::from(m, a->shape).to(e.device);
+}
+
+// ThresholdedRelu: x where x > alpha, else 0; Shrink: x - bias above lambd, x + bias below
+// -lambd, else 0. The masks from the data, the values registry ops.
+void op_threshold(Exec& e) {
+  const Tensor x = e.tensor(0);
+  if (e.node.op_type == "ThresholdedRelu") {
+    const double alpha = e.attr_f("alpha", 1.0);
+    return e.set(0, masked_fill(x, mask_where(e, 0, [&](double v) { return !(v > alpha); }), 0));
+  }
+  const double lambd = e.attr_f("lambd", 0.5), bias = e.attr_f("bias", 0.0);
+  const auto a = e.values(0, "input");
+  std::vector<double> shift;
+  for (std::int64_t k = 0; k < a->numel(); ++k) shift.push_back(a->at(k) > lambd ? -bias : a->at(k) < -lambd ? bias : 0);
+  const Tensor shifted = add(x, Tensor::from(shift, x.shape(), DType::f64).to(x.dtype()).to(e.device));
+  e.set(0, masked_fill(shifted, mask_where(e, 0, [&](double v) { return !(v > lambd || v < -lambd); }), 0));
+}
+
+// Mod of float tensors: x - q y with the quotient q = trunc(x / y) (fmod 1, C's fmod) or
+// floor(x / y) (fmod 0, Python's %) found on the host; its gradient is 1 for x and -q for
+// y, as the framework's.
+void op_mod(Exec& e) {
+  const Tensor x = e.tensor(0), y = e.tensor(1);
+  if (!is_floating(x.dtype()) || !is_floating(y.dtype())) e.fail("Mod of integer tensors computed from the data is not supported");
+  const auto a = e.values(0, "A"), b = e.values(1, "B");
+  const bool c_style = e.attr_i("fmod", 0) != 0;
+  Shape shape;
+  try {
+    shape = broadcast(a->shape, b->shape);
+  } catch (const std::invalid_argument& err) {
+    e.fail(err.what());
+  }
+  const auto ia = broadcast_index(shape, a->shape), ib = broadcast_index(shape, b->shape);
+  std::vector<double> q;
+  for (std::size_t k = 0; k < ia.size(); ++k) {
+    const double u = a->at(ia[k]), v = b->at(ib[k]);
+    const double r = std::fmod(u, v);
+    double quotient = std::isfinite(r) && v != 0 ? std::round((u - r) / v) : 0;
+    if (!c_style && r != 0 && std::isfinite(r) && ((r < 0) != (v < 0))) quotient -= 1;
+    q.push_back(quotient);
+  }
+  const Tensor qt = Tensor::from(q, shape, DType::f64).to(y.dtype()).to(e.device);
+  e.set(0, sub(x, mul(qt, y)));
+}
+
+// MeanVarianceNormalization: (x - mean) / sqrt(variance + 1e-9) over `axes` (ONNX's
+// function body).
+void op_mvn(Exec& e) {
+  const Tensor x = e.tensor(0);
+  std::vector<std::int64_t> axes = e.attr_ints("axes").value_or(std::vector<std::int64_t>{0, 2, 3});
+  for (auto& a : axes) a = norm_axis(a, x.dim(), "axis");
+  const Tensor centred = sub(x, mean(x, axes, true));
+  e.set(0, div(centred, sqrt(add(mean(square(centred), axes, true), 1e-9))));
+}
+
+// EyeLike: ones on diagonal k of a 2-D shape, on the host (a constant of the input's shape).
+void host_eye_like(Exec& e) {
+  const Shape s = e.shape_of(0);
+  if (s.size() != 2) e.fail("takes a 2-D input, got " + to_string(s));
+  const std::int64_t k = e.attr_i("k", 0);
+  const Attribute* dt = e.attr("dtype");
+  std::optional<CastTarget> t = dt ? cast_target(e.attr_i("dtype", 1)) : std::nullopt;
+  if (dt && !t) e.fail("dtype " + std::to_string(e.attr_i("dtype", 1)) + " is not supported");
+  const bool integer = t ? t->integer : e.in[0].host ? e.in[0].host->integer() : !is_floating(e.in[0].t.dtype());
+  std::vector<double> v;
+  for (std::int64_t r = 0; r < s[0]; ++r)
+    for (std::int64_t c = 0; c < s[1]; ++c) v.push_back(c - r == k ? 1 : 0);
+  if (integer) {
+    Array o = Array::ints(s, std::vector<std::int64_t>(v.begin(), v.end()));
+    if (t) o.stored = t->stored;
+    return e.set(0, std::move(o));
+  }
+  e.set(0, Array::floats(s, v, t ? t->dtype : e.in[0].host ? e.in[0].host->dtype : e.in[0].t.dtype()));
+}
+
 // Sum and Mean of any number of inputs (broadcasting).
 void op_variadic(Exec& e) {
   Tensor acc;
@@ -1134,7 +1315,6 @@ void op_instance_norm(Exec& e) {
 void op_pad(Exec& e) {
   Tensor x = e.tensor(0);
   const std::string mode = e.attr_s("mode", "constant");
-  if (mode != "constant" && mode != "reflect" && mode != "edge") e.fail("mode " + mode + " is not supported");
   std::vector<std::int64_t> pads;
   double value = 0;
   if (e.node.opset < 11) {
@@ -1202,15 +1382,18 @@ void op_tile(Exec& e) {
   e.set(0, x);
 }
 
-// Resize and Upsample, mode nearest with whole scale factors: each element repeated along
-// each axis (a broadcast add of zeros, whose gradient sums the copies).
+// Resize and Upsample, mode nearest. Each axis resized maps output index i to an input
+// index (ONNX's coordinate_transformation_mode, then nearest_mode, clamped to the input) and
+// gathers those slices (take_along, whose gradient adds into the elements read). A whole
+// factor whose mapping repeats each element (asymmetric with floor, F.interpolate's
+// nearest; half-pixel with either rounding) is a broadcast add of zeros instead, as cheap as
+// a copy.
 void op_resize(Exec& e) {
   Tensor x = e.tensor(0);
-  const std::string mode = e.attr_s("mode", "nearest");
-  if (mode != "nearest")
-    e.fail("mode " + mode + " is not supported (nearest with whole scale factors is: F.interpolate(mode='nearest'))");
+  const bool upsample = e.node.op_type == "Upsample";
   std::vector<double> scales;
-  if (e.node.op_type == "Upsample") {
+  std::vector<std::int64_t> sizes;
+  if (upsample) {
     if (e.node.opset < 9) {
       const Attribute* a = e.attr("scales");
       if (!a) e.fail("scales are missing");
@@ -1220,40 +1403,58 @@ void op_resize(Exec& e) {
       for (std::int64_t k = 0; k < s.numel(); ++k) scales.push_back(s.at(k));
     }
   } else {
-    // Whole factors repeat each element exactly when the sampling position rounds back to
-    // floor(i / s): asymmetric with floor (F.interpolate's nearest), or half-pixel with
-    // either round mode (its positions are never halfway).
-    const std::string coords = e.attr_s("coordinate_transformation_mode", "half_pixel");
-    const std::string rounding = e.attr_s("nearest_mode", "round_prefer_floor");
-    const bool repeats = coords == "asymmetric" ? rounding == "floor"
-                         : coords == "half_pixel" || coords == "pytorch_half_pixel"
-                             ? rounding == "round_prefer_floor" || rounding == "round_prefer_ceil"
-                             : false;
-    if (!repeats)
-      e.fail("coordinate_transformation_mode " + coords + " with nearest_mode " + rounding +
-             " is not supported (asymmetric with floor, and half_pixel with rounding, are)");
     const std::size_t scales_at = e.node.opset < 11 ? 1 : 2;
     if (e.has(scales_at) && e.host(scales_at, "scales").numel() > 0) {
       const Array& s = e.host(scales_at, "scales");
       for (std::int64_t k = 0; k < s.numel(); ++k) scales.push_back(s.at(k));
     } else if (e.has(3)) {
-      const Array& sizes = e.host(3, "sizes");
-      for (std::int64_t k = 0; k < sizes.numel(); ++k)
-        scales.push_back(static_cast<double>(sizes.int_at(k)) / static_cast<double>(x.size(k)));
+      const Array& given = e.host(3, "sizes");
+      for (std::int64_t k = 0; k < given.numel(); ++k) sizes.push_back(given.int_at(k));
     }
   }
-  if (static_cast<std::int64_t>(scales.size()) != x.dim()) e.fail("scales or sizes do not match the input's rank");
+  const auto rank = static_cast<std::size_t>(x.dim());
+  if (scales.size() != rank && sizes.size() != rank) e.fail("scales or sizes do not match the input's rank");
+  // Resize before opset 11 is Upsample's mapping: asymmetric, floor.
+  const bool legacy = upsample || e.node.opset < 11;
+  const std::string coords = legacy ? "asymmetric" : e.attr_s("coordinate_transformation_mode", "half_pixel");
+  const std::string rounding = legacy ? "floor" : e.attr_s("nearest_mode", "round_prefer_floor");
+  const bool repeats = coords == "asymmetric" ? rounding == "floor"
+                       : coords == "half_pixel" || coords == "pytorch_half_pixel"
+                           ? rounding == "round_prefer_floor" || rounding == "round_prefer_ceil"
+                           : false;
   for (std::int64_t d = 0; d < x.dim(); ++d) {
-    const double s = scales[static_cast<std::size_t>(d)];
-    const auto n = static_cast<std::int64_t>(std::llround(s));
-    if (n < 1 || std::fabs(s - static_cast<double>(n)) > 1e-9)
-      e.fail("scale " + std::to_string(s) + " is not supported: nearest resizing by whole factors only");
-    if (n == 1) continue;
-    Shape split = x.shape(), repeated = x.shape(), merged = x.shape();
-    split.insert(split.begin() + d + 1, 1);
-    repeated.insert(repeated.begin() + d + 1, n);
-    merged[static_cast<std::size_t>(d)] *= n;
-    x = reshape(add(reshape(x, split), Tensor::zeros(repeated, x.dtype(), x.device())), merged);
+    const std::int64_t in = x.size(d);
+    const double given = sizes.empty() ? scales[static_cast<std::size_t>(d)] : 0;
+    const std::int64_t out = sizes.empty() ? static_cast<std::int64_t>(std::floor(static_cast<double>(in) * given))
+                                           : sizes[static_cast<std::size_t>(d)];
+    const double scale = sizes.empty() ? given : static_cast<double>(out) / static_cast<double>(in);
+    if (out < 0 || scale <= 0) e.fail("scale or size of axis " + std::to_string(d) + " must be positive");
+    if (out == in && scale == 1) continue;
+    const auto n = static_cast<std::int64_t>(std::llround(scale));
+    if (repeats && n >= 1 && out == in * n && std::fabs(scale - static_cast<double>(n)) < 1e-9) {
+      Shape split = x.shape(), repeated = x.shape(), merged = x.shape();
+      split.insert(split.begin() + d + 1, 1);
+      repeated.insert(repeated.begin() + d + 1, n);
+      merged[static_cast<std::size_t>(d)] *= n;
+      x = reshape(add(reshape(x, split), Tensor::zeros(repeated, x.dtype(), x.device())), merged);
+      continue;
+    }
+    std::vector<std::int64_t> index;
+    for (std::int64_t i = 0; i < out; ++i) {
+      const double o = static_cast<double>(i);
+      double at = o / scale;  // asymmetric
+      if (coords == "half_pixel") at = (o + 0.5) / scale - 0.5;
+      else if (coords == "pytorch_half_pixel") at = out > 1 ? (o + 0.5) / scale - 0.5 : 0;
+      else if (coords == "align_corners") at = out == 1 ? 0 : o * static_cast<double>(in - 1) / static_cast<double>(out - 1);
+      else if (coords == "tf_half_pixel_for_nn") at = (o + 0.5) / scale;
+      const bool half = at == std::floor(at) + 0.5;
+      double r = std::round(at);
+      if (rounding == "floor") r = std::floor(at);
+      else if (rounding == "ceil") r = std::ceil(at);
+      else if (half) r = rounding == "round_prefer_ceil" ? std::ceil(at) : std::floor(at);
+      index.push_back(std::clamp<std::int64_t>(static_cast<std::int64_t>(r), 0, in - 1));
+    }
+    x = take_along(e, x, d, index);
   }
   e.set(0, x);
 }
@@ -1299,6 +1500,25 @@ void host_cumsum(Exec& e) {
   e.set(0, std::move(a));
 }
 
+// CumSum of a tensor: log2(n) adds of the running sums shifted by 1, 2, 4, ... places
+// (zeros shifted in), so its gradient is autograd's; exclusive shifts the input by one first.
+void op_cumsum(Exec& e) {
+  const Tensor x = e.tensor(0);
+  const std::int64_t axis = norm_axis(e.host(1, "axis").int_at(0), x.dim(), "axis");
+  const bool exclusive = e.attr_i("exclusive", 0) != 0, reverse = e.attr_i("reverse", 0) != 0;
+  const std::int64_t n = x.size(axis);
+  auto shift = [&](const Tensor& t, std::int64_t k) {
+    Shape zs = t.shape();
+    zs[static_cast<std::size_t>(axis)] = std::min(k, n);
+    const Tensor z = Tensor::zeros(zs, t.dtype(), t.device());
+    if (k >= n) return z;
+    return reverse ? concat({slice(t, axis, k, n), z}, axis) : concat({z, slice(t, axis, 0, n - k)}, axis);
+  };
+  Tensor y = exclusive ? shift(x, 1) : x;
+  for (std::int64_t k = 1; k < n; k *= 2) y = add(y, shift(y, k));
+  e.set(0, y);
+}
+
 void op_reshape_like(Exec& e) {
   const Tensor x = e.tensor(0);
   const std::string& op = e.node.op_type;
@@ -1329,11 +1549,13 @@ void op_concat(Exec& e) {
   e.set(0, xs.size() == 1 ? xs[0] : concat(xs, e.attr_i("axis", 0)));
 }
 
+// Slice: the registry's slice for positive steps; a negative step (torch.flip) gathers the
+// elements in their reversed order (an embedding lookup along the axis).
 void op_slice(Exec& e) {
   Tensor x = e.tensor(0);
   for (const SliceAxis& s : slice_axes(e, x.shape())) {
     if (s.start == 0 && s.end == x.size(s.axis) && s.step == 1) continue;
-    x = slice(x, s.axis, s.start, s.end, s.step);
+    x = s.step > 0 ? slice(x, s.axis, s.start, s.end, s.step) : take_along(e, x, s.axis, s.indices());
   }
   e.set(0, x);
 }
@@ -1421,38 +1643,43 @@ void op_expand(Exec& e) {
   e.set(0, add(x, Tensor::zeros(shape, x.dtype(), x.device())));
 }
 
+// A cast between float types is a registry op (its gradient casts back); a cast of float
+// data to an integer or bool type reads the data to the host (truncating, as numpy and
+// the framework do): the result has no gradient, in the framework neither.
 void op_cast(Exec& e) {
+  const auto t = cast_target(cast_to(e));
+  if (!t) e.fail("Cast to ONNX type " + std::to_string(cast_to(e)) + " is not supported");
+  if (t->integer) return e.set(0, host_cast(e, *e.values(0, "input"), cast_to(e)));
   const Tensor x = e.tensor(0);
-  CastTarget t;
-  try {
-    t = cast_target(e.attr_i("to", 1));
-  } catch (const std::invalid_argument& x_) {
-    e.fail(x_.what());
-  }
-  if (t.integer && is_floating(x.dtype()))
-    e.fail("a cast of floating data to " + t.stored + " is not supported (it has no gradient)");
-  e.set(0, x.dtype() == t.dtype ? x : cast(x, t.dtype));
+  e.set(0, x.dtype() == t->dtype ? x : cast(x, t->dtype));
 }
 
+// Where broadcasts its three operands. A one-element constant branch is a Python number in
+// the framework (x.masked_fill(c, v), torch.where(c, x, v)): masked_fill where the other
+// branch has the output's shape, else a full tensor in the other branch's dtype.
 void op_where(Exec& e) {
-  const auto sa = e.scalar(1), sb = e.scalar(2);
-  if (sa && !e.is_host(2)) {
-    // where(c, s, x): x with s where c holds, as PyTorch's masked_fill exports.
-    const Tensor x = e.tensor(2);
-    Tensor cond = e.tensor(0);
-    if (is_floating(cond.dtype())) e.fail("the condition must be bool");
-    return e.set(0, masked_fill(x, cond, *sa));
+  Shape shape;
+  try {
+    shape = broadcast(broadcast(e.shape_of(0), e.shape_of(1)), e.shape_of(2));
+  } catch (const std::invalid_argument& x) {
+    e.fail(x.what());
   }
-  if (sb && !e.is_host(1) && e.is_host(0)) {
+  auto condition = [&] {
+    const Tensor c = e.tensor(0);
+    if (is_floating(c.dtype())) e.fail("the condition must be bool");
+    return c;
+  };
+  const auto sa = e.scalar(1), sb = e.scalar(2);
+  if (sa && !e.is_host(2) && e.shape_of(2) == shape) return e.set(0, masked_fill(e.tensor(2), condition(), *sa));
+  if (sb && !e.is_host(1) && e.is_host(0) && e.shape_of(1) == shape) {
     Array inverse = *e.in[0].host;
     for (auto& v : inverse.i) v = v == 0;
     return e.set(0, masked_fill(e.tensor(1), inverse.to_tensor().to(e.device), *sb));
   }
   Tensor a = e.tensor(1), b = e.tensor(2);
-  if (sb && !e.is_host(1)) b = Tensor::full({}, *sb, a.dtype(), a.device());
-  Tensor cond = e.tensor(0);
-  if (is_floating(cond.dtype())) e.fail("the condition must be bool");
-  e.set(0, where(cond, a, b));
+  if (sb && !e.is_host(1)) b = Tensor::full(e.shape_of(2), *sb, a.dtype(), a.device());
+  if (sa && !e.is_host(2)) a = Tensor::full(e.shape_of(1), *sa, b.dtype(), b.device());
+  e.set(0, where(condition(), a, b));
 }
 
 void op_dropout(Exec& e) {
@@ -1469,6 +1696,57 @@ void op_dropout(Exec& e) {
   e.set(0, dropout(x, p, true, e.generator()));
 }
 
+// ---- the checks of attributes, made before anything runs (onnx_refusal) ----
+
+std::optional<OnnxRefusal> check_gelu(const NodeAttrs& a) {
+  const std::string approx = a.attr_s("approximate", "none");
+  if (approx != "none" && approx != "tanh")
+    return OnnxRefusal{"approximate", "\"" + approx + "\" (none and tanh are supported)", "export nn.GELU() or nn.GELU(approximate='tanh')"};
+  return std::nullopt;
+}
+
+std::optional<OnnxRefusal> check_pad(const NodeAttrs& a) {
+  const std::string mode = a.attr_s("mode", "constant");
+  if (mode != "constant" && mode != "reflect" && mode != "edge")
+    return OnnxRefusal{"mode", "\"" + mode + "\" (constant, reflect and edge are supported)", "pad with F.pad's constant, reflect or replicate modes"};
+  return std::nullopt;
+}
+
+std::optional<OnnxRefusal> check_resize(const NodeAttrs& a) {
+  const std::string mode = a.attr_s("mode", "nearest");
+  if (mode != "nearest")
+    return OnnxRefusal{"mode", "\"" + mode + "\" (nearest is supported)", "resize with F.interpolate(mode='nearest')"};
+  if (a.node.op_type == "Resize" && a.node.opset >= 11) {
+    const std::string coords = a.attr_s("coordinate_transformation_mode", "half_pixel");
+    if (coords != "half_pixel" && coords != "pytorch_half_pixel" && coords != "align_corners" && coords != "asymmetric" &&
+        coords != "tf_half_pixel_for_nn")
+      return OnnxRefusal{"coordinate_transformation_mode", "\"" + coords + "\" (a region of interest)",
+                         "resize the whole input (F.interpolate)"};
+  }
+  return std::nullopt;
+}
+
+std::optional<OnnxRefusal> check_batch_norm(const NodeAttrs& a) {
+  if (a.node.opset < 9 && a.attr_i("spatial", 1) != 1)
+    return OnnxRefusal{"spatial", "0 (per-activation statistics)", "export with opset 9 or newer (BatchNorm over channels)"};
+  return std::nullopt;
+}
+
+std::optional<OnnxRefusal> check_cast(const NodeAttrs& a) {
+  if (a.node.op_type == "Cast" && !cast_target(a.attr_i("to", 1)))
+    return OnnxRefusal{"to", "ONNX type " + std::to_string(a.attr_i("to", 1)) + " (float, integer and bool types are supported)",
+                       "cast to a float, integer or bool type"};
+  return std::nullopt;
+}
+
+std::optional<OnnxRefusal> check_constant(const NodeAttrs& a) {
+  for (const char* k : {"value", "value_float", "value_floats", "value_int", "value_ints"})
+    if (a.attr(k)) return std::nullopt;
+  const std::string given = a.node.attributes.empty() ? "none" : a.node.attributes.begin()->first;
+  return OnnxRefusal{given, "a Constant of " + given + " (tensor, float(s) and int(s) values are supported; sparse and string ones are not)",
+                     "keep string and sparse constants out of the exported graph"};
+}
+
 // ---- the table ----
 
 #define HOST_ONLY nullptr
@@ -1477,106 +1755,145 @@ const std::vector<OpDef>& op_table() {
     std::vector<OpDef> t = {
         {{"Abs", {"abs"}, "elementwise"}, op_unary, host_unary_op},
         {{"Add", {"add", "add_scalar"}, "broadcasting; a one-element constant operand runs as add_scalar"}, op_binary, host_binary_op},
-        {{"And", {}, "on constants and shapes (host)"}, HOST_ONLY, host_binary_op},
-        {{"AveragePool", {"avg_pool2d"}, "2-D and 1-D, symmetric pads, ceil_mode 0, count_include_pad 0 and 1"}, op_pool, nullptr},
-        {{"BatchNormalization", {"batch_norm"}, "batch statistics and running-stat updates when training (PyTorch momentum = 1 - ONNX momentum), running statistics in eval"}, op_batch_norm, nullptr},
-        {{"Cast", {"cast"}, "between float types; integer and bool casts on the host"}, op_cast, host_cast_op},
-        {{"Ceil", {}, "on constants and shapes (host)"}, HOST_ONLY, host_unary_op},
+        {{"And", {}, "bools (host)"}, host_compare, host_compare},
+        {{"ArgMax", {}, "axis, keepdims, select_last_index; integers, on the host (float data read there)"}, op_arg_reduce, op_arg_reduce},
+        {{"ArgMin", {}, "axis, keepdims, select_last_index; integers, on the host (float data read there)"}, op_arg_reduce, op_arg_reduce},
+        {{"AveragePool", {"avg_pool2d", "concat", "slice", "add", "div", "div_scalar", "reshape"}, "2-D and 1-D; pads (asymmetric too), auto_pad, strides, ceil_mode, count_include_pad, dilations"}, op_pool, nullptr, check_pool},
+        {{"BatchNormalization", {"batch_norm"}, "batch statistics and running-stat updates when training (PyTorch momentum = 1 - ONNX momentum), running statistics in eval"}, op_batch_norm, nullptr, check_batch_norm},
+        {{"Cast", {"cast"}, "between float types; to integer and bool types on the host (float data read there)"}, op_cast, host_cast_op, check_cast},
+        {{"CastLike", {"cast"}, "as Cast, to the second input's type"}, op_cast, host_cast_op},
+        {{"Ceil", {}, "on the host (float data read there: no gradient, as in the framework)"}, host_unary_op, host_unary_op},
         {{"Celu", {"neg", "relu", "div_scalar", "exp", "sub_scalar", "mul_scalar", "add"}, "alpha; composed of registry ops"}, op_activation, nullptr},
-        {{"Clip", {"clamp"}, "constant min and max (ReLU6)"}, op_clip, nullptr},
+        {{"Clip", {"clamp"}, "constant min and max (ReLU6); integers on the host"}, op_clip, host_clip},
+        {{"Compress", {"embedding", "reshape"}, "any axis or flattened; the condition on the host"}, op_compress, op_compress},
         {{"Concat", {"concat"}, "any axis"}, op_concat, host_concat},
-        {{"Constant", {}, "tensor, float(s) and int(s) values (host)"}, HOST_ONLY, op_constant},
+        {{"Constant", {}, "tensor, float(s) and int(s) values (host)"}, HOST_ONLY, op_constant, check_constant},
         {{"ConstantOfShape", {}, "host"}, HOST_ONLY, op_constant_of_shape},
+        {{"Conv", {"conv2d", "concat", "reshape"}, "2-D and 1-D, groups, dilations, strides, pads (asymmetric too), auto_pad"}, op_conv, nullptr, check_conv},
+        {{"ConvTranspose", {"conv2d", "concat", "slice", "reshape", "permute", "embedding"}, "2-D and 1-D; strides, pads, dilations, group, output_padding, output_shape, auto_pad"}, op_conv_transpose, nullptr, check_conv},
         {{"Cos", {}, "on constants (host: positional encodings)"}, HOST_ONLY, host_unary_op},
-        {{"CumSum", {}, "exclusive, reverse; on constants and shapes (host: position ids)"}, HOST_ONLY, host_cumsum},
-        {{"Conv", {"conv2d"}, "2-D and 1-D, groups, dilations, strides, symmetric pads"}, op_conv, nullptr},
+        {{"CumSum", {"concat", "slice", "add"}, "exclusive, reverse; log2(n) shifted adds (integers on the host: position ids)"}, op_cumsum, host_cumsum},
+        {{"DepthToSpace", {"reshape", "permute"}, "DCR and CRD"}, op_depth_space, nullptr},
         {{"Div", {"div", "div_scalar", "reciprocal"}, "broadcasting; x / constant runs as div_scalar, constant / x as reciprocal"}, op_binary, host_binary_op},
         {{"Dropout", {"dropout"}, "ratio and training_mode; identity in eval"}, op_dropout, op_identity},
+        {{"Einsum", {"matmul", "permute", "reshape", "sum"}, "any equation without a repeated label in one operand (ellipsis, implicit output); one batched matmul per contraction"}, op_einsum, nullptr, check_einsum},
         {{"Elu", {"neg", "relu", "exp", "sub_scalar", "mul_scalar", "add"}, "alpha; composed of registry ops"}, op_activation, nullptr},
-        {{"Equal", {}, "on constants and shapes (host)"}, HOST_ONLY, host_binary_op},
+        {{"Equal", {}, "bools, on the host (float data read there)"}, host_compare, host_compare},
         {{"Erf", {"erf"}, "elementwise"}, op_unary, host_unary_op},
         {{"Exp", {"exp"}, "elementwise"}, op_unary, host_unary_op},
         {{"Expand", {"add"}, "broadcast to a shape (an add of zeros)"}, op_expand, host_expand},
+        {{"EyeLike", {}, "k, dtype (host)"}, host_eye_like, host_eye_like},
         {{"Flatten", {"reshape"}, "any axis"}, op_reshape_like, host_shape_op},
-        {{"Floor", {}, "on constants and shapes (host)"}, HOST_ONLY, host_unary_op},
+        {{"Floor", {}, "on the host (float data read there: no gradient, as in the framework)"}, host_unary_op, host_unary_op},
+        {{"GRU", {"linear", "slice", "reshape", "sigmoid", "tanh", "relu", "mul_scalar", "add_scalar", "clamp", "mul", "add", "sub", "concat", "where", "masked_fill", "embedding", "permute"}, "forward, reverse, bidirectional; layout 0 and 1; initial_h; sequence_lens; linear_before_reset 0 and 1; activations Sigmoid, Tanh, Relu, HardSigmoid"}, op_recurrent, nullptr, check_recurrent},
         {{"Gather", {"embedding", "slice"}, "any axis; a table lookup (embedding) or, for one index, a slice"}, op_gather, host_gather},
-        {{"Gelu", {"gelu"}, "approximate none and tanh"}, op_gelu, nullptr},
+        {{"GatherElements", {"embedding", "reshape"}, "any axis; indices on the host"}, op_gather_elements, op_gather_elements},
+        {{"GatherND", {"embedding", "reshape"}, "batch_dims; indices on the host"}, op_gather_nd, op_gather_nd},
+        {{"Gelu", {"gelu"}, "approximate none and tanh"}, op_gelu, nullptr, check_gelu},
         {{"Gemm", {"linear", "matmul"}, "alpha, beta, transA, transB; A B^T + c is one linear"}, op_gemm, nullptr},
-        {{"GlobalAveragePool", {"adaptive_avg_pool2d"}, "2-D and 1-D"}, op_pool, nullptr},
-        {{"GlobalMaxPool", {"max"}, "2-D"}, op_pool, nullptr},
-        {{"Greater", {}, "on constants and shapes (host)"}, HOST_ONLY, host_binary_op},
-        {{"GreaterOrEqual", {}, "on constants and shapes (host)"}, HOST_ONLY, host_binary_op},
+        {{"GlobalAveragePool", {"adaptive_avg_pool2d"}, "2-D and 1-D"}, op_pool, nullptr, check_pool},
+        {{"GlobalMaxPool", {"max"}, "2-D and 1-D"}, op_pool, nullptr, check_pool},
+        {{"Greater", {}, "bools, on the host (float data read there)"}, host_compare, host_compare},
+        {{"GreaterOrEqual", {}, "bools, on the host (float data read there)"}, host_compare, host_compare},
+        {{"Hardmax", {}, "any axis (opset < 13: the 2-D coercion); on the host (no gradient)"}, op_hardmax, op_hardmax},
         {{"HardSigmoid", {"hardsigmoid"}, "alpha 1/6, beta 0.5 as hardsigmoid; other alpha, beta as mul, add, clamp"}, op_hard_sigmoid, nullptr},
         {{"HardSwish", {"hardswish"}, "elementwise"}, op_unary, nullptr},
         {{"Identity", {}, "passes its input on"}, op_identity, op_identity},
         {{"InstanceNormalization", {"mean", "sub", "square", "add_scalar", "rsqrt", "mul", "reshape", "add"}, "over the spatial dims, per sample and channel; composed of registry ops"}, op_instance_norm, nullptr},
+        {{"IsInf", {}, "detect_negative, detect_positive; bools, on the host (float data read there)"}, host_unary_op, host_unary_op},
+        {{"IsNaN", {}, "bools, on the host (float data read there)"}, host_unary_op, host_unary_op},
+        {{"LRN", {"square", "reshape", "concat", "avg_pool2d", "mul_scalar", "add_scalar", "pow", "mul"}, "size, alpha, beta, bias; over channels"}, op_lrn, nullptr},
+        {{"LSTM", {"linear", "slice", "reshape", "sigmoid", "tanh", "relu", "mul_scalar", "add_scalar", "clamp", "mul", "add", "sub", "concat", "where", "masked_fill", "embedding", "permute"}, "forward, reverse, bidirectional; layout 0 and 1; initial_h, initial_c; sequence_lens; peepholes; activations Sigmoid, Tanh, Relu, HardSigmoid"}, op_recurrent, nullptr, check_recurrent},
         {{"LeakyRelu", {"relu", "neg", "mul_scalar", "sub"}, "alpha; relu(x) - alpha relu(-x)"}, op_activation, nullptr},
         {{"LayerNormalization", {"layer_norm"}, "any axis (normalised over the trailing dims), scale and optional bias"}, op_layer_norm, nullptr},
-        {{"Less", {}, "on constants and shapes (host)"}, HOST_ONLY, host_binary_op},
-        {{"LessOrEqual", {}, "on constants and shapes (host)"}, HOST_ONLY, host_binary_op},
+        {{"Less", {}, "bools, on the host (float data read there)"}, host_compare, host_compare},
+        {{"LessOrEqual", {}, "bools, on the host (float data read there)"}, host_compare, host_compare},
         {{"Log", {"log"}, "elementwise"}, op_unary, host_unary_op},
         {{"LogSoftmax", {"log_softmax"}, "any axis (opset < 13: the 2-D coercion)"}, op_softmax, nullptr},
         {{"MatMul", {"matmul"}, "numpy.matmul semantics, batched"}, op_matmul, nullptr},
-        {{"Max", {}, "any number of inputs, on constants and shapes (host)"}, HOST_ONLY, host_binary_op},
+        {{"Max", {"where"}, "any number of inputs, broadcasting; the larger chosen on the host from the values, taken with where"}, op_minmax, host_binary_op},
+        {{"MaxPool", {"max_pool2d", "concat", "slice", "max", "reshape"}, "2-D and 1-D; pads (asymmetric too), auto_pad, strides, ceil_mode, dilations; the Indices output (host), storage_order"}, op_pool, host_max_pool, check_pool},
         {{"Mean", {"add", "div_scalar"}, "any number of inputs, broadcasting"}, op_variadic, host_variadic},
-        {{"MaxPool", {"max_pool2d"}, "2-D and 1-D, symmetric pads, ceil_mode 0, no dilation"}, op_pool, nullptr},
-        {{"Min", {}, "any number of inputs, on constants and shapes (host)"}, HOST_ONLY, host_binary_op},
-        {{"Mod", {}, "fmod 0 and 1, on constants and shapes (host)"}, HOST_ONLY, host_binary_op},
+        {{"MeanVarianceNormalization", {"mean", "sub", "square", "add_scalar", "sqrt", "div"}, "axes; composed of registry ops"}, op_mvn, nullptr},
+        {{"Min", {"where"}, "any number of inputs, broadcasting; the smaller chosen on the host from the values, taken with where"}, op_minmax, host_binary_op},
+        {{"Mod", {"mul", "sub"}, "fmod 0 and 1; integers on the host; floats x - q y, the quotient q from the host"}, op_mod, host_binary_op},
         {{"Mul", {"mul", "mul_scalar"}, "broadcasting; a one-element constant operand runs as mul_scalar"}, op_binary, host_binary_op},
         {{"Neg", {"neg"}, "elementwise"}, op_unary, host_unary_op},
-        {{"Not", {}, "on constants and shapes (host)"}, HOST_ONLY, host_unary_op},
-        {{"Or", {}, "on constants and shapes (host)"}, HOST_ONLY, host_binary_op},
+        {{"NegativeLogLikelihoodLoss", {"reshape", "embedding", "mul", "neg", "sum", "div", "div_scalar"}, "reduction none, sum, mean; weight; ignore_index; [N, C, d...]"}, op_nll_loss, nullptr, check_loss},
+        {{"NonZero", {}, "on the host (float data read there)"}, host_non_zero, host_non_zero},
+        {{"Not", {}, "bools (host)"}, HOST_ONLY, host_unary_op},
+        {{"OneHot", {}, "axis; negative indices; on the host"}, host_one_hot, host_one_hot},
+        {{"Or", {}, "bools (host)"}, host_compare, host_compare},
         {{"PRelu", {"relu", "neg", "mul", "sub"}, "a learnt slope (broadcast); relu(x) - slope relu(-x)"}, op_activation, nullptr},
-        {{"Pad", {"concat", "slice"}, "constant (any value), reflect and edge; negative pads crop"}, op_pad, nullptr},
-        {{"Pow", {"pow"}, "a constant one-element exponent"}, op_pow, host_binary_op},
-        {{"Range", {}, "host"}, HOST_ONLY, op_range},
+        {{"Pad", {"concat", "slice"}, "constant (any value), reflect and edge; negative pads crop"}, op_pad, nullptr, check_pad},
+        {{"Pow", {"pow", "abs", "log", "mul", "exp", "where"}, "a constant one-element exponent as pow; a tensor of exponents as exp(y log|x|) with std::pow's signs"}, op_pow, host_binary_op},
+        {{"RNN", {"linear", "slice", "reshape", "sigmoid", "tanh", "relu", "mul_scalar", "add_scalar", "clamp", "mul", "add", "sub", "concat", "where", "masked_fill", "embedding", "permute"}, "forward, reverse, bidirectional; layout 0 and 1; initial_h; sequence_lens; activations Tanh, Relu, Sigmoid, HardSigmoid"}, op_recurrent, nullptr, check_recurrent},
+        {{"Range", {}, "on the host (on sizes computed from the data too)"}, HOST_ONLY, op_range},
         {{"Reciprocal", {"reciprocal"}, "elementwise"}, op_unary, host_unary_op},
-        {{"ReduceL1", {"abs", "sum"}, "axes, keepdims"}, op_reduce, nullptr},
-        {{"ReduceL2", {"square", "sum", "sqrt"}, "axes, keepdims"}, op_reduce, nullptr},
-        {{"ReduceLogSumExp", {"max", "sub", "exp", "sum", "log", "add"}, "axes, keepdims; shifted by the maximum"}, op_reduce, nullptr},
-        {{"ReduceMax", {"max"}, "axes, keepdims"}, op_reduce, nullptr},
-        {{"ReduceMean", {"mean"}, "axes (attribute before opset 18, input since), keepdims, noop_with_empty_axes"}, op_reduce, nullptr},
-        {{"ReduceMin", {"neg", "max"}, "axes, keepdims"}, op_reduce, nullptr},
-        {{"ReduceSum", {"sum"}, "axes (attribute before opset 13, input since), keepdims, noop_with_empty_axes"}, op_reduce, nullptr},
+        {{"ReduceL1", {"abs", "sum"}, "axes, keepdims"}, op_reduce, host_reduce},
+        {{"ReduceL2", {"square", "sum", "sqrt"}, "axes, keepdims"}, op_reduce, host_reduce},
+        {{"ReduceLogSum", {"sum", "log"}, "axes, keepdims"}, op_reduce, host_reduce},
+        {{"ReduceLogSumExp", {"max", "sub", "exp", "sum", "log", "add"}, "axes, keepdims; shifted by the maximum"}, op_reduce, host_reduce},
+        {{"ReduceMax", {"max"}, "axes, keepdims"}, op_reduce, host_reduce},
+        {{"ReduceMean", {"mean"}, "axes (attribute before opset 18, input since), keepdims, noop_with_empty_axes"}, op_reduce, host_reduce},
+        {{"ReduceMin", {"neg", "max"}, "axes, keepdims"}, op_reduce, host_reduce},
+        {{"ReduceProd", {"permute", "reshape", "slice", "mul", "concat"}, "axes, keepdims; products of halves"}, op_reduce, host_reduce},
+        {{"ReduceSum", {"sum"}, "axes (attribute before opset 13, input since), keepdims, noop_with_empty_axes"}, op_reduce, host_reduce},
+        {{"ReduceSumSquare", {"square", "sum"}, "axes, keepdims"}, op_reduce, host_reduce},
         {{"Relu", {"relu"}, "elementwise"}, op_unary, host_unary_op},
-        {{"ReduceSumSquare", {"square", "sum"}, "axes, keepdims"}, op_reduce, nullptr},
         {{"Reshape", {"reshape"}, "0 (copy) and -1 (infer), allowzero"}, op_reshape_like, host_shape_op},
-        {{"Resize", {"reshape", "add"}, "mode nearest with whole scale factors (scales or sizes)"}, op_resize, nullptr},
+        {{"Resize", {"reshape", "add", "embedding", "permute"}, "mode nearest, any scales or sizes, every coordinate_transformation_mode but tf_crop_and_resize, every nearest_mode"}, op_resize, nullptr, check_resize},
+        {{"ReverseSequence", {"embedding", "reshape"}, "time_axis, batch_axis; sequence_lens on the host"}, op_reverse_sequence, op_reverse_sequence},
+        {{"Round", {}, "half to even, on the host (float data read there: no gradient, as in the framework)"}, host_unary_op, host_unary_op},
+        {{"Scatter", {"embedding", "concat", "where", "reshape"}, "any axis (ScatterElements before opset 11)"}, op_scatter_elements, op_scatter_elements, check_scatter},
+        {{"ScatterElements", {"embedding", "concat", "where", "add", "mul", "reshape"}, "any axis; reduction none, add, mul; indices on the host"}, op_scatter_elements, op_scatter_elements, check_scatter},
+        {{"ScatterND", {"embedding", "concat", "where", "add", "mul", "reshape"}, "reduction none, add, mul; indices on the host"}, op_scatter_nd, op_scatter_nd, check_scatter},
         {{"Selu", {"neg", "relu", "exp", "sub_scalar", "mul_scalar", "add"}, "alpha, gamma; composed of registry ops"}, op_activation, nullptr},
         {{"Shape", {}, "start and end (host)"}, op_shape, op_shape},
+        {{"Shrink", {"add", "masked_fill"}, "lambd, bias; the masks from the host"}, op_threshold, nullptr},
         {{"Sigmoid", {"sigmoid"}, "elementwise"}, op_unary, host_unary_op},
-        {{"Sign", {}, "on constants and shapes (host)"}, HOST_ONLY, host_unary_op},
+        {{"Sign", {}, "on the host (float data read there: no gradient, as in the framework)"}, host_unary_op, host_unary_op},
         {{"Sin", {}, "on constants (host: positional encodings)"}, HOST_ONLY, host_unary_op},
         {{"Size", {}, "host"}, op_shape, op_shape},
-        {{"Slice", {"slice"}, "any axes, positive steps"}, op_slice, host_slice},
+        {{"Slice", {"slice", "embedding"}, "any axes and steps; a negative step (torch.flip) gathers"}, op_slice, host_slice},
+        {{"SoftmaxCrossEntropyLoss", {"log_softmax", "reshape", "embedding", "mul", "neg", "sum", "div", "div_scalar"}, "reduction none, sum, mean; weights; ignore_index; the log_prob output"}, op_nll_loss, nullptr, check_loss},
         {{"Softplus", {"relu", "abs", "neg", "exp", "add_scalar", "log", "add"}, "relu(x) + log(1 + exp(-|x|))"}, op_activation, nullptr},
         {{"Softsign", {"abs", "add_scalar", "div"}, "x / (1 + |x|)"}, op_activation, nullptr},
         {{"Softmax", {"softmax"}, "any axis (opset < 13: the 2-D coercion)"}, op_softmax, nullptr},
+        {{"SpaceToDepth", {"reshape", "permute"}, "blocksize"}, op_depth_space, nullptr},
         {{"Split", {"slice"}, "split sizes (attribute or input) or equal parts"}, op_split, nullptr},
         {{"Sqrt", {"sqrt"}, "elementwise"}, op_unary, host_unary_op},
         {{"Squeeze", {"reshape"}, "axes (attribute before opset 13, input since)"}, op_reshape_like, host_shape_op},
         {{"Sub", {"sub", "sub_scalar", "neg", "add_scalar"}, "broadcasting; x - constant runs as sub_scalar, constant - x as neg and add_scalar"}, op_binary, host_binary_op},
         {{"Sum", {"add"}, "any number of inputs, broadcasting"}, op_variadic, host_variadic},
         {{"Tanh", {"tanh"}, "elementwise"}, op_unary, host_unary_op},
+        {{"ThresholdedRelu", {"masked_fill"}, "alpha; the mask from the host"}, op_threshold, nullptr},
         {{"Tile", {"concat", "slice"}, "constant repeats"}, op_tile, nullptr},
+        {{"TopK", {"embedding", "reshape"}, "axis, largest, sorted; the values gathered (with a gradient), the indices from the host"}, op_topk, host_topk},
         {{"Transpose", {"permute"}, "any perm"}, op_transpose, host_transpose},
         {{"Trilu", {}, "upper and lower, k; on constants (host: causal masks)"}, HOST_ONLY, host_trilu},
+        {{"Unique", {"embedding", "reshape", "permute"}, "sorted or not, axis; Y gathered from X (with a gradient), indices, inverse_indices and counts on the host"}, op_unique, op_unique},
         {{"Unsqueeze", {"reshape"}, "axes (attribute before opset 13, input since)"}, op_reshape_like, host_shape_op},
-        {{"Upsample", {"reshape", "add"}, "mode nearest with whole scale factors"}, op_resize, nullptr},
-        {{"Where", {"where", "masked_fill"}, "a bool condition; a constant fill value runs as masked_fill"}, op_where, host_where},
-        {{"Xor", {}, "on constants and shapes (host)"}, HOST_ONLY, host_binary_op},
+        {{"Upsample", {"reshape", "add", "embedding", "permute"}, "mode nearest, any scales"}, op_resize, nullptr, check_resize},
+        {{"Where", {"where", "masked_fill"}, "a bool condition, all three operands broadcast; a constant fill value runs as masked_fill"}, op_where, host_where},
+        {{"Xor", {}, "bools (host)"}, host_compare, host_compare},
     };
+    std::sort(t.begin(), t.end(), [](const OpDef& a, const OpDef& b) { return a.info.op_type < b.info.op_type; });
     return t;
   }();
   return table;
 }
 #undef HOST_ONLY
 
-const OpDef* find_def(std::string_view op_type) {
+}  // namespace
+
+const OpDef* onnx_impl::find_def(std::string_view op_type) {
   for (const OpDef& d : op_table())
     if (d.info.op_type == op_type) return &d;
   return nullptr;
 }
+
+namespace {
 
 // ---- names ----
 
@@ -1616,10 +1933,11 @@ std::string scope_path(const std::string& node_name) {
 
 bool is_weight_slot(const Node& n, std::size_t k) {
   const std::string& op = n.op_type;
-  if (op == "Conv" || op == "Gemm" || op == "LayerNormalization") return k >= 1;
+  if (op == "Conv" || op == "ConvTranspose" || op == "Gemm" || op == "LayerNormalization") return k >= 1;
   if (op == "BatchNormalization") return k == 1 || k == 2;
   if (op == "MatMul") return true;
   if (op == "Gather") return k == 0;
+  if (op == "LSTM" || op == "GRU" || op == "RNN") return k == 1 || k == 2 || k == 3 || k == 7;
   return false;
 }
 
@@ -1639,6 +1957,16 @@ const std::vector<OnnxOpInfo>& onnx_ops() {
 const OnnxOpInfo* find_onnx_op(std::string_view op_type) {
   const OpDef* d = find_def(op_type);
   return d ? &d->info : nullptr;
+}
+
+std::optional<OnnxRefusal> onnx_refusal(const Node& n) {
+  const OpDef* d = n.domain.empty() ? find_def(n.op_type) : nullptr;
+  if (!d || !d->check) return std::nullopt;
+  return d->check(NodeAttrs{n});
+}
+
+std::string refusal_message(const Node& n, const OnnxRefusal& r) {
+  return n.label() + ": attribute \"" + r.attribute + "\" is not supported: " + r.reason + "; " + r.fix;
 }
 
 InitializerRole initializer_role(const Graph& g, const std::string& name) {
@@ -1704,6 +2032,22 @@ OnnxModel::OnnxModel(std::shared_ptr<const Graph> g, std::string output, std::ui
     throw OnnxError(graph.path + ": " + first.label() + " is not supported by ampcheck's importer (unsupported op types: " +
                     all + "); `ampcheck ops --onnx` lists what is, docs/onnx.md what each covers");
   }
+  // Nodes refused for an attribute, by the check `ops --onnx` shows: the first, and how many.
+  const Node* refused = nullptr;
+  OnnxRefusal why;
+  int others = 0;
+  for (const Node& n : graph.nodes)
+    if (auto r = onnx_refusal(n)) {
+      if (refused) {
+        ++others;
+        continue;
+      }
+      refused = &n;
+      why = *r;
+    }
+  if (refused)
+    throw OnnxError(graph.path + ": " + refusal_message(*refused, why) +
+                    (others ? " (and " + std::to_string(others) + " other node(s): `ampcheck ops --onnx` lists them)" : ""));
   if (output_.empty()) output_ = graph.outputs.empty() ? graph.nodes.back().outputs.at(0) : graph.outputs[0].name;
   bool found = false;
   for (const Node& n : graph.nodes)
@@ -1804,7 +2148,7 @@ std::vector<Tensor> OnnxModel::run(const std::vector<Tensor>& inputs, const std:
   const Device device = inputs.empty() ? Device::cpu : inputs[0].device();
   for (const Step& step : steps_) {
     const Node& n = *step.node;
-    Exec e{n, {}, {}, *this, device};
+    Exec e{{n}, {}, {}, *this, device};
     bool all_host = true;
     for (const std::string& in : n.inputs) {
       Value v;
@@ -1832,7 +2176,7 @@ std::vector<Tensor> OnnxModel::run(const std::vector<Tensor>& inputs, const std:
       std::string shapes;
       for (std::size_t k = 0; k < e.in.size(); ++k)
         if (e.in[k].defined())
-          shapes += (shapes.empty() ? "" : ", ") + ("\"" + n.inputs[k] + "\" " + to_string(shape_of(e, k)));
+          shapes += (shapes.empty() ? "" : ", ") + ("\"" + n.inputs[k] + "\" " + to_string(e.shape_of(k)));
       throw OnnxError(g_->path + ": " + n.label() + " fails on its inputs (" + shapes + "): " + what);
     }
     for (std::size_t k = 0; k < n.outputs.size(); ++k) {
@@ -1921,7 +2265,8 @@ bool is_attribute_input(const Node& n, std::size_t k) {
   if (op == "Slice" || op == "Pad") return k >= 1 && !(op == "Pad" && k == 0);
   if (op == "Tile" || op == "CumSum" || op == "Trilu") return k == 1;
   if (op == "Resize" || op == "Upsample") return k >= 1;
-  if (op == "Pow") return k == 1;
+  if (op == "Pow" || op == "TopK") return k == 1;
+  if (op == "OneHot") return k >= 1;
   return false;
 }
 
@@ -1931,9 +2276,10 @@ std::vector<OnnxOpUse> onnx_op_uses(const Graph& g) {
   for (const Node& n : g.nodes) {
     const std::string type = n.op_type + (n.domain.empty() ? "" : " (domain " + n.domain + ")");
     auto [it, added] = at.emplace(type, out.size());
-    if (added) out.push_back({type, 0, n.domain.empty() ? find_onnx_op(n.op_type) : nullptr, {}});
+    if (added) out.push_back({type, 0, n.domain.empty() ? find_onnx_op(n.op_type) : nullptr, {}, {}});
     OnnxOpUse& u = out[it->second];
     ++u.count;
+    if (auto r = onnx_refusal(n)) u.refused.emplace_back(&n, *r);
     const std::string m = module_path_of(g, n);
     if (u.modules.size() < 3 && std::find(u.modules.begin(), u.modules.end(), m) == u.modules.end()) u.modules.push_back(m);
   }

@@ -12,8 +12,10 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "engine/nn/module.h"
@@ -31,6 +33,19 @@ struct OnnxOpInfo {
 // Every ONNX op type the importer supports (default domain), sorted by name.
 const std::vector<OnnxOpInfo>& onnx_ops();
 const OnnxOpInfo* find_onnx_op(std::string_view op_type);
+
+// A node of a supported type that the importer refuses for an attribute (MaxPool's
+// storage_order, an LSTM's clip, an Einsum equation): decided from the node alone, before
+// anything runs, by the one check per op type that building the model also makes, so
+// `ampcheck ops --onnx` shows what `run` will refuse.
+struct OnnxRefusal {
+  std::string attribute;  // "ceil_mode", "activations", "equation"
+  std::string reason;     // what is not supported, with the attribute's value
+  std::string fix;        // what to do instead ("export with ...")
+};
+std::optional<OnnxRefusal> onnx_refusal(const onnx_file::Node& n);
+// "node \"/pool/MaxPool\" (MaxPool, opset 17): attribute storage_order: <reason>; <fix>"
+std::string refusal_message(const onnx_file::Node& n, const OnnxRefusal& r);
 
 // Which initializers train: floating ones, except BatchNormalization's running statistics
 // (buffers) and one-element constants that no layer reads as a weight (eps, a scale).
@@ -52,7 +67,8 @@ std::vector<const onnx_file::Node*> nodes_running(const onnx_file::Graph& g, con
 std::string producer_framework(const onnx_file::Graph& g);
 
 // Checks that every node is supported (OnnxError naming the first that is not, and every
-// unsupported op type with its count), then builds the model. `output` is the value the
+// unsupported op type with its count) and that no node is refused for an attribute
+// (onnx_refusal: the first, and how many), then builds the model. `output` is the value the
 // model returns ("": the graph's first output); `input` the data input the model's forward
 // takes (the graph must have exactly one, or the others must be optional). `seed` drives
 // Dropout. The model is built on the CPU in training mode; the caller runs a probe.
@@ -80,6 +96,8 @@ struct OnnxOpUse {
   std::int64_t count = 0;
   const OnnxOpInfo* info = nullptr;  // null: not supported
   std::vector<std::string> modules;  // the first few modules it runs in
+  // The nodes of this type the importer refuses for an attribute (onnx_refusal).
+  std::vector<std::pair<const onnx_file::Node*, OnnxRefusal>> refused;
 };
 std::vector<OnnxOpUse> onnx_op_uses(const onnx_file::Graph& g);
 

@@ -71,6 +71,18 @@ class OnnxBuilder {
     a->set_type(onnx::AttributeProto::FLOAT);
     a->set_f(v);
   }
+  static void attr(onnx::NodeProto& n, const std::string& name, const std::string& v) {
+    auto* a = n.add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::STRING);
+    a->set_s(v);
+  }
+  static void attr(onnx::NodeProto& n, const std::string& name, const std::vector<std::string>& v) {
+    auto* a = n.add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::STRINGS);
+    for (const auto& x : v) a->add_strings(x);
+  }
   static void attr(onnx::NodeProto& n, const std::string& name, std::vector<std::int64_t> v) {
     auto* a = n.add_attribute();
     a->set_name(name);

@@ -198,7 +198,9 @@ namespace avx512_path {
 #pragma GCC diagnostic pop
 #endif  // __x86_64__
 
-// The instances are built once per path and element type.
+// The instances are built once per path and element type, each only when its path is
+// asked for: a path's builder is compiled for its ISA (it may copy the table with AVX-512
+// stores), so building it on a CPU without that ISA is an illegal instruction.
 template <typename T>
 const Kernels<T>& kernels_for(GemmIsa isa) {
   constexpr bool f32 = std::is_same_v<T, float>;

@@ -1,0 +1,172 @@
+// The importer's inner parts, shared by the files that turn ONNX nodes into registry ops:
+// onnx_model.cpp (the table of op types, the model, the common ops), onnx_conv_pool.cpp
+// (convolution and pooling windows), onnx_index.cpp (arg-reductions, gathers, scatters,
+// Einsum, the losses) and onnx_recurrent.cpp (LSTM, GRU, RNN). Not an API of models/.
+//
+// A value is a tensor of the model or a host array. Integer and bool values always live on
+// the host (token ids, shapes, indices, masks): ampcheck's ops compute in floating point and
+// integers have no gradient. An op whose result is integers or bools computed from float
+// data (ArgMax, Equal, IsNaN, a Cast to int64, TopK's indices) reads that data to the host
+// for each forward (Exec::values), as the framework's op reads it; no gradient flows there,
+// as none flows in the framework. Float results stay registry ops, so autograd, the AMP
+// policy and the inspector see them.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/ops/ops.h"
+#include "engine/random.h"
+#include "models/onnx_file.h"
+#include "models/onnx_model.h"
+
+namespace ampcheck::models::onnx_impl {
+
+using onnx_file::Attribute;
+using onnx_file::Graph;
+using onnx_file::Node;
+using onnx_file::OnnxError;
+
+struct Value {
+  Tensor t;
+  std::shared_ptr<const Array> host;
+  bool defined() const { return t.defined() || host != nullptr; }
+};
+
+std::string fmt_ints(const std::vector<std::int64_t>& v);
+Shape strides_of(const Shape& s);
+// Throws std::invalid_argument naming `what` when out of range.
+std::int64_t norm_axis(std::int64_t axis, std::int64_t rank, const std::string& what);
+Shape broadcast(const Shape& a, const Shape& b);
+// For each element of `out` (row-major), the index of the element of `in` it reads when
+// `in` broadcasts to `out`.
+std::vector<std::int64_t> broadcast_index(const Shape& out, const Shape& in);
+// Elements `idx` of `a`, as a new array of `shape`.
+Array take(const Array& a, const Shape& shape, const std::vector<std::int64_t>& idx);
+
+// A node's attributes, read the same way by the checks made before anything runs and by
+// the builders; a wrongly typed attribute is an OnnxError naming the node.
+struct NodeAttrs {
+  const Node& node;
+
+  [[noreturn]] void fail(const std::string& msg) const { throw OnnxError(node.label() + ": " + msg); }
+  const Attribute* attr(const std::string& name) const;
+  std::int64_t attr_i(const std::string& name, std::int64_t fallback) const;
+  double attr_f(const std::string& name, double fallback) const;
+  std::string attr_s(const std::string& name, const std::string& fallback) const;
+  std::optional<std::vector<std::int64_t>> attr_ints(const std::string& name) const;
+  std::optional<std::vector<double>> attr_floats(const std::string& name) const;
+  std::optional<std::vector<std::string>> attr_strings(const std::string& name) const;
+  // Whether output k is named (an omitted optional output is "").
+  bool has_output(std::size_t k) const { return k < node.outputs.size() && !node.outputs[k].empty(); }
+};
+
+// What a node needs of the model it runs in.
+class ExecContext {
+ public:
+  virtual ~ExecContext() = default;
+  virtual Tensor host_tensor(const std::shared_ptr<const Array>& a, Device device) = 0;
+  virtual bool consumed(const std::string& value) const = 0;
+  virtual bool training() const = 0;
+  virtual Generator& generator() = 0;
+};
+
+struct Exec : NodeAttrs {
+  std::vector<Value> in;
+  std::vector<Value> out;
+  ExecContext& model;
+  Device device;
+
+  bool has(std::size_t i) const { return i < in.size() && in[i].defined(); }
+  bool is_host(std::size_t i) const { return has(i) && in[i].host != nullptr; }
+  // A host input: a constant, an initializer, or computed on the host (shapes, token ids).
+  const Array& host(std::size_t i, std::string_view what) const;
+  // Input i as a tensor (a host array becomes one on the model's device).
+  Tensor tensor(std::size_t i) const;
+  // Input i's values on the host, read from the tensor when it is one: for results that are
+  // integers or bools (no gradient flows through what is computed from them).
+  std::shared_ptr<const Array> values(std::size_t i, std::string_view what) const;
+  Shape shape_of(std::size_t i) const;
+  // A one-element float host input's value.
+  std::optional<double> scalar(std::size_t i) const;
+  // An int list given as an attribute (older opsets) or as a host input (newer ones).
+  std::optional<std::vector<std::int64_t>> ints_from(const std::string& attr_name, std::size_t input,
+                                                     std::int64_t since_opset) const;
+  void set(std::size_t k, Tensor t);
+  void set(std::size_t k, Array a);
+  void set(std::size_t k, std::shared_ptr<const Array> a);
+  // Fails when a node's optional output that the importer does not compute is read.
+  void only_outputs(std::size_t n, const std::string& why) const;
+  bool training() const { return model.training(); }
+  Generator& generator() const { return model.generator(); }
+};
+
+using Run = void (*)(Exec&);
+// The refusals a node's attributes alone decide (before anything runs): `ops --onnx` lists
+// them and the model's construction stops on the first. Null: nothing to check.
+using Check = std::optional<OnnxRefusal> (*)(const NodeAttrs&);
+
+struct OpDef {
+  OnnxOpInfo info;
+  Run tensor;  // with tensors among the inputs; null: always on the host
+  Run host;    // every input on the host; null: never on the host
+  Check check = nullptr;
+};
+
+const OpDef* find_def(std::string_view op_type);
+
+// The ONNX elem types of Cast's `to`.
+struct CastTarget {
+  bool integer;
+  DType dtype;  // floats: f16, bf16, f32, f64; integers: i64
+  std::string stored;
+};
+std::optional<CastTarget> cast_target(std::int64_t to);
+
+// ---- onnx_conv_pool.cpp ----
+void op_conv(Exec& e);
+void op_conv_transpose(Exec& e);
+void op_pool(Exec& e);
+void host_max_pool(Exec& e);
+void op_lrn(Exec& e);
+void op_depth_space(Exec& e);
+std::optional<OnnxRefusal> check_conv(const NodeAttrs& a);
+std::optional<OnnxRefusal> check_pool(const NodeAttrs& a);
+
+// ---- onnx_index.cpp ----
+// op_* take tensors, and host arrays where the table gives them as the host form too;
+// host_* take host arrays (and read float data there).
+void op_arg_reduce(Exec& e);   // ArgMax, ArgMin (host, from the data)
+void op_hardmax(Exec& e);
+void op_topk(Exec& e);
+void host_topk(Exec& e);
+void op_gather_elements(Exec& e);
+void op_scatter_elements(Exec& e);  // ScatterElements, Scatter
+void op_gather_nd(Exec& e);
+void op_scatter_nd(Exec& e);
+void host_one_hot(Exec& e);
+void host_non_zero(Exec& e);
+void op_compress(Exec& e);
+void op_reverse_sequence(Exec& e);
+void op_unique(Exec& e);
+void op_einsum(Exec& e);
+void op_nll_loss(Exec& e);          // NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
+std::optional<OnnxRefusal> check_scatter(const NodeAttrs& a);
+std::optional<OnnxRefusal> check_einsum(const NodeAttrs& a);
+std::optional<OnnxRefusal> check_loss(const NodeAttrs& a);
+// Rows `index` of `table` ([V, D]) as an embedding lookup: the gather with a gradient
+// (scatter-add into the table) that the index ops compose.
+Tensor take_rows(const Exec& e, const Tensor& table, const std::vector<std::int64_t>& index, const Shape& index_shape);
+// The slices `index` of x along `axis` (x[..., index, ...]), by take_rows.
+Tensor take_along(const Exec& e, const Tensor& x, std::int64_t axis, const std::vector<std::int64_t>& index);
+
+// ---- onnx_recurrent.cpp ----
+void op_recurrent(Exec& e);  // LSTM, GRU, RNN
+std::optional<OnnxRefusal> check_recurrent(const NodeAttrs& a);
+
+}  // namespace ampcheck::models::onnx_impl
