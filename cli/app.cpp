@@ -2,9 +2,11 @@
 
 #include <CLI/CLI.hpp>  // CLI::App, CLI::ParseError
 
+#include <cctype>
 #include <exception>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ampcheck_build_info.h"  // AMPCHECK_VERSION
@@ -27,6 +29,7 @@
 #include "cli/usage_error.h"
 #include "engine/dtype/convert.h"  // conversion_isa
 #include "engine/device.h"
+#include "engine/memory_budget.h"  // --max-memory
 #include "engine/tensor.h"  // OutOfMemory
 #include "engine/dist/communicator.h"
 #include "engine/util/strings.h"  // closest: did-you-mean
@@ -39,6 +42,22 @@ std::string version_text() {
   return std::string("ampcheck ") + AMPCHECK_VERSION + " (" + cuda_build_description() +
          "; CPU conversions: " + std::string(conversion_isa_name()) + ")";
 }
+
+// A library's message on one line (the ONNX checker's node dumps span several): each line
+// break and the indentation after it become one space.
+std::string one_line(std::string_view text) {
+  std::string s;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '\n' || text[i] == '\r') {
+      while (i + 1 < text.size() && std::isspace(static_cast<unsigned char>(text[i + 1]))) ++i;
+      if (i + 1 < text.size() && !s.empty() && s.back() != ' ') s += ' ';
+      continue;
+    }
+    s += text[i];
+  }
+  return s;
+}
+
 }  // namespace
 
 int run(int argc, const char* const* argv, std::ostream& given_out, std::ostream& err) {
@@ -50,6 +69,12 @@ int run(int argc, const char* const* argv, std::ostream& given_out, std::ostream
   app.name("ampcheck");
   app.require_subcommand(1);
   app.set_version_flag("--version", std::function<std::string()>(version_text));
+  // Every size a user's file claims is checked against this before it is allocated
+  // (engine/memory_budget.h); without it, against what the machine has available.
+  std::string max_memory;
+  app.add_option("--max-memory", max_memory,
+                 "the most one tensor or array read from a file may take (8G, 512M; also AMPCHECK_MAX_MEMORY); "
+                 "default: the machine's available memory");
   // Every command, in the order `--help` lists them.
   const std::vector<Command> commands = {
       add_run_command(app),
@@ -108,6 +133,14 @@ int run(int argc, const char* const* argv, std::ostream& given_out, std::ostream
     return kUsage;
   }
 
+  if (!max_memory.empty()) {
+    const auto limit = parse_size(max_memory);
+    if (!limit || *limit == 0) {
+      err << "ampcheck: --max-memory \"" << max_memory << "\" is not a size: give bytes or a number with K, M, G or T (8G)\n";
+      return kUsage;
+    }
+    set_memory_limit(*limit);
+  }
   try {
     for (const Command& c : commands)
       if (c.app->parsed()) return c.run(out, err);
@@ -117,14 +150,17 @@ int run(int argc, const char* const* argv, std::ostream& given_out, std::ostream
   } catch (const models::ModelFileError& e) {
     // A model or its data that fails while training (a token id beyond an imported
     // embedding's table): the user's input to fix, not ampcheck's.
-    err << "ampcheck: --model: " << e.what() << '\n';
+    err << "ampcheck: --model: " << one_line(e.what()) << '\n';
     return kUsage;
   } catch (const OutOfMemory& e) {
     // A size the user chose (a layer, the batch, the data) that the machine cannot hold.
     err << "ampcheck: " << e.what() << '\n';
     return kUsage;
   } catch (const std::exception& e) {
-    err << "ampcheck: internal error: " << e.what() << '\n';
+    // Exit 3 is ampcheck's own defect, never the user's input: every failure an input
+    // causes is one of the errors above.
+    err << "ampcheck: internal error (a defect of ampcheck, not of your input): " << one_line(e.what())
+        << "; please report it with the command and the files it read\n";
     return kInternal;
   }
   err << "ampcheck: no command given; run `ampcheck --help`\n";

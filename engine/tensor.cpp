@@ -1,7 +1,5 @@
 #include "engine/tensor.h"
 
-#include <unistd.h>  // sysconf: the machine's memory where /proc/meminfo is missing
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -17,6 +15,7 @@
 #include "engine/autograd.h"
 #include "engine/dispatch.h"
 #include "engine/dtype/convert.h"
+#include "engine/memory_budget.h"  // over_budget: the size a tensor may take
 #include "engine/random.h"
 #include "kernels/memory_kernels.h"
 
@@ -35,66 +34,12 @@ struct Tensor::Impl {
 
 namespace {
 
-// "22.4 GiB": bytes in binary units, one decimal.
-std::string human_bytes(double bytes) {
-  static constexpr const char* kUnits[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  std::size_t unit = 0;
-  while (bytes >= 1024 && unit + 1 < std::size(kUnits)) bytes /= 1024, ++unit;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, unit == 0 ? "%.0f %s" : "%.1f %s", bytes, kUnits[unit]);
-  return buf;
-}
-
-struct MachineMemory {
-  std::uint64_t available = 0, total = 0;  // bytes; 0: unknown
-};
-
-std::uint64_t read_number(const char* path) {
-  std::ifstream f(path);
-  std::uint64_t v = 0;
-  return f >> v ? v : 0;  // "max" (no limit) reads as 0
-}
-
-// What can be allocated without swapping: Linux's MemAvailable (sysconf's free pages
-// elsewhere), lowered by a cgroup v2 memory limit, as a container has.
-MachineMemory machine_memory() {
-  MachineMemory m;
-  std::ifstream info("/proc/meminfo");
-  std::string key;
-  std::uint64_t kib = 0;
-  std::string unit;
-  while (info >> key >> kib >> unit) {
-    if (key == "MemTotal:") m.total = kib * 1024;
-    if (key == "MemAvailable:") m.available = kib * 1024;
-  }
-  const long page = ::sysconf(_SC_PAGESIZE);
-  if (m.total == 0 && page > 0 && ::sysconf(_SC_PHYS_PAGES) > 0)
-    m.total = static_cast<std::uint64_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<std::uint64_t>(page);
-  if (m.available == 0 && page > 0 && ::sysconf(_SC_AVPHYS_PAGES) > 0)
-    m.available = static_cast<std::uint64_t>(::sysconf(_SC_AVPHYS_PAGES)) * static_cast<std::uint64_t>(page);
-  if (const std::uint64_t limit = read_number("/sys/fs/cgroup/memory.max"); limit > 0) {
-    const std::uint64_t used = std::min(limit, read_number("/sys/fs/cgroup/memory.current"));
-    m.total = m.total == 0 ? limit : std::min(m.total, limit);
-    m.available = m.available == 0 ? limit - used : std::min(m.available, limit - used);
-  }
-  return m;
-}
-
-std::string memory_text(const MachineMemory& m) {
-  if (m.total == 0) return "this machine's memory is unknown";
-  return "this machine has " + human_bytes(static_cast<double>(m.available)) + " available (" +
-         human_bytes(static_cast<double>(m.total)) + " in all)";
-}
-
 std::string tensor_text(const Shape& shape, DType dtype) {
   return "a " + std::string(info(dtype).long_name) + " tensor of shape " + to_string(shape);
 }
 
 constexpr std::string_view kSmaller = "use smaller sizes (layer widths, batch, data)";
 
-// Below this, malloc is asked directly: reading the machine's memory costs more than a
-// small block, and no small block is refused for lack of memory.
-constexpr std::size_t kAskTheMachineFrom = std::size_t{256} << 20;
 
 std::atomic<bool> g_guard_bytes{false};
 std::atomic<std::uint64_t> g_guard_violations{0};
@@ -130,12 +75,8 @@ std::shared_ptr<void> allocate(const Shape& shape, DType dtype, Device device) {
   if (overflow)
     throw OutOfMemory(tensor_text(shape, dtype) + " needs more than 2^63 elements or 16 EiB, more than any machine has; " +
                       std::string(kSmaller));
-  if (device == Device::cpu && bytes >= kAskTheMachineFrom) {
-    const MachineMemory m = machine_memory();
-    if (m.total > 0 && bytes > m.available)
-      throw OutOfMemory(tensor_text(shape, dtype) + " needs " + human_bytes(static_cast<double>(bytes)) + ", and " +
-                        memory_text(m) + "; " + std::string(kSmaller));
-  }
+  if (device == Device::cpu)
+    if (const auto why = over_budget(bytes)) throw OutOfMemory(tensor_text(shape, dtype) + " " + *why + "; " + std::string(kSmaller));
   const MemoryKernels& mem = kernels_on<MemoryKernels>(device);
   const bool guard = g_guard_bytes.load();
   const std::size_t size = std::max<std::size_t>(bytes, 1) + (guard ? 2 * kGuardBytes : 0);
@@ -144,7 +85,6 @@ std::shared_ptr<void> allocate(const Shape& shape, DType dtype, Device device) {
   if (p == nullptr)
     throw OutOfMemory(tensor_text(shape, dtype) + " needs " + human_bytes(static_cast<double>(bytes)) + " on " +
                       std::string(device_name(device)) + ", and the allocation failed (" + why_not + "); " +
-                      (device == Device::cpu ? memory_text(machine_memory()) + "; " : std::string()) +
                       std::string(kSmaller));
   if (!guard) return {p, [&mem](void* q) { mem.free(q); }};
   auto* base = static_cast<unsigned char*>(p);
@@ -199,6 +139,13 @@ void store_each(Tensor& t, F value) {
 std::int64_t numel(const Shape& shape) {
   std::int64_t n = 1;
   for (std::int64_t d : shape) n *= d;
+  return n;
+}
+
+std::optional<std::int64_t> checked_numel(const Shape& shape) {
+  std::int64_t n = 1;
+  for (std::int64_t d : shape)
+    if (d < 0 || __builtin_mul_overflow(n, d, &n)) return std::nullopt;
   return n;
 }
 

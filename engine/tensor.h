@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <new>
 #include <string>
 #include <vector>
@@ -18,6 +19,9 @@ namespace ampcheck {
 
 using Shape = std::vector<std::int64_t>;
 std::int64_t numel(const Shape& shape);
+// The element count of a shape read from a file: nullopt when a size is negative or the
+// product overflows int64 (a header claiming [2^33, 2^31] must not wrap to 0).
+std::optional<std::int64_t> checked_numel(const Shape& shape);
 std::string to_string(const Shape& shape);  // "[2, 3, 4]"
 
 class Generator;

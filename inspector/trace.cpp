@@ -371,8 +371,9 @@ void GlogWriter::on_op_end(const OpEvent& e) {
   std::string gpu;
   if (kernels_ != nullptr) {
     bool from_kernel = false;
-    for (const auto& [launch, cls] : kernels_->kernels_of(e.sequence)) {
-      const std::string lower_name = [&] {
+    for (const auto& entry : kernels_->kernels_of(e.sequence)) {
+      const auto& [launch, cls] = entry;
+      const std::string lower_name = [&, launch = launch] {
         std::string n = launch->name;
         for (char& c : n) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
         return n;

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "engine/dtype/convert.h"
+#include "engine/memory_budget.h"  // over_budget, human_bytes: sizes a file claims
 #include "models/onnx_file.h"
 
 namespace ampcheck::models {
@@ -216,18 +217,21 @@ Array parse_npy(const std::string& bytes, const std::string& source) {
     fail(source, "the array is in Fortran order: save np.ascontiguousarray(a) instead");
   Array a;
   a.shape = parse_shape(header_value(header, "shape", source), source);
-  for (std::int64_t d : a.shape)
-    if (d < 0 || d > (std::int64_t{1} << 40)) fail(source, "the .npy shape has a size out of range");
+  const std::optional<std::int64_t> count = checked_numel(a.shape);
+  if (!count) fail(source, "the .npy header claims the shape " + to_string(a.shape) + ", which no array has: the file is corrupt");
   const ElementType t = element_type(descr, source);
   a.dtype = t.dtype;
   a.stored = t.stored;
   const bool big = descr[0] == '>';
   const std::size_t data = start + header_len;
-  const std::int64_t n = a.numel();
+  const std::int64_t n = *count;
   if (static_cast<double>(n) * t.bytes > static_cast<double>(bytes.size() - data))
     fail(source, "the .npy file is truncated: its shape " + to_string(a.shape) + " needs " +
-                     std::to_string(n * t.bytes) + " bytes of " + t.stored + ", it has " +
-                     std::to_string(bytes.size() - data));
+                     human_bytes(static_cast<double>(n) * t.bytes) + " of " + t.stored + ", it has " +
+                     std::to_string(bytes.size() - data) + " bytes");
+  // Read as 8-byte values whatever the file stores.
+  if (const auto why = over_budget(static_cast<std::uint64_t>(n) * 8))
+    fail(source, "the array " + to_string(a.shape) + " " + *why + "; give ampcheck less data at once");
   const unsigned char* p = u + data;
   if (t.dtype == DType::i64) a.i.resize(static_cast<std::size_t>(n));
   else a.f.resize(static_cast<std::size_t>(n));
@@ -275,6 +279,8 @@ std::vector<Array> read_npz(const std::string& path) {
     fail(path, "not a readable .npz (zip) archive: " + why + "; save it with np.savez");
   }
   std::vector<Array> out;
+  std::error_code size_error;
+  const std::uint64_t archive_bytes = std::filesystem::file_size(path, size_error);
   const zip_int64_t count = zip_get_num_entries(archive.get(), 0);
   for (zip_int64_t k = 0; k < count; ++k) {
     zip_stat_t st;
@@ -283,7 +289,17 @@ std::vector<Array> read_npz(const std::string& path) {
         !(st.valid & ZIP_STAT_NAME))
       fail(path, "member " + std::to_string(k) + " of the archive cannot be read");
     const std::string member = st.name;
-    if (st.size > (std::uint64_t{1} << 36)) fail(path, "member \"" + member + "\" is too large");
+    // What a member may claim: a stored one its compressed bytes, a deflated one at most
+    // deflate's ratio (1032:1) of them, and those bytes come from the archive itself.
+    if (!(st.valid & ZIP_STAT_COMP_SIZE) || st.comp_size > archive_bytes)
+      fail(path, "member \"" + member + "\" claims " + std::to_string(st.comp_size) +
+                     " compressed bytes in an archive of " + std::to_string(archive_bytes) + ": the archive is corrupt");
+    const std::uint64_t most = st.comp_method == ZIP_CM_STORE ? st.comp_size : st.comp_size * 1032 + 1024;
+    if (st.size > most)
+      fail(path, "member \"" + member + "\" claims " + human_bytes(static_cast<double>(st.size)) + " from " +
+                     std::to_string(st.comp_size) + " compressed bytes, more than any zip compression gives: the archive is corrupt");
+    if (const auto why = over_budget(st.size))
+      fail(path, "member \"" + member + "\" " + *why + "; give ampcheck less data at once");
     std::unique_ptr<zip_file_t, int (*)(zip_file_t*)> file(zip_fopen_index(archive.get(), static_cast<zip_uint64_t>(k), 0),
                                                            zip_fclose);
     if (!file) fail(path, "member \"" + member + "\" cannot be opened: " + zip_strerror(archive.get()));

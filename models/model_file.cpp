@@ -139,7 +139,9 @@ void check_fields(const json& object, const std::vector<Field>& fields, const st
                   const std::vector<std::string_view>& structural = {}) {
   std::vector<std::string_view> known(structural);
   for (const Field& f : fields) known.push_back(f.name);
-  for (const auto& [key, value] : object.items()) {
+  for (const auto& item : object.items()) {
+    const std::string& key = item.key();  // named: the lambda below captures it
+    const json& value = item.value();
     if (std::find(structural.begin(), structural.end(), key) != structural.end()) continue;
     const auto f = std::find_if(fields.begin(), fields.end(), [&](const Field& x) { return x.name == key; });
     if (f == fields.end())
@@ -693,7 +695,9 @@ void check_references(const ModelFile& m) {
         fail(where, "field \"inputs\": " + in_quotes(ref) + " is defined later; nodes run in file order, so move it up");
       fail(where, "field \"inputs\": " + in_quotes(ref) + " is neither an earlier node nor a constant" + did_you_mean(ref, known));
     }
-    for (const auto& [key, value] : n.fields.items()) {
+    for (const auto& item : n.fields.items()) {
+      const std::string& key = item.key();  // named: the lambda below captures it
+      const json& value = item.value();
       const auto f = std::find_if(k.fields.begin(), k.fields.end(), [&](const Field& x) { return x.name == key; });
       if (f->type != Type::constant) continue;
       const auto ref = value.get<std::string>();
@@ -1051,10 +1055,17 @@ void check_output(const ModelFile& file, const Tensor& y, const Dataset& probe, 
                           (file.onnx_graph ? to_string(y.shape()) + " for " + std::to_string(probe.size()) + " samples" : shape_text(y)) +
                           "; the loss needs floating [N, classes]" + fix);
   const std::vector<std::int64_t> labels = data.y.to_i64();
-  const std::int64_t classes = labels.empty() ? 0 : *std::max_element(labels.begin(), labels.end()) + 1;
-  if (y.size(1) < classes)
+  if (labels.empty()) return;
+  const auto [low, high] = std::minmax_element(labels.begin(), labels.end());
+  if (*low < 0)
+    fail(file.source, "the data's labels: label " + std::to_string(*low) + " (row " + std::to_string(low - labels.begin()) +
+                          ") is negative; labels are class indices 0..classes-1");
+  // Compared as the largest index, not as a class count (INT64_MAX + 1 would wrap).
+  if (*high >= y.size(1))
     fail(file.source, "field \"output\": " + what + in_quotes(out_name) + " gives " + std::to_string(y.size(1)) +
-                          " scores per sample, but the data has " + std::to_string(classes) + " classes");
+                          " scores per sample, but the data has label " + std::to_string(*high) + " (row " +
+                          std::to_string(high - labels.begin()) + "): labels are class indices 0.." +
+                          std::to_string(y.size(1) - 1) + fix);
 }
 
 // Whether an error of the first forward is a mismatch in the batch dimension, which a size
@@ -1093,8 +1104,11 @@ bool batch_size_mismatch(const std::string& what, std::int64_t rows) {
 }
 
 std::shared_ptr<nn::Module> build_onnx_model(const ModelFile& file, const Dataset& data, Generator& gen) {
-  auto model = build_onnx(file.onnx_graph, file.output, gen.seed());
   const onnx_file::Graph& g = *file.onnx_graph;
+  if (g.inputs.empty())
+    fail(file.source, "the graph has no input (every value is an initializer or a constant): ampcheck feeds the data to "
+                      "the graph's first input; export the model with its input (torch.onnx.export(model, (x,), ...))");
+  auto model = build_onnx(file.onnx_graph, file.output, gen.seed());
   // A first forward on two rows, or on the batch the export fixed.
   const std::optional<std::int64_t> fixed = fixed_batch(file);
   if (fixed && data.size() < *fixed)

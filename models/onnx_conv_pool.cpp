@@ -235,9 +235,15 @@ void op_conv(Exec& e) {
   Tensor x = e.tensor(0), w = e.tensor(1);
   const int sp = spatial_rank(e, x.dim());
   if (w.dim() != sp + 2) e.fail("weight " + to_string(w.shape()) + " does not match the input " + to_string(x.shape()));
-  if (auto k = e.attr_ints("kernel_shape"))
+  if (auto k = e.attr_ints("kernel_shape")) {
+    // Checked against the rank it describes before it is read.
+    if (static_cast<int>(k->size()) != sp)
+      e.fail("kernel_shape " + fmt_ints(*k) + " has " + std::to_string(k->size()) + " values for the input's " +
+             std::to_string(sp) + " spatial dims");
     for (int d = 0; d < sp; ++d)
-      if ((*k)[static_cast<std::size_t>(d)] != w.size(2 + d)) e.fail("kernel_shape does not match the weight");
+      if ((*k)[static_cast<std::size_t>(d)] != w.size(2 + d))
+        e.fail("kernel_shape " + fmt_ints(*k) + " does not match the weight " + to_string(w.shape()));
+  }
   x = as_2d(x, sp);
   w = as_2d(w, sp);
   const Window g = window_of(e, sp, {x.size(2), x.size(3)}, {w.size(2), w.size(3)});

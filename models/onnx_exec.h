@@ -43,6 +43,10 @@ Shape strides_of(const Shape& s);
 // Throws std::invalid_argument naming `what` when out of range.
 std::int64_t norm_axis(std::int64_t axis, std::int64_t rank, const std::string& what);
 Shape broadcast(const Shape& a, const Shape& b);
+// The element count of a host array of `shape` about to be made, checked first: a
+// negative size, an int64 overflow or more than the memory budget throws
+// std::invalid_argument (the node's error, naming the size needed).
+std::int64_t host_elements(const Shape& shape);
 // For each element of `out` (row-major), the index of the element of `in` it reads when
 // `in` broadcasts to `out`.
 std::vector<std::int64_t> broadcast_index(const Shape& out, const Shape& in);

@@ -5,7 +5,12 @@
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
 
+#include <google/protobuf/io/coded_stream.h>  // a parse with our own nesting limit
+
+#include <algorithm>
 #include <bit>
+#include <charconv>
+#include <climits>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -189,6 +194,129 @@ Attribute attribute(const onnx::AttributeProto& p, const std::string& where) {
   return a;
 }
 
+// ---- what ampcheck checks before the ONNX library sees a file ---------------------------
+// The library's checker and shape inference do arithmetic on attributes and constants
+// (a convolution's output size divides by its strides) and stat() external data paths;
+// given a hostile file they divide by zero or probe the machine. So the graph is walked
+// first, and what the library would compute on is checked here.
+
+constexpr int kMaxGraphNesting = 32;  // subgraphs in If/Loop/Scan, nested
+
+const onnx::AttributeProto* find_attribute(const onnx::NodeProto& n, const char* name) {
+  for (const auto& a : n.attribute())
+    if (a.name() == name) return &a;
+  return nullptr;
+}
+
+// The positive ints a convolution or pooling attribute must hold, of the spatial rank.
+void check_window_attributes(const onnx::NodeProto& n, const std::string& where) {
+  std::int64_t rank = -1;
+  const auto ints = [&](const char* name, bool positive, int per_axis) {
+    const onnx::AttributeProto* a = find_attribute(n, name);
+    if (!a) return;
+    if (a->type() != onnx::AttributeProto::INTS)
+      fail(where, std::string("attribute \"") + name + "\" must be a list of ints");
+    for (std::int64_t v : a->ints())
+      if (positive ? v <= 0 : v < 0)
+        fail(where, std::string("attribute \"") + name + "\" holds " + std::to_string(v) + ": every value must be " +
+                        (positive ? "at least 1" : "0 or more") + " (the file is malformed; re-export the model)");
+    if (a->ints_size() % per_axis != 0)
+      fail(where, std::string("attribute \"") + name + "\" has " + std::to_string(a->ints_size()) +
+                      " values: it needs " + std::to_string(per_axis) + " per spatial axis");
+    const std::int64_t axes = a->ints_size() / per_axis;
+    if (rank >= 0 && axes != rank)
+      fail(where, std::string("attribute \"") + name + "\" describes " + std::to_string(axes) +
+                      " spatial axes, another attribute " + std::to_string(rank) + ": they must agree");
+    rank = axes;
+  };
+  ints("kernel_shape", true, 1);
+  ints("strides", true, 1);
+  ints("dilations", true, 1);
+  ints("pads", false, 2);
+  ints("output_padding", false, 1);
+  ints("output_shape", true, 1);
+}
+
+// Every node of `graph` and of the graphs nested in its attributes.
+void precheck_graph(const onnx::GraphProto& graph, const std::string& path, int depth) {
+  if (depth > kMaxGraphNesting)
+    fail(path, "subgraphs (If, Loop, Scan) are nested more than " + std::to_string(kMaxGraphNesting) +
+                   " deep: the file is malformed or hostile");
+  int index = 0;
+  for (const onnx::NodeProto& n : graph.node()) {
+    const std::string where = path + ": node \"" + (n.name().empty() ? n.op_type() + "_" + std::to_string(index) : n.name()) +
+                              "\" (" + n.op_type() + ")";
+    ++index;
+    const std::string& op = n.op_type();
+    const bool default_domain = n.domain().empty() || n.domain() == "ai.onnx";
+    if (default_domain && (op == "Conv" || op == "ConvTranspose" || op == "ConvInteger" || op == "QLinearConv" ||
+                           op == "MaxPool" || op == "AveragePool" || op == "LpPool" || op == "MaxUnpool" ||
+                           op == "MaxRoiPool" || op == "Col2Im" || op == "DeformConv"))
+      check_window_attributes(n, where);
+    if (default_domain && (op == "DepthToSpace" || op == "SpaceToDepth"))
+      if (const onnx::AttributeProto* b = find_attribute(n, "blocksize"); b && b->i() <= 0)
+        fail(where, "attribute \"blocksize\" is " + std::to_string(b->i()) + ": it must be at least 1");
+    for (const auto& a : n.attribute()) {
+      if (a.has_g()) precheck_graph(a.g(), path, depth + 1);
+      for (const auto& g : a.graphs()) precheck_graph(g, path, depth + 1);
+    }
+  }
+}
+
+// External data (onnx.save_model(..., save_as_external_data=True)): the bytes of a tensor
+// in a file beside the model. Read here, into the tensor, before the library sees the
+// model (its checker would stat() the location, resolved against the current folder). A
+// location must be a relative path that stays in the model's folder or below it; anything
+// else gets the same message whether or not it exists, so a model cannot probe the
+// machine's files.
+void inline_external_data(onnx::TensorProto& t, const std::string& path) {
+  const std::string what = path + ": tensor \"" + t.name() + "\" keeps its data in an external file";
+  std::string location;
+  std::int64_t offset = 0, length = -1;
+  for (const auto& kv : t.external_data()) {
+    const auto number = [&](const std::string& v) {
+      std::int64_t x = 0;
+      const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+      if (ec != std::errc() || end != v.data() + v.size() || x < 0)
+        throw OnnxError(what + " whose \"" + kv.key() + "\" is not a size (\"" + v.substr(0, 40) + "\")");
+      return x;
+    };
+    if (kv.key() == "location") location = kv.value();
+    else if (kv.key() == "offset") offset = number(kv.value());
+    else if (kv.key() == "length") length = number(kv.value());
+  }
+  const std::filesystem::path rel(location);
+  bool inside = !location.empty() && rel.is_relative() && !rel.has_root_name() && location.find('\0') == std::string::npos;
+  for (const auto& part : rel.lexically_normal())
+    inside = inside && part != "..";
+  const std::filesystem::path folder = std::filesystem::path(path).parent_path();
+  const std::string refused = what + " at \"" + location.substr(0, 200) +
+                              "\", which is not a path inside the model's folder: ampcheck reads external data only "
+                              "from files beside the model or below it (save with onnx.save_model(model, path, "
+                              "save_as_external_data=True, location=\"NAME.data\"))";
+  if (!inside) throw OnnxError(refused);
+  std::error_code ec;
+  const std::filesystem::path base = std::filesystem::weakly_canonical(folder.empty() ? "." : folder, ec);
+  const std::filesystem::path file = std::filesystem::weakly_canonical(base / rel.lexically_normal(), ec);
+  const auto [b, f] = std::mismatch(base.begin(), base.end(), file.begin(), file.end());
+  if (ec || b != base.end()) throw OnnxError(refused);  // a link that leads out of the folder
+  std::ifstream in(file, std::ios::binary);
+  const std::uintmax_t size = std::filesystem::file_size(file, ec);
+  if (!in || ec) throw OnnxError(what + " \"" + location + "\" beside the model, which cannot be read: copy it next to " + path);
+  if (static_cast<std::uintmax_t>(offset) > size || (length >= 0 && static_cast<std::uintmax_t>(length) > size - static_cast<std::uintmax_t>(offset)))
+    throw OnnxError(what + " \"" + location + "\" of " + std::to_string(size) + " bytes, but asks for bytes " +
+                    std::to_string(offset) + " to " + std::to_string(offset + std::max<std::int64_t>(length, 0)) +
+                    ": the data file is truncated or not this model's");
+  const std::uintmax_t n = length >= 0 ? static_cast<std::uintmax_t>(length) : size - static_cast<std::uintmax_t>(offset);
+  std::string bytes(static_cast<std::size_t>(n), '\0');
+  in.seekg(offset);
+  in.read(bytes.data(), static_cast<std::streamsize>(n));
+  if (!in) throw OnnxError(what + " \"" + location + "\" that could not be read whole");
+  t.set_raw_data(std::move(bytes));
+  t.clear_external_data();
+  t.set_data_location(onnx::TensorProto::DEFAULT);
+}
+
 }  // namespace
 
 std::string elem_type_name(int t) {
@@ -219,9 +347,23 @@ std::string Node::label() const {
 Graph load(const std::string& path) {
   const std::string bytes = read_all(path);
   onnx::ModelProto model;
-  if (bytes.empty() || !model.ParseFromString(bytes))
-    fail(path, "not an ONNX model (protobuf ModelProto): export it with torch.onnx.export or paddle2onnx");
+  {
+    // protobuf's own nesting limit (100) would call a deeply nested file "not an ONNX
+    // model"; its depth is judged by precheck_graph instead, which says so.
+    google::protobuf::io::CodedInputStream in(reinterpret_cast<const std::uint8_t*>(bytes.data()),
+                                              static_cast<int>(std::min<std::size_t>(bytes.size(), INT32_MAX)));
+    in.SetRecursionLimit(4 * kMaxGraphNesting + 64);
+    if (bytes.empty() || bytes.size() > INT32_MAX || !model.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage())
+      fail(path, "not an ONNX model (protobuf ModelProto), or nested deeper than " + std::to_string(kMaxGraphNesting) +
+                     " subgraphs: export it with torch.onnx.export or paddle2onnx");
+  }
   if (!model.has_graph() || model.graph().node_size() == 0) fail(path, "the model has no graph nodes");
+  precheck_graph(model.graph(), path, 0);
+  for (onnx::TensorProto& t : *model.mutable_graph()->mutable_initializer())
+    if (t.data_location() == onnx::TensorProto::EXTERNAL) inline_external_data(t, path);
+  for (onnx::NodeProto& n : *model.mutable_graph()->mutable_node())
+    for (onnx::AttributeProto& a : *n.mutable_attribute())
+      if (a.has_t() && a.t().data_location() == onnx::TensorProto::EXTERNAL) inline_external_data(*a.mutable_t(), path);
   Graph g;
   g.path = path;
   g.producer = model.producer_name();

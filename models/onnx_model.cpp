@@ -12,6 +12,7 @@
 
 #include "engine/autograd.h"
 #include "engine/dtype/convert.h"
+#include "engine/memory_budget.h"  // over_budget: host arrays a file sizes
 #include "models/onnx_exec.h"
 
 namespace ampcheck::models {
@@ -48,8 +49,18 @@ Shape broadcast(const Shape& a, const Shape& b) {
   return out;
 }
 
+std::int64_t host_elements(const Shape& shape) {
+  const std::optional<std::int64_t> n = checked_numel(shape);
+  if (!n) throw std::invalid_argument("shape " + to_string(shape) + " has a negative size or more elements than int64 counts");
+  // Host arrays hold 8 bytes an element (int64 or double), and an index of as many.
+  if (const auto why = over_budget(static_cast<std::uint64_t>(*n) * 16))
+    throw std::invalid_argument("an array of shape " + to_string(shape) + " " + *why +
+                                "; run with a smaller size, or raise --max-memory");
+  return *n;
+}
+
 std::vector<std::int64_t> broadcast_index(const Shape& out, const Shape& in) {
-  const std::int64_t n = numel(out);
+  const std::int64_t n = host_elements(out);
   std::vector<std::int64_t> idx(static_cast<std::size_t>(n));
   const Shape ost = strides_of(out), ist = strides_of(in);
   const std::size_t lead = out.size() - in.size();
@@ -281,15 +292,22 @@ Array host_binary(const Exec& e, const Array& a, const Array& b, const std::stri
     if (integer && !compare) {
       const std::int64_t x = a.i[static_cast<std::size_t>(ia[k])], y = b.i[static_cast<std::size_t>(ib[k])];
       std::int64_t r = 0;
-      if (op == "Add") r = x + y;
-      else if (op == "Sub") r = x - y;
-      else if (op == "Mul") r = x * y;
-      else if (op == "Div") {
+      const auto overflow = [&] {
+        e.fail("integer " + op + " of " + std::to_string(x) + " and " + std::to_string(y) + " overflows int64 in a shape computation");
+      };
+      if (op == "Add") {
+        if (__builtin_add_overflow(x, y, &r)) overflow();
+      } else if (op == "Sub") {
+        if (__builtin_sub_overflow(x, y, &r)) overflow();
+      } else if (op == "Mul") {
+        if (__builtin_mul_overflow(x, y, &r)) overflow();
+      } else if (op == "Div") {
         if (y == 0) e.fail("integer division by zero in a shape computation");
+        if (y == -1 && x == std::numeric_limits<std::int64_t>::min()) overflow();
         r = x / y;
       } else if (op == "Mod") {
         if (y == 0) e.fail("integer modulo by zero in a shape computation");
-        r = x % y;
+        r = y == -1 ? 0 : x % y;  // INT64_MIN % -1 traps; any x % -1 is 0
         if (r != 0 && ((r < 0) != (y < 0))) r += y;  // Python's sign, as ONNX's fmod=0
       } else if (op == "Max") r = std::max(x, y);
       else if (op == "Min") r = std::min(x, y);
@@ -417,8 +435,8 @@ Shape reshape_target(const Exec& e, const Shape& in) {
       infer = static_cast<std::int64_t>(d);
     } else if (shape[d] < 0) {
       e.fail("shape " + to_string(shape) + " has a negative size");
-    } else {
-      known *= shape[d];
+    } else if (__builtin_mul_overflow(known, shape[d], &known)) {
+      e.fail("shape " + to_string(shape) + " has more elements than int64 counts");
     }
   }
   if (infer >= 0) {
@@ -528,8 +546,9 @@ void op_constant_of_shape(Exec& e) {
   }
   Array o = v;
   o.shape = shape;
-  if (v.integer()) o.i.assign(static_cast<std::size_t>(numel(shape)), v.i[0]);
-  else o.f.assign(static_cast<std::size_t>(numel(shape)), v.f[0]);
+  const std::int64_t n = host_elements(shape);
+  if (v.integer()) o.i.assign(static_cast<std::size_t>(n), v.i[0]);
+  else o.f.assign(static_cast<std::size_t>(n), v.f[0]);
   e.set(0, std::move(o));
 }
 
@@ -538,13 +557,25 @@ void op_range(Exec& e) {
   if (s.integer()) {
     const std::int64_t a = s.int_at(0), b = l.int_at(0), st = d.int_at(0);
     if (st == 0) e.fail("delta is 0");
-    std::vector<std::int64_t> v;
-    for (std::int64_t x = a; st > 0 ? x < b : x > b; x += st) v.push_back(x);
-    return e.set(0, Array::ints({static_cast<std::int64_t>(v.size())}, v));
+    // The count as ONNX defines it, max(ceil((limit - start) / delta), 0), in 128 bits: the
+    // difference of two int64 can overflow, and x += delta past INT64_MAX would never end.
+    __extension__ typedef __int128 Wide;  // GCC's and clang's 128-bit integer
+    const Wide span = static_cast<Wide>(b) - a;
+    const Wide count = span / st + (span % st != 0 && (span > 0) == (st > 0) ? 1 : 0);
+    const std::int64_t n = count <= 0 ? 0 : count > std::numeric_limits<std::int64_t>::max() ? -1 : static_cast<std::int64_t>(count);
+    if (n < 0) e.fail("start " + std::to_string(a) + ", limit " + std::to_string(b) + ", delta " + std::to_string(st) + " make more elements than int64 counts");
+    host_elements({n});
+    std::vector<std::int64_t> v(static_cast<std::size_t>(n));
+    for (std::int64_t k = 0; k < n; ++k) v[static_cast<std::size_t>(k)] = a + k * st;
+    return e.set(0, Array::ints({n}, v));
   }
   const double a = s.at(0), b = l.at(0), st = d.at(0);
   if (st == 0) e.fail("delta is 0");
-  const auto n = static_cast<std::int64_t>(std::max(0.0, std::ceil((b - a) / st)));
+  const double count = std::max(0.0, std::ceil((b - a) / st));
+  if (!std::isfinite(count) || count > 9.0e18)
+    e.fail("start " + std::to_string(a) + ", limit " + std::to_string(b) + ", delta " + std::to_string(st) + " make no finite count of elements");
+  const auto n = static_cast<std::int64_t>(count);
+  host_elements({n});
   std::vector<double> v;
   for (std::int64_t k = 0; k < n; ++k) v.push_back(a + static_cast<double>(k) * st);
   e.set(0, Array::floats({n}, v, s.dtype));
@@ -2167,8 +2198,11 @@ std::vector<Tensor> OnnxModel::run(const std::vector<Tensor>& inputs, const std:
           return Tensor();
         });
       }
-    } catch (const OnnxError&) {
-      throw;
+    } catch (const OnnxError& ex) {
+      // A node's own refusal (NodeAttrs::fail) names the node; the file is named here, once.
+      const std::string what = ex.what();
+      if (what.rfind(g_->path + ": ", 0) == 0) throw;
+      throw OnnxError(g_->path + ": " + what);
     } catch (const std::exception& ex) {
       std::string what = ex.what();
       if (what.find("floating-point tensor") != std::string::npos)

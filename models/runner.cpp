@@ -65,6 +65,10 @@ struct Trainer::State {
         scaler(o.amp.level != amp::Level::O0 ? o.scaling : amp::ScalingOptions{amp::StaticScaling{1.0}}) {
     Generator gen(o.seed);
     model = build(file, data, gen);
+    if (model->parameter_count() == 0)
+      throw ModelFileError(file.source + ": the model has no trainable parameter (no floating-point weight): nothing "
+                           "to train; run its forward with `ampcheck infer`, or export it with its weights as "
+                           "initializers (torch.onnx.export's default; not do_constant_folding of weights into Constant nodes)");
     // Built on the CPU (the same initial values on every device), then moved whole: the
     // optimizer and decorate() below see the parameters where they will train.
     model->to(o.device);
@@ -148,6 +152,13 @@ StepResult Trainer::step() {
   }
   // The loss weight outside autocast: the loss stays fp32 whatever the level.
   if (s.file.loss.weight != 1) loss = loss * s.file.loss.weight;
+  // A model whose output no weight reaches trains nothing (a constant head, an export whose
+  // weights were folded into constants): said as the model's, not backward()'s, error.
+  if (!loss.requires_grad())
+    throw ModelFileError(s.file.source + ": the loss does not depend on any trainable parameter (the output " +
+                         (s.file.output.empty() ? std::string("the model gives") : "\"" + s.file.output + "\"") +
+                         " is computed without the model's weights): nothing to train; run its forward with "
+                         "`ampcheck infer`, or export the model with its weights as initializers");
   StepResult out;
   out.loss_scale = s.scaler.scale();
   if (comm.size() == 1) {

@@ -605,7 +605,10 @@ DriftRules rules_from_json(std::string_view text, std::string_view source) {
                                  "{{\"final_loss_rel\": 0.1}}; got a {}",
                                  source, doc.type_name()));
   DriftRules rules;
-  for (const auto& [key, value] : doc.items()) {
+  for (const auto& item : doc.items()) {
+    // Named, not structured bindings: the lambdas capture them (clang 14 cannot capture bindings).
+    const std::string& key = item.key();
+    const nlohmann::json& value = item.value();
     auto wrong = [&](std::string_view need) {
       return RulesError(fmt::format("{}: rule \"{}\" must be {} (got {} {})", source, key, need,
                                     value.type_name(), value.dump()));

@@ -669,6 +669,10 @@ constexpr void fields(V& v, S& s) {
   v("distributed", s.distributed);  // 1.5; optional (several ranks)
 }
 
+// GCC evaluates the guard below (a default value of each struct, strings and vectors
+// included, walked at compile time); clang 14 with libstdc++ 12 cannot, so the guard is
+// the main (GCC) build's and the clang build of the fuzzers relies on it.
+#if !defined(__clang__)
 // The guard: a member added to a struct in report.h fails the build here until its
 // fields() lists it (else the writer and the reader would silently drop it). Members are
 // counted as the arity of aggregate initialisation; fields() by walking a default value.
@@ -712,7 +716,8 @@ static_assert(kEveryMemberHasAField<
               NanEvent, Failure, IntendedInf, ScalerProbing, ZeroGradients, NonFinite, Summary, Trial, Suggestion, Bisect, LevelRun, LevelError, CompareOp, Compare,
               Interruption, SeedOutcome, LowPrecisionSeen, LocalErrorSeen, Spread, GpuKernel, KernelTypeRow,
               KernelFinding, OutsideKernel, Kernels, RankOverflow, RankDisagreement, RankSummary, Distributed,
-              PrecisionShare, ProfileOp, FallbackCost, Unattributable, CounterCheck, ProfileRank, RankDifference>);
+              PrecisionShare, ProfileOp, FallbackCost, Unattributable, CounterCheck, ProfileRank, RankDifference,
+              SkippedUpdate, MaskFailure, ScriptOutcome>);
 // Report's default schema_version is not constexpr, so fields(Report) cannot be walked
 // here: its members are counted by hand (schema_version, written apart, and the 15 of
 // fields(Report)), and the test of the top-level keys checks fields(Report) itself.
@@ -720,6 +725,7 @@ static_assert(member_count<Report>() == 1 + 15,
               "Report gained a member: add it to fields(Report) in reports/json.cpp");
 static_assert(member_count<KernelsReport>() == 1 + 7,
               "KernelsReport gained a member: add it to fields(KernelsReport) in reports/json.cpp");
+#endif  // !__clang__
 
 template <class T>
 inline constexpr bool is_vector = false;

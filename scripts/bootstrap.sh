@@ -15,6 +15,7 @@ packages=(
   libsqlite3-dev        # SQLite: Nsight Systems' SQLite exports (ampcheck kernels)
   libopenmpi-dev openmpi-bin  # OpenMPI: data-parallel training (mpirun -np N ampcheck run)
   libgtest-dev libgmock-dev googletest  # GoogleTest
+  clang-14 libclang-rt-14-dev llvm-14  # the sanitizer build: clang's ASan, UBSan and libFuzzer (fuzz/)
   libbenchmark-dev      # Google Benchmark: bench/
   chromium              # tests: the HTML report rendered headless
   python3-jsonschema    # tests: reports validated against their JSON Schema

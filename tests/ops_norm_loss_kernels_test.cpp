@@ -395,13 +395,13 @@ TEST(NormLossKernelsCuda, SoftmaxMatchesTheCpu) {
   Generator gen(11);
   // Long contiguous lines (a block per line), short lines and strided lines (a thread per line).
   const std::vector<std::pair<Shape, kernels::SoftmaxLines>> shapes = {
-      {{8, 1000}, {8, 1000, 1}}, {{50, 7}, {50, 7, 1}}, {{2, 300, 20000}, {2, 300, 20000}}, {{3, 64, 5}, {3, 64, 5}}};
+      {{8, 1000}, {8, 1000, 1}}, {{50, 7}, {50, 7, 1}}, {{2, 30, 20000}, {2, 30, 20000}}, {{3, 64, 5}, {3, 64, 5}}};
   for (DType dt : kFloatDtypes)
     for (const auto& [shape, lines] : shapes)
       for (bool log : {false, true}) {
         const Tensor x = rnd(shape, gen, dt, 4.0), g = rnd(shape, gen, dt);
         expect_cuda_matches_cpu("softmax " + to_string(shape) + (log ? " log" : ""), dt,
-                                [&](const NormLossKernels& k, Device d) {
+                                [&, shape = shape, lines = lines](const NormLossKernels& k, Device d) {
                                   const Tensor xd = on(d, x), gd = on(d, g);
                                   Tensor y = Tensor::empty(shape, dt, d), dx = Tensor::empty(shape, dt, d);
                                   k.softmax(view_of(xd), lines, log, view_of(y));
@@ -422,7 +422,7 @@ TEST(NormLossKernelsCuda, LayerNormMatchesTheCpu) {
         const Tensor w = affine ? rnd({len}, gen, dt) : Tensor{}, b = affine ? rnd({len}, gen, dt) : Tensor{};
         const kernels::LayerNormArgs a{rows, len, 1e-5, ct};
         expect_cuda_matches_cpu("layer_norm " + std::to_string(rows) + "x" + std::to_string(len), dt,
-                                [&](const NormLossKernels& k, Device d) {
+                                [&, rows = rows, len = len](const NormLossKernels& k, Device d) {
                                   const Tensor xd = on(d, x), gd = on(d, g), wd = on(d, w), bd = on(d, b);
                                   Tensor y = Tensor::empty({rows, len}, dt, d);
                                   Tensor mean = Tensor::empty({rows}, ct, d), invstd = Tensor::empty({rows}, ct, d);
@@ -478,7 +478,7 @@ TEST(NormLossKernelsCuda, LossesMatchTheCpu) {
         for (i64 i = 0; i < n; ++i) y[static_cast<std::size_t>(i)] = (i * 7 + 3) % c;
         const Tensor labels = labels_of(y), g = Tensor::full({}, 0.5, dt);
         expect_cuda_matches_cpu("cross_entropy " + std::to_string(n) + "x" + std::to_string(c), dt,
-                                [&](const NormLossKernels& k, Device d) {
+                                [&, n = n, c = c](const NormLossKernels& k, Device d) {
                                   const Tensor ld = on(d, logits), yd = on(d, labels), gd = on(d, g);
                                   Tensor lse = Tensor::empty({n}, ct, d), loss = Tensor::empty({}, dt, d);
                                   k.cross_entropy(view_of(ld), view_of(yd), smoothing, view_of(lse), view_of(loss));

@@ -303,8 +303,12 @@ TEST(ProjectProfiles, EachRecordedProfileReadsAndSaysWhatItsNameSays) {
   if (!fs::is_directory(dir)) GTEST_SKIP() << dir.string() << " is absent: no GPU-recorded profile committed yet";
   std::vector<fs::path> files;
   for (const auto& e : fs::directory_iterator(dir))
-    if (e.is_regular_file() && e.path().filename().string()[0] != '.' && e.path().extension() != ".md")
-      files.push_back(e.path());
+    if (e.is_regular_file()) {
+      // The profiles themselves, not ampcheck's reports or the logs beside them.
+      const std::string n = e.path().filename().string();
+      if (n.find(".trace.json") != std::string::npos || n.ends_with(".ncu.csv") || n.ends_with(".sqlite"))
+        files.push_back(e.path());
+    }
   std::sort(files.begin(), files.end());
   for (const fs::path& file : files) {
     SCOPED_TRACE(file.string());

@@ -32,6 +32,8 @@ template <class... Fs>
 struct Overloaded : Fs... {
   using Fs::operator()...;
 };
+template <class... Fs>
+Overloaded(Fs...) -> Overloaded<Fs...>;  // clang 14 deduces no aggregate's arguments by itself
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr std::int64_t kInt32Max = std::numeric_limits<std::int32_t>::max();

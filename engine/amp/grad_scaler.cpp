@@ -23,6 +23,8 @@ template <class... Fs>
 struct Overloaded : Fs... {
   using Fs::operator()...;
 };
+template <class... Fs>
+Overloaded(Fs...) -> Overloaded<Fs...>;  // clang 14 deduces no aggregate's arguments by itself
 
 std::string number(double v) {
   char buf[40];
@@ -36,7 +38,6 @@ std::string number(double v) {
                               range + ", got " + got);
 }
 
-constexpr double kFloatMax = std::numeric_limits<float>::max();
 constexpr std::int64_t kInt32Max = std::numeric_limits<std::int32_t>::max();
 
 // PyTorch and Paddle keep the scale in a float32 tensor, so every value they hold is a

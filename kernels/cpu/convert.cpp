@@ -39,8 +39,10 @@ void bf16_to_f32_scalar(const std::uint16_t* s, float* d, std::size_t n) {
 #if defined(__x86_64__)
 // GCC 12 reports its own _mm512_undefined_* helpers as "maybe uninitialized" once they
 // are inlined here (GCC bug 105593); the warning says nothing about this code.
+#if !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 constexpr int kRne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 
 // ---- AVX2 + F16C: 8 lanes -----------------------------------------------------------
@@ -221,7 +223,9 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void f32_to_bf16_avx512bf
   }
   f32_to_bf16_scalar(s + i, d + i, n - i);
 }
+#if !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 #endif  // __x86_64__
 
 // One loop per Isa, in enum order; a path without its own loop for a conversion reuses

@@ -30,7 +30,7 @@ std::uint64_t xcr0() {
 
 std::string brand() {
   unsigned regs[12] = {};
-  if (__get_cpuid_max(0x80000000u, nullptr) < 0x80000004u) return "";
+  if (static_cast<unsigned>(__get_cpuid_max(0x80000000u, nullptr)) < 0x80000004u) return "";  // int in clang's cpuid.h
   for (unsigned i = 0; i < 3; ++i)
     __get_cpuid(0x80000002u + i, &regs[4 * i], &regs[4 * i + 1], &regs[4 * i + 2], &regs[4 * i + 3]);
   char text[49] = {};

@@ -31,6 +31,18 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>  // AVX2/FMA and AVX-512F intrinsics
+
+// A region of functions (the path's structs and its micro-kernels) compiled for `isa`:
+// GCC's push_options / target, clang's attribute push (clang has no target pragma).
+#if defined(__clang__)
+#define AMPCHECK_PRAGMA(x) _Pragma(#x)
+#define AMPCHECK_TARGET_BEGIN(isa) AMPCHECK_PRAGMA(clang attribute push(__attribute__((target(isa))), apply_to = function))
+#define AMPCHECK_TARGET_END _Pragma("clang attribute pop")
+#else
+#define AMPCHECK_PRAGMA(x) _Pragma(#x)
+#define AMPCHECK_TARGET_BEGIN(isa) _Pragma("GCC push_options") AMPCHECK_PRAGMA(GCC target(isa))
+#define AMPCHECK_TARGET_END _Pragma("GCC pop_options")
+#endif
 #endif
 
 namespace ampcheck::kernels::cpu {
@@ -85,12 +97,13 @@ namespace scalar_path {
 #if defined(__x86_64__)
 // GCC 12 reports its own _mm512_undefined_* helpers as "maybe uninitialized" once they
 // are inlined (GCC bug 105593); the warning says nothing about this code.
+#if !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 // ---- AVX2 + FMA: 8 f32 / 4 f64 lanes, 16 registers: 6 rows x 2 vectors --------------
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
+AMPCHECK_TARGET_BEGIN("avx2,fma")
 // d[p * ld + j] = s[j * ls + p] for an 8 x 8 block of f32 (the classic unpack /
 // shuffle / permute2f128 transpose).
 [[gnu::always_inline]] inline void transpose_8x8(const float* s, i64 ls, float* d, i64 ld) {
@@ -156,11 +169,10 @@ struct Avx2F64 {
 namespace avx2_path {
 #include "kernels/cpu/gemm_micro_kernel.inc"
 }
-#pragma GCC pop_options
+AMPCHECK_TARGET_END
 
 // ---- AVX-512F: 16 f32 / 8 f64 lanes, 32 registers: 12 rows x 2 vectors --------------
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx2,fma")
+AMPCHECK_TARGET_BEGIN("avx512f,avx2,fma")
 struct Avx512F32 {
   using T = float;
   using V = __m512;
@@ -194,8 +206,10 @@ struct Avx512F64 {
 namespace avx512_path {
 #include "kernels/cpu/gemm_micro_kernel.inc"
 }
-#pragma GCC pop_options
+AMPCHECK_TARGET_END
+#if !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 #endif  // __x86_64__
 
 // The instances are built once per path and element type, each only when its path is

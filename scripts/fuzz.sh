@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Fuzzes every reader of users' files for a long while (CI runs each target 30 s as a test
+# of the sanitizer build; this is the long run). Builds the clang build with libFuzzer,
+# ASan and UBSan (build-fuzz: the sanitizer build's flags, scripts/test.sh --sanitize), then
+# runs each target for SECONDS on its corpus (build-fuzz/fuzz/corpus/TARGET, grown from
+# the project's own files of that kind and tests/data/hostile/TARGET), JOBS targets at once.
+#
+#   scripts/fuzz.sh [--time SECONDS] [--jobs N] [TARGET...]
+#     TARGET: onnx arrays model_file config report profile (default: all)
+#     SECONDS: per target, default 3600; JOBS: targets at once, default the number of cores
+#
+# Each crash (a signal, a sanitizer report, exit 3, an error of several lines or naming no
+# file: fuzz/harness.h) is saved as build-fuzz/crashes/TARGET/crash-*; reproduce it with
+# `build-fuzz/fuzz/ampcheck_fuzz_TARGET FILE`, fix it, and add the file to
+# tests/data/hostile/TARGET/ (it becomes a regression test: hostile.TARGET replays it in
+# every build; a class worth its own words goes into make_hostile.py and
+# tests/onnx_hostile_test.cpp).
+# Writes a summary per target (executions, coverage, crashes) to build-fuzz/fuzz-summary.txt.
+# Exit 1 if any target crashed.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+seconds=3600
+jobs=$(nproc)
+targets=()
+while (($#)); do
+  case $1 in
+    --time) seconds=$2; shift 2 ;;
+    --jobs) jobs=$2; shift 2 ;;
+    -*) echo "fuzz.sh: unknown option $1 (use --time SECONDS, --jobs N)" >&2; exit 2 ;;
+    *) targets+=("$1"); shift ;;
+  esac
+done
+bash "$root/scripts/bootstrap.sh"
+dir=${AMPCHECK_FUZZ_BUILD_DIR:-$root/build-fuzz}
+AMPCHECK_BUILD_DIR=$dir bash "$root/scripts/build.sh" --sanitize
+((${#targets[@]})) || mapfile -t targets < <(cd "$dir/fuzz" && ls ampcheck_fuzz_* | sed 's/^ampcheck_fuzz_//')
+
+export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+summary=$dir/fuzz-summary.txt
+: >"$summary"
+run_target() {
+  local t=$1 bin=$dir/fuzz/ampcheck_fuzz_$1
+  [[ -x $bin ]] || { echo "fuzz.sh: no target $t ($bin)" >&2; return 2; }
+  mkdir -p "$dir/crashes/$t" "$dir/fuzz/corpus/$t"
+  # The seed folders the test of this target uses (fuzz/CMakeLists.txt), from its command.
+  local seeds
+  seeds=$(ctest --test-dir "$dir" -R "^fuzz\.$t\$" --show-only=json-v1 2>/dev/null |
+    python3 -c 'import json,sys; t=json.load(sys.stdin)["tests"]; print(" ".join(a for a in t[0]["command"][1:] if not a.startswith("-")) if t else "")')
+  local log=$dir/crashes/$t/fuzz.log rc=0
+  # shellcheck disable=SC2086
+  "$bin" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=3072 -max_len=1048576 -print_final_stats=1 \
+    -artifact_prefix="$dir/crashes/$t/" ${seeds:-$dir/fuzz/corpus/$t} >"$log" 2>&1 || rc=$?
+  {
+    echo "== $t: exit $rc after ${seconds} s"
+    grep -E '^stat::(number_of_executed_units|average_exec_per_sec|new_units_added|peak_rss_mb)' "$log" || true
+    grep -E '#[0-9]+ *(DONE|pulse|NEW|REDUCE)' "$log" | tail -1 || true
+    ls "$dir/crashes/$t" | grep -E '^(crash|leak|timeout|oom)-' | sed 's/^/  artifact: /' || true
+  } >>"$summary"
+  return $rc
+}
+export -f run_target
+export dir seconds summary
+failed=0
+printf '%s\n' "${targets[@]}" | xargs -P "$jobs" -I{} bash -c 'run_target {}' || failed=1
+cat "$summary"
+exit $failed
