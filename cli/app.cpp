@@ -42,22 +42,6 @@ std::string version_text() {
   return std::string("ampcheck ") + AMPCHECK_VERSION + " (" + cuda_build_description() +
          "; CPU conversions: " + std::string(conversion_isa_name()) + ")";
 }
-
-// A library's message on one line (the ONNX checker's node dumps span several): each line
-// break and the indentation after it become one space.
-std::string one_line(std::string_view text) {
-  std::string s;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    if (text[i] == '\n' || text[i] == '\r') {
-      while (i + 1 < text.size() && std::isspace(static_cast<unsigned char>(text[i + 1]))) ++i;
-      if (i + 1 < text.size() && !s.empty() && s.back() != ' ') s += ' ';
-      continue;
-    }
-    s += text[i];
-  }
-  return s;
-}
-
 }  // namespace
 
 int run(int argc, const char* const* argv, std::ostream& given_out, std::ostream& err) {

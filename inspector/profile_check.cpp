@@ -855,6 +855,14 @@ class Checker {
       const CounterVerdict v = read_counters(p_.counters[static_cast<std::size_t>(k.counters)]);
       if (v.tensor_cores == TensorCores::unknown) continue;
       const KernelClass named = classify_kernel_name(p_.str(k.name));
+      // The counters judge matrix kernels (and what the name says runs on tensor cores):
+      // Hopper's tensor-pipe counters are not zero in kernels that multiply no matrix
+      // (measured on an H200: batch norm, pooling, softmax, fp16 copies and reductions
+      // show HMMA-pipe instructions), so they cannot overrule a name that says elementwise.
+      const bool matrix = named.tensor_cores == TensorCores::yes || named.kind == KernelKind::gemm ||
+                          named.kind == KernelKind::gemv || named.kind == KernelKind::conv_fprop ||
+                          named.kind == KernelKind::conv_dgrad || named.kind == KernelKind::conv_wgrad ||
+                          named.kind == KernelKind::conv || named.kind == KernelKind::attention;
       reports::CounterCheck c;
       c.kernel = p_.str(k.name);
       c.name_tensor_cores = tensor_cores_name(named.tensor_cores);
@@ -862,7 +870,8 @@ class Checker {
       c.name_precision = precision_name(named.input);
       c.counters_precision = v.precision;
       c.metrics = v.metrics;
-      const bool tc_agrees = named.tensor_cores == TensorCores::unknown || named.tensor_cores == v.tensor_cores;
+      const bool tc_agrees = named.tensor_cores == TensorCores::unknown || named.tensor_cores == v.tensor_cores ||
+                             (!matrix && named.tensor_cores == TensorCores::no);
       const bool precision_agrees = v.precision.empty() || named.input == KernelPrecision::unknown ||
                                     v.precision == precision_name(named.input);
       c.agrees = tc_agrees && precision_agrees;

@@ -1057,15 +1057,21 @@ void check_output(const ModelFile& file, const Tensor& y, const Dataset& probe, 
   const std::vector<std::int64_t> labels = data.y.to_i64();
   if (labels.empty()) return;
   const auto [low, high] = std::minmax_element(labels.begin(), labels.end());
+  // Labels read from a data file are that file's to fix; a generator's, the model file's.
+  const std::string labels_from = file.data.file.empty() ? file.source : file.data.file;
   if (*low < 0)
-    fail(file.source, "the data's labels: label " + std::to_string(*low) + " (row " + std::to_string(low - labels.begin()) +
-                          ") is negative; labels are class indices 0..classes-1");
+    fail(labels_from, "label " + std::to_string(*low) + " (row " + std::to_string(low - labels.begin()) +
+                          ") is negative; labels are class indices 0.." + std::to_string(y.size(1) - 1));
   // Compared as the largest index, not as a class count (INT64_MAX + 1 would wrap).
-  if (*high >= y.size(1))
-    fail(file.source, "field \"output\": " + what + in_quotes(out_name) + " gives " + std::to_string(y.size(1)) +
-                          " scores per sample, but the data has label " + std::to_string(*high) + " (row " +
-                          std::to_string(high - labels.begin()) + "): labels are class indices 0.." +
-                          std::to_string(y.size(1) - 1) + fix);
+  if (*high >= y.size(1)) {
+    if (file.data.file.empty())  // a generator's classes (a handful): the model is what to fix
+      fail(file.source, "field \"output\": " + what + in_quotes(out_name) + " gives " + std::to_string(y.size(1)) +
+                            " scores per sample, but the data has " + std::to_string(*high + 1) + " classes");
+    fail(labels_from, "label " + std::to_string(*high) + " (row " + std::to_string(high - labels.begin()) + ") is not a class of " +
+                          file.source + "'s " + what + in_quotes(out_name) + ", which gives " + std::to_string(y.size(1)) +
+                          " scores per sample: labels are class indices 0.." + std::to_string(y.size(1) - 1) +
+                          "; fix the labels" + fix);
+  }
 }
 
 // Whether an error of the first forward is a mismatch in the batch dimension, which a size

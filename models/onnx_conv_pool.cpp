@@ -327,7 +327,9 @@ void op_conv_transpose(Exec& e) {
       const std::int64_t in = x.size(2 + d);
       const std::int64_t target = output_shape ? want[static_cast<std::size_t>(sp == 1 ? 0 : d)] : in * stride[k];
       const std::int64_t total = stride[k] * (in - 1) + out_pad[k] + (kernel[k] - 1) * dilation[k] + 1 - target;
-      const std::int64_t half = total / 2;
+      // Floor division, as ONNX's reference computes it: a negative total (an output_shape
+      // one larger than the natural size) grows the end, not the beginning.
+      const std::int64_t half = total >= 0 ? total / 2 : -((1 - total) / 2);
       begin[k] = auto_pad == "SAME_UPPER" ? half : total - half;
       end[k] = total - begin[k];
     }

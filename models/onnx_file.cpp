@@ -18,12 +18,14 @@
 #include <set>
 #include <sstream>
 
+#include "engine/util/strings.h"  // one_line
 #include "engine/dtype/convert.h"
 
 namespace ampcheck::models::onnx_file {
 namespace {
 
-[[noreturn]] void fail(const std::string& where, const std::string& msg) { throw OnnxError(where + ": " + msg); }
+// One line, whatever the library's message held (the checker's node dumps span several).
+[[noreturn]] void fail(const std::string& where, const std::string& msg) { throw OnnxError(where + ": " + one_line(msg)); }
 
 std::string read_all(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

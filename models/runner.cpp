@@ -57,7 +57,7 @@ ModelFile loaded(const RunOptions& o) {
 }  // namespace
 
 struct Trainer::State {
-  explicit State(const RunOptions& o)
+  explicit State(const RunOptions& o) try
       : options(checked(o)),
         file(loaded(o)),
         data(make_data(file, o.seed + 1)),
@@ -111,6 +111,10 @@ struct Trainer::State {
     if (result.world > 1 && std::min(result.batch, data.size()) < result.world)
       throw std::invalid_argument("--batch " + std::to_string(result.batch) + " is smaller than the " +
                                   std::to_string(result.world) + " ranks: each needs at least one row of every batch");
+  } catch (const OutOfMemory& e) {
+    // A size the model file or the data asks for (a layer, a generator's sample count): the
+    // file named, as every other error of the user's input names it.
+    throw OutOfMemory(o.model + ": " + e.what());
   }
   RunOptions options;
   ModelFile file;

@@ -283,7 +283,15 @@ bool JsonStream::read_bool() {
 
 void JsonStream::read_null() { skip_word(nullptr); }
 
+JsonStream::Nested::Nested(JsonStream& stream) : s(stream) {
+  if (++s.depth_ > kMaxDepth) {
+    --s.depth_;
+    s.fail("values nested more than " + std::to_string(kMaxDepth) + " deep: this is not a profile (or it is corrupt)");
+  }
+}
+
 void JsonStream::skip() {
+  const Nested nested(*this);
   std::string* none = nullptr;
   switch (peek()) {
     case Type::object: {
@@ -305,6 +313,7 @@ void JsonStream::skip() {
 }
 
 void JsonStream::raw(std::string& out) {
+  const Nested nested(*this);
   switch (peek()) {
     case Type::object: {
       begin_object();

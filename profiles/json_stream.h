@@ -62,6 +62,17 @@ class JsonStream {
   const char* end_ = nullptr;
   std::uint64_t base_ = 0;
   std::string number_;
+  // How deep skip() and raw() have gone into nested values: bounded (kMaxDepth), so that a
+  // file of a million '[' is an error, not a stack overflow.
+  int depth_ = 0;
+  static constexpr int kMaxDepth = 512;
+  struct Nested {
+    JsonStream& s;
+    explicit Nested(JsonStream& stream);
+    ~Nested() { --s.depth_; }
+    Nested(const Nested&) = delete;
+    Nested& operator=(const Nested&) = delete;
+  };
 };
 
 }  // namespace ampcheck::profiles

@@ -341,5 +341,51 @@ TEST(ProjectProfiles, EachRecordedProfileReadsAndSaysWhatItsNameSays) {
   }
 }
 
+
+// Issue 29's GPU check: the PyTorch autocast fp16 profile of ResNet-18 (recorded on an
+// H200 with torch.profiler) and ampcheck's own CUPTI run of the same model's ONNX export at
+// O2 fp16 (bench/results/profiles/ampcheck_resnet18_fp16_o2_cupti.json) must agree on which
+// op types did matrix work and that each did most of it on tensor cores: two independent
+// views (PyTorch's kernels read from its trace, ampcheck's from CUPTI) of one model.
+TEST(ProjectProfiles, TheResNet18ProfileAndAmpchecksCuptiRunAgreeOnTensorCores) {
+  const fs::path dir = fs::path(AMPCHECK_SOURCE_DIR) / "bench" / "results" / "profiles";
+  const fs::path trace = dir / "resnet18_fp16_autocast.pt.trace.json.gz";
+  const fs::path cupti = dir / "ampcheck_resnet18_fp16_o2_cupti.json";
+  if (!fs::exists(trace) || !fs::exists(cupti)) GTEST_SKIP() << "no GPU-recorded ResNet-18 profile committed";
+  const std::vector<profiles::Profile> all = profiles::read_profiles(trace.string());
+  const reports::KernelsReport r = check_profiles(all, ProfileCheckOptions{}, trace.string());
+  ASSERT_EQ(r.ranks.size(), 1u);
+  EXPECT_EQ(r.ranks[0].expect, "autocast-fp16") << r.ranks[0].expect_note;
+  // ampcheck's op -> {matrix time, of it on tensor cores in f16}, forward only.
+  std::map<std::string, std::pair<double, double>> profile_ops, cupti_ops;
+  for (const reports::ProfileOp& op : r.ranks[0].types) {
+    if (op.matrix_ns <= 0 || op.phase != "forward" || op.policy.empty()) continue;
+    auto& [matrix, tc] = profile_ops[op.policy.substr(0, op.policy.find(':'))];
+    matrix += static_cast<double>(op.matrix_ns);
+    for (const reports::PrecisionShare& sh : op.shares)
+      if (sh.precision == "f16" && sh.tensor_cores == "yes") tc += static_cast<double>(sh.ns);
+  }
+  std::ifstream in(cupti);
+  std::stringstream text;
+  text << in.rdbuf();
+  const reports::Report run = reports::from_json(text.str(), cupti.string());
+  ASSERT_TRUE(run.kernels.has_value());
+  for (const reports::KernelTypeRow& row : run.kernels->by_type)
+    if (row.matrix_ns > 0 && !row.type.ends_with("_grad"))
+      cupti_ops[row.type] = {static_cast<double>(row.matrix_ns), static_cast<double>(row.tensor_core_ns)};
+  std::vector<std::string> in_profile, in_cupti;
+  for (const auto& [op, v] : profile_ops) in_profile.push_back(op);
+  for (const auto& [op, v] : cupti_ops) in_cupti.push_back(op);
+  EXPECT_EQ(in_profile, in_cupti) << "the op types that did matrix work differ";
+  for (const auto& [op, v] : cupti_ops) {
+    SCOPED_TRACE(op);
+    EXPECT_GT(v.second / v.first, 0.5) << "CUPTI: most of " << op << "'s matrix work on tensor cores";
+    if (profile_ops.count(op)) {
+      const auto& p = profile_ops[op];
+      EXPECT_GT(p.second / p.first, 0.5) << "profile: most of " << op << "'s matrix work in f16 on tensor cores";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ampcheck::inspector

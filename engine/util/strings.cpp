@@ -1,8 +1,23 @@
 #include "engine/util/strings.h"
 
+#include <cctype>
+
 #include <algorithm>
 
 namespace ampcheck {
+
+std::string one_line(std::string_view text) {
+  std::string s;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '\n' || text[i] == '\r') {
+      while (i + 1 < text.size() && std::isspace(static_cast<unsigned char>(text[i + 1]))) ++i;
+      if (i + 1 < text.size() && !s.empty() && s.back() != ' ') s += ' ';
+      continue;
+    }
+    s += text[i];
+  }
+  return s;
+}
 
 std::size_t edit_distance(std::string_view a, std::string_view b) {
   std::vector<std::size_t> row(b.size() + 1);

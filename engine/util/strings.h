@@ -2,10 +2,15 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <string_view>
 #include <vector>
 
 namespace ampcheck {
+
+// A library's message on one line (the ONNX checker's node dumps span several): each line
+// break and the indentation after it become one space; a trailing break goes.
+std::string one_line(std::string_view text);
 
 // Levenshtein distance, for "did you mean" suggestions.
 std::size_t edit_distance(std::string_view a, std::string_view b);

@@ -25,7 +25,7 @@ while IFS=$'\t' read -r file key; do
   expect 2 "$key" -- "$bin" config explain "$root/tests/data/bad_configs/$file"
 done <"$root/tests/data/bad_configs/expected.tsv"
 expect 2 'no such file' -- "$bin" config explain "$root/samples/configs/none.json"
-expect 2 'unknown command "confg" (did you mean "config"?); commands: run, bisect-nan' -- "$bin" confg
+expect 2 'unknown command "confg" (did you mean "config"?); commands: run, record, bisect-nan' -- "$bin" confg
 # A CUDA build on a machine without a GPU: one notice line on stderr, results on the CPU.
 if "$bin" --version | grep -q "CUDA 1"; then
   if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then

@@ -40,7 +40,7 @@ def x(shape, name="x"):
 
 
 def y(name="y"):
-    return helper.make_tensor_value_info(name, TensorProto.FLOAT, None)
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, ["N", "C"])
 
 
 def f32(name, a):
@@ -159,6 +159,31 @@ out("onnx", "not_onnx.onnx", b"this is not a model\n")
 out("onnx", "empty.onnx", b"")
 
 
+# The data each model trains on (hostile/data/NAME.npz: "input" of the graph's first input's
+# shape, symbolic sizes 4, and labels of 3 classes), so that `run` reaches what each file
+# plants; written outside the targets' folders, which the fuzz targets replay.
+for f in sorted(os.listdir(os.path.join(HERE, "onnx"))):
+    try:
+        m = onnx.load_from_string(open(os.path.join(HERE, "onnx", f), "rb").read())
+    except Exception:
+        continue
+    if not m.graph.input:
+        continue
+    dims = [d.dim_value if d.HasField("dim_value") else 4 for d in m.graph.input[0].type.tensor_type.shape.dim]
+    if not dims or np.prod(dims) > 1 << 16:
+        continue
+    d = os.path.join(HERE, "data")
+    os.makedirs(d, exist_ok=True)
+    b = io.BytesIO()
+    with zipfile.ZipFile(b, "w", zipfile.ZIP_DEFLATED) as z:
+        for k, a in (("input", np.full(dims, 0.5, np.float32)), ("labels", np.arange(dims[0], dtype=np.int64) % 3)):
+            a_bytes = io.BytesIO()
+            np.save(a_bytes, a)
+            z.writestr(zipfile.ZipInfo(k + ".npy", date_time=(2026, 1, 1, 0, 0, 0)), a_bytes.getvalue(), zipfile.ZIP_DEFLATED)
+    with open(os.path.join(d, f.replace(".onnx", ".npz")), "wb") as fh:
+        fh.write(b.getvalue())
+
+
 # ---- arrays (--data of a training run of the mlp sample: 2 features, 3 classes) ---------
 def npy(a):
     b = io.BytesIO()
@@ -170,7 +195,7 @@ def npz(**arrays):
     b = io.BytesIO()
     with zipfile.ZipFile(b, "w", zipfile.ZIP_DEFLATED) as z:
         for k, a in arrays.items():
-            z.writestr(k + ".npy", npy(a))
+            z.writestr(zipfile.ZipInfo(k + ".npy", date_time=(2026, 1, 1, 0, 0, 0)), npy(a), zipfile.ZIP_DEFLATED)
     return b.getvalue()
 
 
@@ -193,8 +218,8 @@ out("arrays", "npy_shape_negative.npy", header("<f4", "(-4, 2)") + b"\0" * 32)
 for method, name in ((zipfile.ZIP_STORED, "npz_member_claims_3gb_stored.npz"), (zipfile.ZIP_DEFLATED, "npz_member_claims_3gb.npz")):
     b = io.BytesIO()
     with zipfile.ZipFile(b, "w", method) as z:
-        z.writestr("input.npy", npy(good_x))
-        z.writestr("labels.npy", npy(np.array([0, 1, 2, 1], np.int64)))
+        z.writestr(zipfile.ZipInfo("input.npy", date_time=(2026, 1, 1, 0, 0, 0)), npy(good_x), method)
+        z.writestr(zipfile.ZipInfo("labels.npy", date_time=(2026, 1, 1, 0, 0, 0)), npy(np.array([0, 1, 2, 1], np.int64)), method)
     data = bytearray(b.getvalue())
     claim = struct.pack("<I", 3_000_000_000)
     at = 0
