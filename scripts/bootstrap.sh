@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what ampcheck builds against, from Debian packages only, and nothing that is
 # already there: running it twice does nothing the second time.
+#   scripts/bootstrap.sh [--fuzz]   --fuzz: also clang's libFuzzer, ASan and UBSan (scripts/fuzz.sh)
 set -euo pipefail
 
 packages=(
@@ -15,12 +16,14 @@ packages=(
   libsqlite3-dev        # SQLite: Nsight Systems' SQLite exports (ampcheck kernels)
   libopenmpi-dev openmpi-bin  # OpenMPI: data-parallel training (mpirun -np N ampcheck run)
   libgtest-dev libgmock-dev googletest  # GoogleTest
-  clang-14 libclang-rt-14-dev llvm-14  # the sanitizer build: clang's ASan, UBSan and libFuzzer (fuzz/)
   libbenchmark-dev      # Google Benchmark: bench/
   chromium              # tests: the HTML report rendered headless
   python3-jsonschema    # tests: reports validated against their JSON Schema
   libonnx-testdata      # tests: ONNX's own conformance data (node tests, PyTorch modules)
 )
+if [[ " $* " == *" --fuzz "* ]]; then
+  packages+=(clang-14 libclang-rt-14-dev llvm-14)  # fuzz/: libFuzzer with ASan and UBSan
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -18,15 +18,15 @@ done
 
 # The sanitizer build is the build without CUDA (unless AMPCHECK_CUDA says otherwise): so
 # CI compiles both flavours, the CUDA backend in the Release build and kernels/no_gpu/
-# here, and host sanitizers have nothing to add to device code. It is clang's (Debian's
-# clang-14): ASan and UBSan, and libFuzzer's coverage instrumentation in every library,
-# so the fuzz targets of fuzz/ build and run here as tests (scripts/fuzz.sh for long runs).
-# The project compiles warning-free under GCC (the Release build) and clang (this one).
+# here, and host sanitizers have nothing to add to device code. The fuzz targets of fuzz/
+# replay tests/data/hostile here (hostile.TARGET); AMPCHECK_FUZZ=1 (scripts/fuzz.sh) makes
+# it clang's instead (Debian's clang-14), with libFuzzer's coverage instrumentation in
+# every library, so that the targets fuzz.
 if [[ -n $sanitize ]]; then
   dir=${AMPCHECK_BUILD_DIR:-$root/build-sanitize}
   type=RelWithDebInfo
   cuda=${AMPCHECK_CUDA:-OFF}
-  if [[ -z ${CXX:-} ]] && command -v clang++-14 >/dev/null; then
+  if [[ ${AMPCHECK_FUZZ:-0} == 1 ]]; then
     export CC=clang-14 CXX=clang++-14
     sanitize="$sanitize,fuzzer-no-link"
   fi

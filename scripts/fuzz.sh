@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Fuzzes every reader of users' files for a long while (CI runs each target 30 s as a test
-# of the sanitizer build; this is the long run). Builds the clang build with libFuzzer,
-# ASan and UBSan (build-fuzz: the sanitizer build's flags, scripts/test.sh --sanitize), then
+# Fuzzes every reader of users' files for a long while (CI replays the hostile files of
+# tests/data/hostile through the same targets). Builds the clang build with libFuzzer,
+# ASan and UBSan (build-fuzz: the sanitizer build's flags, with clang-14), then
 # runs each target for SECONDS on its corpus (build-fuzz/fuzz/corpus/TARGET, grown from
 # the project's own files of that kind and tests/data/hostile/TARGET), JOBS targets at once.
 #
@@ -30,9 +30,9 @@ while (($#)); do
     *) targets+=("$1"); shift ;;
   esac
 done
-bash "$root/scripts/bootstrap.sh"
+bash "$root/scripts/bootstrap.sh" --fuzz
 dir=${AMPCHECK_FUZZ_BUILD_DIR:-$root/build-fuzz}
-AMPCHECK_BUILD_DIR=$dir bash "$root/scripts/build.sh" --sanitize
+AMPCHECK_FUZZ=1 AMPCHECK_BUILD_DIR=$dir bash "$root/scripts/build.sh" --sanitize
 ((${#targets[@]})) || mapfile -t targets < <(cd "$dir/fuzz" && ls ampcheck_fuzz_* | sed 's/^ampcheck_fuzz_//')
 
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1

@@ -42,6 +42,11 @@ expect 0 "from $family_py train sigmoid_log 2" -- "$bin" report "$work/sig.json"
 expect 0 "" -- "$bin" report "$work/sig.json" --html "$work/again.html"
 for page in "$work/sig.html" "$work/again.html"; do
   grep -q 'id="recorded">recorded in PyTorch' "$page" || fail "$page does not name the framework and the script"
+  # What a new user opens it for: the op dtype table, the loss-scale history, the first
+  # NaN's producer (sigmoid_log's log makes -Inf from a sigmoid that fp16 rounds to 0).
+  grep -q 'id="op-types"' "$page" || fail "$page has no op dtype table"
+  grep -q 'loss-scale' "$page" || fail "$page has no loss-scale history"
+  grep -q '<h3>First producer</h3>' "$page" || fail "$page does not name the first non-finite producer"
 done
 "$bin" record --quiet --json -- "${train[@]}" mlp 1 > "$work/stdout.json" 2> "$work/stderr.txt"
 python3 -m json.tool "$work/stdout.json" > /dev/null && grep -q "trained mlp" "$work/stderr.txt" &&
