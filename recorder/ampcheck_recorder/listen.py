@@ -46,10 +46,11 @@ CONVERSIONS = frozenset({
 
 def state():
     """This thread's listening state."""
-    s = getattr(_tls, "s", None)
-    if s is None:
+    try:
+        return _tls.s
+    except AttributeError:
         s = _tls.s = _ThreadState()
-    return s
+        return s
 
 
 class _ThreadState:
@@ -66,6 +67,30 @@ class _ThreadState:
         self.node_seq = None       # the autograd node whose ops are running here
         self.node_results = 0      # its non-view results so far ("grad<i>")
         self.forcing = 0           # > 0: inside a torch call forced to fp32 (fp32.py)
+
+
+_NoTorchFunction = torch._C.DisableTorchFunction
+_NoTorchDispatch = torch._C._DisableTorchDispatch
+
+
+class quiet:
+    """The recorder's own tensor work from outside a handler, in bulk: no dispatch mode
+    (this recorder's or another's) and no torch function mode sees it, so each torch call
+    costs what it costs without the recorder (internal() still passes every call through
+    the recorder's Python handler)."""
+
+    def __enter__(self):
+        state().internal += 1
+        self._guards = (_NoTorchDispatch(), _NoTorchFunction())
+        for g in self._guards:
+            g.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        for g in reversed(self._guards):
+            g.__exit__(*exc)
+        state().internal -= 1
+        return False
 
 
 class internal:
@@ -92,6 +117,13 @@ def _autocast_enabled(device_type: str) -> bool:
         return torch.is_autocast_enabled()
 
 
+try:
+    torch.is_autocast_enabled("cpu")
+    _enabled = torch.is_autocast_enabled
+except TypeError:  # torch < 2.4
+    _enabled = _autocast_enabled
+
+
 def autocast_dtype(device_type: str):
     try:
         return torch.get_autocast_dtype(device_type)
@@ -115,18 +147,23 @@ class AutocastWatch(TorchFunctionMode):
         self.forcer = forcer if forcer else None
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        s = state()
+        try:
+            s = _tls.s
+        except AttributeError:
+            s = state()
         if s.internal:
             return func(*args, **(kwargs or {}))
         prev = (s.function, s.autocast_cpu, s.autocast_cuda)
         s.function = getattr(func, "__name__", None)
-        s.autocast_cpu = _autocast_enabled("cpu")
-        s.autocast_cuda = _autocast_enabled("cuda")
+        s.autocast_cpu = _enabled("cpu")
+        s.autocast_cuda = _enabled("cuda")
         try:
             f = self.forcer
             if f is not None and not s.forcing and f.forced(func, args, s.modules[-1] if s.modules else ""):
                 return f.run(func, args, kwargs)
-            return func(*args, **(kwargs or {}))
+            if kwargs:
+                return func(*args, **kwargs)
+            return func(*args)
         finally:
             s.function, s.autocast_cpu, s.autocast_cuda = prev
 
@@ -153,8 +190,13 @@ class RecordingMode(TorchDispatchMode):
         self._sink = sink
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if state().internal:
+        if kwargs is None:
+            kwargs = {}
+        try:
+            internal_work = _tls.s.internal
+        except AttributeError:
+            internal_work = state().internal
+        if internal_work:
             return func(*args, **kwargs)
         return self._sink(func, args, kwargs)
 
@@ -186,7 +228,31 @@ def _collect(x, out):
             _collect(y, out)
 
 
+def tensors_of_call(args, kwargs) -> list:
+    """tensors_of((args, kwargs)), for an aten call's flat arguments (the common case:
+    tensors and numbers, sometimes a list of tensors)."""
+    out = []
+    for x in args:
+        if isinstance(x, torch.Tensor):
+            out.append(x)
+        elif isinstance(x, (list, tuple, dict)):
+            _collect(x, out)
+    if kwargs:
+        _collect(kwargs, out)
+    return out
+
+
+PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+
 def plain(t: torch.Tensor) -> bool:
     """A tensor with storage the recorder can read: not a subclass (FakeTensor, DTensor),
     not on the meta device."""
-    return type(t) in (torch.Tensor, torch.nn.Parameter) and t.device.type != "meta"
+    return type(t) in PLAIN_TYPES and not t.is_meta
+
+
+def all_plain(tensors) -> bool:
+    for t in tensors:
+        if type(t) not in PLAIN_TYPES or t.is_meta:
+            return False
+    return True

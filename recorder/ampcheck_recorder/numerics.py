@@ -224,9 +224,18 @@ class Range:
         return self.nan + self.pos_inf + self.neg_inf
 
 
+def all_finite(t: torch.Tensor) -> bool:
+    """Whether every element is finite: one aminmax (NaN and +-Inf reach its min or max),
+    a cheaper pass than isfinite().all() (which is several kernels, slow ones in fp16)."""
+    if t.numel() == 0:
+        return True
+    lo, hi = torch.aminmax(t)
+    return math.isfinite(lo.item()) and math.isfinite(hi.item())
+
+
 def nonfinite_counts(t: torch.Tensor) -> tuple[int, int, int]:
     """(NaN, +Inf, -Inf) elements; one pass and one scalar back when all are finite."""
-    if t.numel() == 0 or bool(torch.isfinite(t).all()):
+    if all_finite(t):
         return (0, 0, 0)
     c = torch.stack([torch.isnan(t).sum(), (t == math.inf).sum(), (t == -math.inf).sum()]).tolist()
     return (c[0], c[1], c[2])
@@ -296,3 +305,230 @@ def flushed_elementwise(low: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
     r = ref.detach().reshape(-1).to(torch.float32)
     ra = r.abs()
     return (lo == 0) & torch.isfinite(r) & (ra > 0) & (ra <= b.underflow)
+
+
+# -- many tensors at once ------------------------------------------------------------------
+#
+# tensor_stats() costs some twenty torch calls per tensor; a training step has hundreds
+# of op results. StatsBatch takes a step's results as they come and computes the same
+# statistics for all of them in a few calls: the tensors flattened into one fp32 buffer
+# (fp16, bf16 and fp32 values are exact there), each element's |x| bits put in a bucket
+# by one bucketize against every boundary the report's classes have (zero, each binary
+# exponent, the fp16/bf16 rounding classes, Inf, NaN), and one bincount of (segment,
+# bucket). Sums, extremes and the smallest nonzero |x| are segment reductions.
+# A segment holding a NaN or Inf, and float64 data, take tensor_stats() itself.
+
+def _bits(v: float) -> int:
+    import struct
+    return struct.unpack("<i", struct.pack("<f", v))[0]
+
+
+def _boundaries():
+    b = {1}  # 0: zero
+    b.update(1 << k for k in range(23))            # f32 subnormals: exponents -149..-127
+    b.update(e << 23 for e in range(1, 256))       # normal exponents -126..127, then Inf
+    b.add((255 << 23) + 1)                         # NaN
+    for nb in (F16, BF16):
+        b.add(_bits(nb.overflow))                  # overflow: |x| >= overflow
+        b.add(_bits(nb.max) + 1)                   # rounds_to_max: max < |x| < overflow
+        b.add(_bits(nb.underflow) + 1)             # underflow: 0 < |x| <= underflow
+        b.add(_bits(nb.min_normal_tie))            # subnormal: underflow < |x| < tie
+    return sorted(b)
+
+
+_BOUNDS = _boundaries()
+NBUCKETS = len(_BOUNDS) + 1
+_INF_BITS = 255 << 23
+
+
+def _bucket_table():
+    """Per bucket: (exponent index or -1, f16 class or -1, bf16 class or -1, kind), kind
+    "zero", "finite", "inf" or "nan". A bucket [lo, hi) of |x| bits lies inside one
+    exponent and one class of each narrow dtype."""
+    import struct
+    table = []
+    lows = [0] + _BOUNDS
+    for lo in lows:
+        if lo == 0:
+            table.append((-1, -1, -1, "zero"))
+            continue
+        if lo == _INF_BITS:
+            table.append((-1, -1, -1, "inf"))
+            continue
+        if lo > _INF_BITS:
+            table.append((-1, -1, -1, "nan"))
+            continue
+        a = struct.unpack("<f", struct.pack("<i", lo))[0]
+        e = math.frexp(a)[1] - 1
+        classes = []
+        for nb in (F16, BF16):
+            if a >= nb.overflow:
+                c = 0
+            elif a > nb.max:
+                c = 1
+            elif a <= nb.underflow:
+                c = 2
+            elif a < nb.min_normal_tie:
+                c = 3
+            else:
+                c = -1
+            classes.append(c)
+        table.append((e - MIN_EXPONENT, classes[0], classes[1], "finite"))
+    return table
+
+
+_TABLE = _bucket_table()
+_FIRST_NONFINITE = next(i for i, row in enumerate(_TABLE) if row[3] in ("inf", "nan"))
+_bounds_cache: dict = {}
+
+
+def _bounds_on(device):
+    t = _bounds_cache.get(device)
+    if t is None:
+        t = _bounds_cache[device] = torch.tensor(_BOUNDS, dtype=torch.int32, device=device)
+    return t
+
+
+class Accumulator:
+    """One key's statistics (a Stats) taking batched results too: the batched tensors'
+    bucket counts are a row of their StatsBatch's table, their scalars add up here, and
+    result() folds both into the Stats fields."""
+
+    __slots__ = ("stats", "batch", "row", "count", "tensors", "sum", "sum_squares", "min", "max",
+                 "min_nonzero_abs")
+
+    def __init__(self):
+        self.stats = Stats()   # tensors taken one at a time
+        self.batch = None
+        self.row = -1
+        self.count = self.tensors = 0
+        self.sum = self.sum_squares = 0.0
+        self.min = self.max = self.min_nonzero_abs = math.nan
+
+    def merge(self, more: Stats):
+        self.stats.merge(more)
+
+    def result(self) -> Stats:
+        if self.batch is None or not self.tensors:
+            return self.stats
+        b = self.batch.row_counts(self.row)
+        s = Stats(count=self.count, tensors=self.tensors, sum=self.sum, sum_squares=self.sum_squares,
+                  min=self.min, max=self.max, absmax=max(-self.min, self.max) if self.min == self.min else math.nan,
+                  min_nonzero_abs=self.min_nonzero_abs)
+        for n, (e, c16, cb16, kind) in zip(b, _TABLE):
+            if not n:
+                continue
+            if kind == "zero":
+                s.zero += n
+                continue
+            s.by_exponent[e] += n
+            if c16 >= 0:
+                s.f16[c16] += n
+            if cb16 >= 0:
+                s.bf16[cb16] += n
+        out = Stats()
+        out.merge(s)
+        out.merge(self.stats)
+        return out
+
+    def report(self) -> dict:
+        return self.result().report()
+
+
+class StatsBatch:
+    """Tensors waiting for their statistics: add(accumulator, tensor), then flush(). The
+    tensors must not change before the flush (the recorder flushes before any in-place op)."""
+
+    def __init__(self):
+        self.items: list = []    # (accumulator, tensor)
+        self.elements = 0
+        self.table = None        # int64 [rows, NBUCKETS] on the CPU
+        self.rows = 0
+
+    def __len__(self):
+        return len(self.items)
+
+    def add(self, acc: Accumulator, t: torch.Tensor):
+        n = t.numel()
+        if n == 0 or t.dtype == torch.float64:
+            acc.merge(tensor_stats(t))  # nothing to batch / not exact in fp32
+            return
+        if acc.batch is None:
+            acc.batch, acc.row = self, self.rows
+            self.rows += 1
+        self.items.append((acc, t))
+        self.elements += n
+
+    def row_counts(self, row: int) -> list:
+        if self.table is None or row >= self.table.shape[0]:
+            return [0] * NBUCKETS
+        return self.table[row].tolist()
+
+    def flush(self):
+        items, self.items, self.elements = self.items, [], 0
+        if not items:
+            return
+        if self.table is None or self.table.shape[0] < self.rows:
+            grown = torch.zeros(max(self.rows, 64) * 2, NBUCKETS, dtype=torch.int64)
+            if self.table is not None:
+                grown[: self.table.shape[0]] = self.table
+            self.table = grown
+        by_device: dict = {}
+        for item in items:
+            by_device.setdefault(item[1].device, []).append(item)
+        for device, group in by_device.items():
+            self._flush_group(device, group)
+
+    def _flush_group(self, device, group):
+        tensors = [t.detach() for _, t in group]
+        lengths = [t.numel() for t in tensors]
+        flat = torch._utils._flatten_dense_tensors(tensors) if len(tensors) > 1 else tensors[0].reshape(-1)
+        x = flat.to(torch.float32)
+        nseg = len(tensors)
+        bits = x.view(torch.int32) & 0x7FFFFFFF
+        bucket = torch.bucketize(bits, _bounds_on(device), right=True, out_int32=True)
+        lens = torch.tensor(lengths, device=device)
+        # Each element's segment times NBUCKETS: NBUCKETS at every segment's start, summed up
+        # (cheaper than repeat_interleave).
+        if nseg > 1:
+            starts = torch.zeros_like(bucket)
+            starts[torch.tensor(lengths[:-1], device=device).cumsum(0)] = NBUCKETS
+            bucket += starts.cumsum(0, dtype=torch.int32)
+        counts = torch.bincount(bucket, minlength=nseg * NBUCKETS).view(nseg, NBUCKETS)
+        xd = x.to(torch.float64)
+        a = x.abs().masked_fill_(bits == 0, math.inf)
+        red = torch.stack([
+            torch.segment_reduce(xd, "sum", lengths=lens),
+            torch.segment_reduce(xd * xd, "sum", lengths=lens),
+            torch.segment_reduce(x, "min", lengths=lens).double(),
+            torch.segment_reduce(x, "max", lengths=lens).double(),
+            torch.segment_reduce(a, "min", lengths=lens).double(),
+            counts[:, _FIRST_NONFINITE:].sum(1).double(),
+        ]).t().tolist()
+        rows = []
+        bad = []
+        for i, (acc, t) in enumerate(group):
+            total, total_sq, lo, hi, min_nz, nonfinite = red[i]
+            if nonfinite:
+                acc.merge(tensor_stats(t))  # Inf/NaN: counted by sign, one tensor at a time
+                bad.append(i)
+                rows.append(acc.row)
+                continue
+            rows.append(acc.row)
+            if acc.tensors:
+                acc.min = min(acc.min, lo)
+                acc.max = max(acc.max, hi)
+                if min_nz != math.inf:
+                    acc.min_nonzero_abs = (min_nz if acc.min_nonzero_abs != acc.min_nonzero_abs
+                                           else min(acc.min_nonzero_abs, min_nz))
+            else:
+                acc.min, acc.max = lo, hi
+                acc.min_nonzero_abs = min_nz if min_nz != math.inf else math.nan
+            acc.count += lengths[i]
+            acc.tensors += 1
+            acc.sum += total
+            acc.sum_squares += total_sq
+        counts = counts.cpu()
+        if bad:
+            counts[bad] = 0
+        self.table.index_add_(0, torch.tensor(rows), counts)

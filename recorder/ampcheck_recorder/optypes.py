@@ -102,6 +102,9 @@ _BY_PACKET = {
 # The binary arithmetic ops: with a tensor operand the op, with a Python number the
 # scalar form, as ampcheck's engine has both.
 _BINARY = {"add": "add", "sub": "sub", "mul": "mul", "div": "div"}
+# The packets whose op type depends on the call's arguments (op_type() reads them).
+ARG_DEPENDENT = frozenset({"add", "sub", "mul", "div", "add_", "sub_", "mul_", "div_", "rsub", "pow",
+                           "convolution", "_convolution"})
 
 # Bookkeeping below autograd that is no computation: detaching, aliasing, reading a
 # scalar out, allocating. Passed through without a record; they would crowd the op

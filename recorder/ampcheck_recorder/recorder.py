@@ -28,7 +28,6 @@ import sys
 import threading
 import traceback
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import torch
 
@@ -36,9 +35,12 @@ from . import fp32 as fp32_mod
 from . import listen
 from . import nonfinite as nf
 from . import numerics as nx
-from .optypes import IGNORED, op_type, packet_name
+from .optypes import ARG_DEPENDENT, IGNORED, op_type, packet_name
 
 INSPECT_MODES = ("trace", "stats", "full")
+# Op results whose statistics wait to be computed together (numerics.StatsBatch), at
+# most this many elements: they are kept alive until then.
+BATCH_ELEMENTS = 1 << 22
 
 _active_lock = threading.Lock()
 _active: "Recorder | None" = None
@@ -49,14 +51,14 @@ def active() -> "Recorder | None":
     return _active
 
 
-@dataclass
 class NodeInfo:
     """What the forward call that created an autograd node was."""
-    module: str
-    op: str
-    occurrence: int
-    reason: str
-    inserted_cast: bool
+    __slots__ = ("module", "op", "occurrence", "reason", "inserted_cast", "row")
+
+    def __init__(self, module, op, occurrence, reason, inserted_cast):
+        self.module, self.op, self.occurrence, self.reason = module, op, occurrence, reason
+        self.inserted_cast = inserted_cast
+        self.row = op + "_grad"  # its backward calls' row of the op table
 
 
 class _Instance:
@@ -68,14 +70,10 @@ class _Instance:
         self.calls = 0
         self.reason = "off"
         self.autocast = ""         # autocast's dtype when it was on for the last call
-        self.dtypes_in: list = []
-        self.compute = ""
-        self.out = ""
-        self.kernel_dtypes = [0, 0, 0, 0]
+        self.last = ([], None, None)  # the last call's (input dtypes, kernel dtype, output dtype)
+        self.kernel_calls: dict = {}  # (device, aten, kernel dtype) -> calls, first-seen order
         self.casts: dict = {}      # (input, from, to) -> calls
-        self.kernels: dict = {}    # "cpu:addmm:f16" -> calls
-        self.numerics: dict = {}   # role -> Stats
-        self.aten: list = []       # aten ops its calls ran, first-seen order
+        self.numerics: dict = {}   # role -> numerics.Accumulator
         # inspect full: the fp32 recompute
         self.error_count = 0
         self.error_nonfinite = 0
@@ -93,6 +91,78 @@ class _Instance:
     @property
     def name(self) -> str:
         return f"{self.module}/{self.type}#{self.occurrence}"
+
+    # What the report reads, made from the counts when it reads them.
+    @property
+    def dtypes_in(self) -> list:
+        return [nx.dtype_name(d) for d in self.last[0]]
+
+    @property
+    def compute(self) -> str:
+        kdtype = self.last[1]
+        if kdtype is None:
+            return ""
+        return "float32" if kdtype in nx.LOW_PRECISION else nx.dtype_name(kdtype)
+
+    @property
+    def out(self) -> str:
+        return nx.dtype_name(self.last[2]) if self.last[2] is not None else ""
+
+    @property
+    def kernel_dtypes(self) -> list:
+        c = [0, 0, 0, 0]
+        for (_, _, kdtype), n in self.kernel_calls.items():
+            c[_BUCKET.get(kdtype, 3)] += n
+        return c
+
+    @property
+    def kernels(self) -> dict:
+        """"cpu:addmm:f16" -> calls, first-seen order."""
+        out: dict = {}
+        for (device, aten, kdtype), n in self.kernel_calls.items():
+            short = _SHORT.get(kdtype, nx.dtype_name(kdtype) if kdtype is not None else "none")
+            name = f"{device}:{aten}:{short}"
+            out[name] = out.get(name, 0) + n
+        return out
+
+    @property
+    def aten(self) -> list:
+        """The aten ops its calls ran, first-seen order."""
+        out = []
+        for (_, aten, _) in self.kernel_calls:
+            if aten not in out:
+                out.append(aten)
+        return out
+
+
+class _Call:
+    """One aten call's place in the report, worked out before it runs."""
+    __slots__ = ("seq", "step", "phase", "op", "row", "module", "k", "reason", "autocast", "inserted",
+                 "node_inserted", "device")
+
+    def __init__(self, seq, step, phase, op, row, module, k, reason, autocast, inserted, node_inserted, device):
+        self.seq, self.step, self.phase, self.op, self.row, self.module = seq, step, phase, op, row, module
+        self.k, self.reason, self.autocast, self.inserted = k, reason, autocast, inserted
+        self.node_inserted, self.device = node_inserted, device
+
+
+class _FuncInfo:
+    """What the recorder needs of an aten overload that does not depend on its arguments,
+    worked out at its first call."""
+    __slots__ = ("packet", "ignored", "op", "is_view", "recompute_ok", "mutable", "writes")
+
+    def __init__(self, func):
+        self.packet = packet_name(func)
+        self.ignored = self.packet in IGNORED
+        self.op = None if self.packet in ARG_DEPENDENT else op_type(func, ())
+        self.is_view = bool(getattr(func, "is_view", False))
+        self.recompute_ok = _recompute_allowed(func)
+        schema = getattr(func, "_schema", None)
+        self.mutable = bool(schema is not None and schema.is_mutable)
+        self.writes = ()
+        if self.mutable:
+            self.writes = tuple(i for i, arg in enumerate(schema.arguments)
+                                if arg.alias_info is not None and arg.alias_info.is_write)
 
 
 _BUCKET = {torch.float16: 0, torch.bfloat16: 1, torch.float32: 2}
@@ -177,6 +247,7 @@ class Recorder:
             self.watch = nf.NanWatch(nf.Options(allowed_ops=allowed_ops, allowed_modules=allowed_modules,
                                                 max_skipped_fraction=max_skipped_fraction))
             self.watch.grad_keys = self._grad_keys
+        self._batch = nx.StatsBatch()
         self.max_skipped_fraction = max_skipped_fraction
         self.stats_every = stats_every
         self.allow_inf = tuple(allow_inf)
@@ -209,6 +280,8 @@ class Recorder:
         self.inserted_casts: dict = {}
         self.instances: dict = {}
         self._pending_casts: dict = {}
+        self._finfo: dict = {}        # aten overload -> _FuncInfo
+        self._node_ops: dict = {}     # autograd node name -> op type
         # the model
         self._paths: dict = {}        # id(module) -> (path, module)
         self._roots: list = []        # (prefix, module)
@@ -232,6 +305,7 @@ class Recorder:
         self.script_outcome = None   # set by the runner: {"exit_code": n, "error": "..."}
         self.interrupted_by = ""
         self._backward_autocast = (False, False)
+        self._backward_dtypes = ("", "")
         self._in_backward = 0
         self._handles: list = []
         self._patches: list = []
@@ -298,6 +372,7 @@ class Recorder:
                     _active = None
         if self._step_busy:
             self._end_step()
+        self._flush_stats()
         from . import report as report_mod
         self._final = report_mod.build(self)
         if self.out:
@@ -326,6 +401,7 @@ class Recorder:
         """The report of the run so far (close() gives the final one)."""
         from . import report as report_mod
         with self._lock:
+            self._flush_stats()
             return report_mod.build(self)
 
     def set_accuracy(self, accuracy: float):
@@ -607,6 +683,8 @@ class Recorder:
                     self._note_loss(float(t.detach().float()))
             # The engine runs backward with the caller's thread-local state: autocast's too.
             self._backward_autocast = listen.autocast_now()
+            self._backward_dtypes = tuple(nx.dtype_name(listen.autocast_dtype(d)) if on else ""
+                                          for d, on in zip(("cpu", "cuda"), self._backward_autocast))
         mode = None
         if not listen.mode_on_this_thread(listen.RecordingMode):
             mode = listen.RecordingMode(self._on_call)  # a thread the script started
@@ -638,6 +716,7 @@ class Recorder:
                 record["skipped"] = any(u.skipped for u in self._step_updates)
                 record["scale_after"] = last.scale_after
             self.steps.append(record)
+            self._flush_stats()
             if self.seed is None:
                 self.seed = int(torch.initial_seed())
             if self.watch is not None:
@@ -655,22 +734,36 @@ class Recorder:
 
     # -- op calls -----------------------------------------------------------------------
 
+    def _flush_stats(self):
+        if self._batch:
+            with listen.quiet():
+                self._batch.flush()
+
+    def _func_info(self, func) -> "_FuncInfo":
+        info = self._finfo.get(func)
+        if info is None:
+            info = self._finfo[func] = _FuncInfo(func)
+        return info
+
     def _on_call(self, func, args, kwargs):
-        if self._waiting or self.internal_error is not None or packet_name(func) in IGNORED:
+        info = self._finfo.get(func)
+        if info is None:
+            info = self._func_info(func)
+        if info.ignored or self._waiting or self.internal_error is not None:
             return func(*args, **kwargs)
-        tensors = listen.tensors_of((args, kwargs))
-        if not all(listen.plain(t) for t in tensors):
+        tensors = listen.tensors_of_call(args, kwargs)
+        if not listen.all_plain(tensors):
             return func(*args, **kwargs)  # FakeTensor, DTensor, meta: not values to read
         try:
-            with listen.internal():
-                call = self._begin(func, args, kwargs, tensors)
+            call = self._begin(info, func, args, tensors)
+            if info.mutable and self._batch:
+                self._flush_stats()  # the waiting results may be what it overwrites
         except Exception:
             self._broke()
             return func(*args, **kwargs)
         out = func(*args, **kwargs)
         try:
-            with listen.internal():
-                self._end(call, func, args, kwargs, tensors, out)
+            self._end(call, info, func, args, kwargs, tensors, out)
         except Exception:
             self._broke()
         return out
@@ -682,65 +775,76 @@ class Recorder:
         print("ampcheck recorder: internal error; recording stopped, the script goes on:\n"
               + self.internal_error, file=sys.stderr)
 
-    def _begin(self, func, args, kwargs, tensors) -> dict:
+    def _begin(self, info, func, args, tensors) -> "_Call":
+        # Per call only what differs between calls is worked out; what depends on the op
+        # alone (its names, its schema) is in `info`, made once per aten overload.
         s = listen.state()
-        node = listen.current_node()
+        node = _current_node() if listen.HAS_NODE else None
         with self._lock:
             self._seq += 1
-            call = {"seq": self._seq, "step": self.step_index, "inserted": False,
-                    "k": 0, "node_inserted": False}
-            device = tensors[0].device.type if tensors else "cpu"
-            if not self.device and tensors:
-                self.device = device
+            if tensors:
+                device = tensors[0].device.type
+                if not self.device:
+                    self.device = device
+            else:
+                device = "cpu"
             if node is not None or (self._in_backward and not listen.HAS_NODE):
-                call["phase"] = "backward"
                 seq = node._sequence_nr() if node is not None else -1
-                info = self._nodes.get(seq) or self._nodes_prev.get(seq)
-                if info is not None:
-                    call.update(op=info.op, module=info.module, k=info.occurrence, reason=info.reason,
-                                node_inserted=info.inserted_cast)
-                else:
-                    call.update(op=_node_op(node), module=self._node_module(node), reason="off")
-                call["row"] = call["op"] + "_grad"
+                ni = self._nodes.get(seq) or self._nodes_prev.get(seq)
+                if ni is None:
+                    op = self._node_op(node)
+                    ni = NodeInfo(self._node_module(node), op, 0, "off", False)
                 on = self._backward_autocast[1 if device == "cuda" else 0]
-                call["autocast"] = nx.dtype_name(listen.autocast_dtype(device)) if on else ""
+                autocast = (self._backward_dtypes[1 if device == "cuda" else 0] if on else "")
                 if s.node_seq != seq:
                     s.node_seq, s.node_results = seq, 0
-                return call
-            op = op_type(func, args)
+                return _Call(self._seq, self.step_index, "backward", ni.op, ni.row, ni.module, ni.occurrence,
+                             ni.reason, autocast, False, ni.inserted_cast, device)
+            op = info.op or op_type(func, args)
             if s.optimizer_depth:
-                call.update(phase="optimizer", op=op, row=op, module="", reason="off", autocast="")
                 # The scaler's multiply of the loss makes a node backward runs first.
                 self._claim_node(tensors, NodeInfo("", op, 0, "off", False))
-                return call
+                return _Call(self._seq, self.step_index, "optimizer", op, op, "", 0, "off", "", False, False,
+                             device)
             module = s.modules[-1] if s.modules else ""
             on = s.autocast_cuda if device == "cuda" else s.autocast_cpu
-            inserted = op == "cast" and on and s.function not in listen.CONVERSIONS
+            inserted = on and op == "cast" and s.function not in listen.CONVERSIONS
             # Inside a torch call the Forcer runs in fp32 (fp32.py): the custom black list.
             reason = "custom_black" if s.forcing else ("autocast" if on else "off")
             dt = ""
             if on:
                 self.autocast_seen = True
-                dt = nx.dtype_name(listen.autocast_dtype(device))
+                dt = nx.dtype_name(_autocast_dtype(device))
                 if dt not in self.autocast_dtypes:
                     self.autocast_dtypes.append(dt)
             k = 0
             if not inserted:
-                k = self._occurrences.get((module, op), 0)
-                self._occurrences[(module, op)] = k + 1
-            call.update(phase="forward", op=op, row=op, module=module, reason=reason, autocast=dt,
-                        inserted=inserted, k=k)
-            self._claim_node(tensors, NodeInfo(module, op, k, reason, inserted))
-            return call
+                key = (module, op)
+                k = self._occurrences.get(key, 0)
+                self._occurrences[key] = k + 1
+            if tensors and torch.is_grad_enabled():
+                self._claim_node(tensors, NodeInfo(module, op, k, reason, inserted))
+            return _Call(self._seq, self.step_index, "forward", op, op, module, k, reason, dt, inserted, False,
+                         device)
 
-    def _claim_node(self, tensors, info: NodeInfo):
+    def _claim_node(self, tensors, info: "NodeInfo"):
         # The node a forward call creates is made just before the call reaches the mode,
         # with the thread's last sequence number; a call that made none (an output that is
         # not differentiable) finds that number claimed by the call that made it.
-        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-            seq = listen.next_sequence_nr() - 1
-            if seq not in self._nodes:
-                self._nodes[seq] = info
+        if torch.is_grad_enabled():
+            for t in tensors:
+                if t.requires_grad:
+                    seq = _next_sequence_nr() - 1
+                    if seq not in self._nodes:
+                        self._nodes[seq] = info
+                    return
+
+    def _node_op(self, node) -> str:
+        name = node.name() if node is not None else None
+        op = self._node_ops.get(name)
+        if op is None:
+            op = self._node_ops[name] = _node_op(node)
+        return op
 
     def _node_module(self, node) -> str:
         # Gradient accumulation into a parameter belongs to the parameter's module.
@@ -750,15 +854,15 @@ class Recorder:
             return name.rsplit(".", 1)[0] if "." in name else ""
         return ""
 
-    def _end(self, call, func, args, kwargs, tensors, out):
-        outs = [t for t in listen.tensors_of(out) if listen.plain(t)]
-        if not outs:  # an in-place op returning nothing: what it wrote is its result
-            schema = getattr(func, "_schema", None)
-            if schema is not None and schema.is_mutable:
-                outs = [a for a, arg in zip(args, schema.arguments) if isinstance(a, torch.Tensor)
-                        and arg.alias_info is not None and arg.alias_info.is_write]
-        phase = call["phase"]
-        aten = packet_name(func)
+    def _end(self, call, info, func, args, kwargs, tensors, out):
+        if type(out) is torch.Tensor:
+            outs = [out] if not out.is_meta else []
+        else:
+            outs = [t for t in listen.tensors_of(out) if listen.plain(t)]
+        if not outs and info.writes:  # an in-place op returning nothing: what it wrote is its result
+            outs = [args[i] for i in info.writes if i < len(args) and isinstance(args[i], torch.Tensor)]
+        phase = call.phase
+        aten = info.packet
         kdtype = _kernel_dtype(outs, tensors)
         with self._lock:
             if phase == "forward" and kdtype in nx.LOW_PRECISION:
@@ -766,50 +870,65 @@ class Recorder:
                 if name not in self.low_dtypes:
                     self.low_dtypes.append(name)
             if phase != "optimizer":
-                self._table(call, func, aten, tensors, outs, kdtype)
+                self._table(call, aten, tensors, outs, kdtype)
             if self.watch is None:
                 return
-            floating_in = [t for t in tensors if t.is_floating_point()]
-            if phase == "forward" and (not floating_in or all(self.watch.is_constant(t) for t in floating_in)):
-                for t in outs:  # made from constants only: a constant (a mask, a position table)
-                    self.watch.note_constant(t)
-                return
-            recompute = None
-            if phase == "forward" and _recompute_allowed(func) and outs and outs[0].is_floating_point() \
-                    and outs[0].dtype in nx.LOW_PRECISION:
-                recompute = _make_recompute(func, args, kwargs)
-            ev = nf.OpEvent(call["seq"], call["step"], phase, call["op"], aten, call["module"],
-                            list(enumerate(tensors)), outs, call["inserted"], recompute)
-            self.watch.on_op(ev, call["node_inserted"])
-            if phase == "optimizer" or call["inserted"]:
-                return
-            inst = self._instance(call)
-            sample = (call["step"] - 1) % self.stats_every == 0
-            if sample:
-                role = None
-                if phase == "forward":
-                    role = "out"
-                elif not func.is_view:
-                    s = listen.state()
-                    role = f"grad{s.node_results}"
-                    s.node_results += 1
-                first = next((t for t in outs if t.is_floating_point()), None)
-                if role is not None and first is not None:
-                    inst.numerics.setdefault(role, nx.Stats()).merge(nx.tensor_stats(first))
-            if self.inspect == "full" and recompute is not None:
-                self._measure(inst, call["step"], outs[0], recompute())
+            with listen.internal():
+                self._watch_call(call, info, func, args, kwargs, tensors, outs, aten)
+
+    def _watch_call(self, call, info, func, args, kwargs, tensors, outs, aten):
+        phase = call.phase
+        floating_in = [t for t in tensors if t.is_floating_point()]
+        if phase == "forward" and (not floating_in or all(self.watch.is_constant(t) for t in floating_in)):
+            for t in outs:  # made from constants only: a constant (a mask, a position table)
+                self.watch.note_constant(t)
+            return
+        recompute = None
+        if phase == "forward" and info.recompute_ok and outs and outs[0].is_floating_point() \
+                and outs[0].dtype in nx.LOW_PRECISION:
+            recompute = _make_recompute(func, args, kwargs)
+        ev = nf.OpEvent(call.seq, call.step, phase, call.op, aten, call.module,
+                        list(enumerate(tensors)), outs, call.inserted, recompute)
+        self.watch.on_op(ev, call.node_inserted)
+        if phase == "optimizer" or call.inserted:
+            return
+        inst = self._instance(call)
+        sample = (call.step - 1) % self.stats_every == 0
+        if sample:
+            role = None
+            if phase == "forward":
+                role = "out"
+            elif not info.is_view:
+                s = listen.state()
+                role = f"grad{s.node_results}"
+                s.node_results += 1
+            first = next((t for t in outs if t.is_floating_point()), None)
+            if role is not None and first is not None:
+                acc = inst.numerics.get(role)
+                if acc is None:
+                    acc = inst.numerics[role] = nx.Accumulator()
+                # A new handle of the values, not the tensor: the tensor's own reference count
+                # decides whether AccumulateGrad may take a gradient as it is (or copies it).
+                self._batch.add(acc, first.detach())
+                if self._batch.elements > BATCH_ELEMENTS:
+                    self._flush_stats()
+        if self.inspect == "full" and recompute is not None:
+            self._measure(inst, call.step, outs[0], recompute())
 
     def _instance(self, call) -> _Instance:
-        key = (call["module"], call["row"], call["phase"], call["k"])
+        key = (call.module, call.row, call.phase, call.k)
         inst = self.instances.get(key)
         if inst is None:
-            inst = self.instances[key] = _Instance(call["module"], call["row"], call["phase"], call["k"])
+            inst = self.instances[key] = _Instance(call.module, call.row, call.phase, call.k)
         return inst
 
-    def _table(self, call, func, aten, tensors, outs, kdtype):
-        bucket = _BUCKET.get(kdtype, 3)
-        if call["inserted"]:
-            src = next((t for t in tensors if t.is_floating_point()), None)
+    def _table(self, call, aten, tensors, outs, kdtype):
+        if call.inserted:
+            src = None
+            for t in tensors:
+                if t.is_floating_point():
+                    src = t
+                    break
             if src is not None and outs:
                 key = (nx.dtype_name(src.dtype), nx.dtype_name(outs[0].dtype))
                 self.inserted_casts[key] = self.inserted_casts.get(key, 0) + 1
@@ -817,23 +936,22 @@ class Recorder:
                     self._pending_casts.clear()
                 self._pending_casts[id(outs[0])] = (key, outs[0])
             return
-        row = self.op_types.setdefault(call["row"], [0, 0, 0, 0])
-        row[bucket] += 1
-        inst = self._instance(call)
+        row = self.op_types.get(call.row)
+        if row is None:
+            row = self.op_types[call.row] = [0, 0, 0, 0]
+        row[_BUCKET.get(kdtype, 3)] += 1
+        key = (call.module, call.row, call.phase, call.k)
+        inst = self.instances.get(key)
+        if inst is None:
+            inst = self.instances[key] = _Instance(call.module, call.row, call.phase, call.k)
         inst.calls += 1
-        inst.reason = call["reason"]
-        inst.autocast = call["autocast"]
-        inst.dtypes_in = [nx.dtype_name(t.dtype) for t in tensors]
-        inst.compute = ("float32" if kdtype in nx.LOW_PRECISION else nx.dtype_name(kdtype)) if kdtype else ""
-        inst.out = nx.dtype_name(outs[0].dtype) if outs else ""
-        inst.kernel_dtypes[bucket] += 1
-        short = _SHORT.get(kdtype, nx.dtype_name(kdtype) if kdtype is not None else "none")
-        device = tensors[0].device.type if tensors else "cpu"
-        kernel = f"{device}:{aten}:{short}"
-        inst.kernels[kernel] = inst.kernels.get(kernel, 0) + 1
-        if aten not in inst.aten:
-            inst.aten.append(aten)
-        if call["phase"] == "forward" and self._pending_casts:
+        inst.reason = call.reason
+        inst.autocast = call.autocast
+        # The last call's dtypes, as dtypes: their names are written once, in the report.
+        inst.last = ([t.dtype for t in tensors], kdtype, outs[0].dtype if outs else None)
+        kernel = (call.device, aten, kdtype)
+        inst.kernel_calls[kernel] = inst.kernel_calls.get(kernel, 0) + 1
+        if call.phase == "forward" and self._pending_casts:
             for i, t in enumerate(tensors):
                 hit = self._pending_casts.get(id(t))
                 if hit is not None and hit[1] is t:
@@ -843,6 +961,30 @@ class Recorder:
     def _measure(self, inst: _Instance, step: int, low: torch.Tensor, ref):
         """inspect full: the fp16/bf16 result against the same op in fp32."""
         if ref is None or ref.numel() != low.numel():
+            return
+        if ref.dtype == torch.float32 and low.numel() and nx.all_finite(low) and nx.all_finite(ref):
+            # Both finite (the common case): nothing overflowed and nothing is non-finite in
+            # fp32 either; only underflow is left to count, with the errors, in one read-back.
+            b = nx.BOUNDS[low.dtype]
+            lo32 = low.detach().reshape(-1).to(torch.float32)
+            r = ref.detach().reshape(-1)
+            ra = r.abs()
+            under = (lo32 == 0) & (ra > 0) & (ra <= b.underflow)
+            lo = lo32.double()
+            y = r.double()
+            diff = lo - y
+            floor_diff = y.to(low.dtype).double() - y
+            n_under, norm, norm_diff, norm_floor, max_abs = torch.stack([
+                under.sum().double(), torch.linalg.vector_norm(y), torch.linalg.vector_norm(diff),
+                torch.linalg.vector_norm(floor_diff), diff.abs().max()]).tolist()
+            if n_under:
+                r_loss = nx.range_loss(low, ref)  # where it underflowed first, and the value
+                inst.underflow += r_loss.underflow
+                if inst.first_loss is None:
+                    inst.first_loss = (step, "underflow", r_loss.underflow_value)
+            err = norm_diff / norm if norm > 0 else 0.0
+            floor = norm_floor / norm if norm > 0 else 0.0
+            self._add_error(inst, step, err, floor, max_abs)
             return
         r = nx.range_loss(low, ref)
         inst.fp32_nonfinite += r.fp32_nonfinite
@@ -862,12 +1004,25 @@ class Recorder:
         floor_diff = y.to(low.dtype).double() - y
         err = float(torch.linalg.vector_norm(diff)) / norm if norm > 0 else 0.0
         floor = float(torch.linalg.vector_norm(floor_diff)) / norm if norm > 0 else 0.0
+        self._add_error(inst, step, err, floor, float(diff.abs().max()) if diff.numel() else 0.0)
+
+    @staticmethod
+    def _add_error(inst, step, err, floor, max_abs):
         inst.error_count += 1
         inst.error_sum += err
         inst.floor_sum += floor
         if err > inst.worst:
             inst.worst, inst.floor_at_worst, inst.worst_step = err, floor, step
-        inst.max_abs = max(inst.max_abs, float(diff.abs().max()) if diff.numel() else 0.0)
+        inst.max_abs = max(inst.max_abs, max_abs)
+
+
+_current_node = torch._C._current_autograd_node if listen.HAS_NODE else (lambda: None)
+_next_sequence_nr = torch.autograd._get_sequence_nr
+try:
+    torch.get_autocast_dtype("cpu")
+    _autocast_dtype = torch.get_autocast_dtype
+except (AttributeError, TypeError):  # torch < 2.4
+    _autocast_dtype = listen.autocast_dtype
 
 
 def _node_op(node) -> str:
