@@ -1,5 +1,7 @@
 #include "cli/recorder_process.h"
 
+#include <nlohmann/json.hpp>
+
 #include <fmt/format.h>
 
 #include <cerrno>
@@ -350,6 +352,20 @@ RecordedRun recorded_run(const RecordRequest& request) {
   } catch (const reports::ReportError& e) {
     throw std::runtime_error(std::string("the recorder wrote a report ampcheck cannot read (a recorder bug): ") +
                              e.what());
+  }
+  // The recorder, inside the script, saw its exception but not its exit status: the
+  // status is ampcheck's to add (the report and its text say both). Ctrl-C (130) is an
+  // interruption, said apart.
+  reports::ScriptOutcome& outcome = out.report.run.script_outcome ? *out.report.run.script_outcome
+                                                                  : out.report.run.script_outcome.emplace();
+  if (rec.exit_code != 0 && rec.exit_code != 130 && !outcome.exit_code) {
+    outcome.exit_code = rec.exit_code;
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(out.json);
+    j["run"]["script_outcome"]["exit_code"] = rec.exit_code;
+    if (!j["run"]["script_outcome"].contains("error")) j["run"]["script_outcome"]["error"] = outcome.error;
+    out.json = j.dump(2) + "\n";
+  } else if (!out.report.run.script_outcome->exit_code && outcome.error.empty()) {
+    out.report.run.script_outcome.reset();  // nothing to say: as the recorder wrote it
   }
   return out;
 }
