@@ -566,7 +566,8 @@ void op_range(Exec& e) {
     if (n < 0) e.fail("start " + std::to_string(a) + ", limit " + std::to_string(b) + ", delta " + std::to_string(st) + " make more elements than int64 counts");
     host_elements({n});
     std::vector<std::int64_t> v(static_cast<std::size_t>(n));
-    for (std::int64_t k = 0; k < n; ++k) v[static_cast<std::size_t>(k)] = a + k * st;
+    // Each element lies between start and limit, but k * delta alone may not fit in int64.
+    for (std::int64_t k = 0; k < n; ++k) v[static_cast<std::size_t>(k)] = static_cast<std::int64_t>(a + static_cast<Wide>(k) * st);
     return e.set(0, Array::ints({n}, v));
   }
   const double a = s.at(0), b = l.at(0), st = d.at(0);

@@ -86,7 +86,8 @@ TEST(OnnxPytorchOps, SequenceLengthsMatchPackedSequences) {
 
 TEST(OnnxPytorchOps, RecurrentAndPoolingExportsTrain) {
   for (const char* name : {"lstm", "rnn_relu", "pools"}) {  // batch-first inputs: a row is a sample
-    const Array& x = array_named(read_npz(kModels + std::string(name) + ".npz"), "input");
+    const auto arrays = read_npz(kModels + std::string(name) + ".npz");  // kept: x refers into it
+    const Array& x = array_named(arrays, "input");
     Generator gen(5);
     Shape shape = x.shape;
     shape[0] = 8;
