@@ -39,8 +39,11 @@ generator=()
 command -v ninja >/dev/null && [[ ! -f $dir/CMakeCache.txt ]] && generator=(-G Ninja)
 
 mkdir -p "$dir"
+# The benchmarks are timed in the Release build only: the sanitizer build leaves them out.
+bench=ON
+[[ -n $sanitize ]] && bench=OFF
 cmake -S "$root" -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=$type \
-  -DAMPCHECK_CUDA="$cuda" -DAMPCHECK_SANITIZE="$sanitize" >"$dir/configure.log" 2>&1 \
+  -DAMPCHECK_CUDA="$cuda" -DAMPCHECK_SANITIZE="$sanitize" -DAMPCHECK_BUILD_BENCH=$bench >"$dir/configure.log" 2>&1 \
   || { cat "$dir/configure.log" >&2; exit 1; }
 grep -E '^-- (ampcheck|CUDA)' "$dir/configure.log" || true
 target_args=()
