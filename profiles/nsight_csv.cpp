@@ -117,11 +117,27 @@ Profile finish_ncu(Profile p, std::vector<NcuKernel>& kernels, const std::string
   return p;
 }
 
+// A kernel's identity from its row, in either CSV form: the columns are found from the header.
+struct NcuColumns {
+  int name, block, grid, stream, device;
+  explicit NcuColumns(const std::vector<std::string>& header)
+      : name(column(header, {"Kernel Name"})), block(column(header, {"Block Size"})), grid(column(header, {"Grid Size"})),
+        stream(column(header, {"Stream"})), device(column(header, {"Device"})) {}
+  NcuKernel& add(std::vector<NcuKernel>& kernels, const std::vector<std::string>& row) const {
+    NcuKernel& k = kernels.emplace_back();
+    k.name = cell(row, name);
+    k.block = dim3(cell(row, block));
+    k.grid = dim3(cell(row, grid));
+    k.stream = to_i32(cell(row, stream));
+    k.device = to_i32(cell(row, device));
+    return k;
+  }
+};
+
 Profile read_ncu_details(CsvReader& csv, const std::vector<std::string>& header, Profile p, const std::string& label) {
-  const int id = column(header, {"ID"}), name = column(header, {"Kernel Name"}), metric = column(header, {"Metric Name"}),
-            unit = column(header, {"Metric Unit"}), value = column(header, {"Metric Value"}),
-            block = column(header, {"Block Size"}), grid = column(header, {"Grid Size"}),
-            stream = column(header, {"Stream"}), device = column(header, {"Device"});
+  const NcuColumns cols(header);
+  const int id = column(header, {"ID"}), name = cols.name, metric = column(header, {"Metric Name"}),
+            unit = column(header, {"Metric Unit"}), value = column(header, {"Metric Value"});
   if (value < 0) throw ProfileError(label + ": an Nsight Compute CSV with \"Metric Name\" but no \"Metric Value\" column");
   std::vector<NcuKernel> kernels;
   std::map<std::string, std::size_t> by_id;
@@ -132,23 +148,15 @@ Profile read_ncu_details(CsvReader& csv, const std::vector<std::string>& header,
     if (row.size() <= static_cast<std::size_t>(last)) continue;  // a blank or cut line
     const std::string key = cell(row, id) + "\x1f" + cell(row, column(header, {"Process ID"}));
     auto [it, fresh] = by_id.try_emplace(key, kernels.size());
-    if (fresh) {
-      NcuKernel& k = kernels.emplace_back();
-      k.name = cell(row, name);
-      k.block = dim3(cell(row, block));
-      k.grid = dim3(cell(row, grid));
-      k.stream = to_i32(cell(row, stream));
-      k.device = to_i32(cell(row, device));
-    }
+    if (fresh) cols.add(kernels, row);
     add_metric(kernels[it->second], cell(row, metric), cell(row, unit), cell(row, value));
   }
   return finish_ncu(std::move(p), kernels, label);
 }
 
 Profile read_ncu_raw(CsvReader& csv, const std::vector<std::string>& header, Profile p, const std::string& label) {
-  const int id = column(header, {"ID"}), name = column(header, {"Kernel Name"}), block = column(header, {"Block Size"}),
-            grid = column(header, {"Grid Size"}), stream = column(header, {"Stream"}),
-            device = column(header, {"Device"});
+  const NcuColumns cols(header);
+  const int id = column(header, {"ID"}), name = cols.name;
   std::vector<std::string> units(header.size());
   std::vector<NcuKernel> kernels;
   std::vector<std::string> row;
@@ -162,12 +170,7 @@ Profile read_ncu_raw(CsvReader& csv, const std::vector<std::string>& header, Pro
       continue;
     }
     first = false;
-    NcuKernel& k = kernels.emplace_back();
-    k.name = cell(row, name);
-    k.block = dim3(cell(row, block));
-    k.grid = dim3(cell(row, grid));
-    k.stream = to_i32(cell(row, stream));
-    k.device = to_i32(cell(row, device));
+    NcuKernel& k = cols.add(kernels, row);
     for (std::size_t c = 0; c < header.size(); ++c)
       if (header[c].find("__") != std::string::npos) add_metric(k, header[c], units[c], row[c]);
   }
