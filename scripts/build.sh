@@ -18,24 +18,37 @@ done
 
 # The sanitizer build is the build without CUDA (unless AMPCHECK_CUDA says otherwise): so
 # CI compiles both flavours, the CUDA backend in the Release build and kernels/no_gpu/
-# here, and host sanitizers have nothing to add to device code. The fuzz targets of fuzz/
-# replay tests/data/hostile here (hostile.TARGET); AMPCHECK_FUZZ=1 (scripts/fuzz.sh) makes
-# it clang's instead (Debian's clang-14), with libFuzzer's coverage instrumentation in
-# every library, so that the targets fuzz.
+# here, and host sanitizers have nothing to add to device code. It is clang's (Debian's
+# clang-14, scripts/bootstrap.sh --fuzz) with libFuzzer's coverage instrumentation in every
+# library, so that the fuzz targets of fuzz/ fuzz (fuzz.TARGET, and scripts/fuzz.sh for
+# long) besides replaying tests/data/hostile (hostile.TARGET); AMPCHECK_FUZZ=0 makes it the
+# default compiler's, without libFuzzer. -O1 with line tables only: a sanitizer's report
+# names file and line, and the build takes half the time of -O2 -g.
 if [[ -n $sanitize ]]; then
   dir=${AMPCHECK_BUILD_DIR:-$root/build-sanitize}
   type=RelWithDebInfo
   cuda=${AMPCHECK_CUDA:-OFF}
-  if [[ ${AMPCHECK_FUZZ:-0} == 1 ]]; then
+  debug_flags="-O1 -g1 -DNDEBUG"
+  if [[ ${AMPCHECK_FUZZ:-1} == 1 ]]; then
+    command -v clang++-14 >/dev/null ||
+      { echo "build.sh: --sanitize needs clang-14 (scripts/bootstrap.sh --fuzz installs it; AMPCHECK_FUZZ=0 uses the default compiler without libFuzzer)" >&2; exit 2; }
     export CC=clang-14 CXX=clang++-14
     sanitize="$sanitize,fuzzer-no-link"
+    debug_flags="-O1 -gline-tables-only -DNDEBUG"
   fi
 else
   dir=${AMPCHECK_BUILD_DIR:-$root/build}
   type=Release
   cuda=${AMPCHECK_CUDA:-AUTO}
+  debug_flags=""
 fi
 generator=()
+# A build folder configured for another compiler (an older sanitizer build) starts again.
+if [[ -n ${CXX:-} && -f $dir/CMakeCache.txt ]] &&
+   ! grep -q "^CMAKE_CXX_COMPILER:[A-Z]*=$(command -v "$CXX")\$" "$dir/CMakeCache.txt"; then
+  echo "build.sh: $dir was configured for another compiler: configuring it again for $CXX"
+  rm -rf "$dir/CMakeCache.txt" "$dir/CMakeFiles"
+fi
 command -v ninja >/dev/null && [[ ! -f $dir/CMakeCache.txt ]] && generator=(-G Ninja)
 
 mkdir -p "$dir"
@@ -43,7 +56,9 @@ mkdir -p "$dir"
 bench=ON
 [[ -n $sanitize ]] && bench=OFF
 cmake -S "$root" -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=$type \
-  -DAMPCHECK_CUDA="$cuda" -DAMPCHECK_SANITIZE="$sanitize" -DAMPCHECK_BUILD_BENCH=$bench >"$dir/configure.log" 2>&1 \
+  -DAMPCHECK_CUDA="$cuda" -DAMPCHECK_SANITIZE="$sanitize" -DAMPCHECK_BUILD_BENCH=$bench \
+  ${debug_flags:+"-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$debug_flags" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=$debug_flags"} \
+  >"$dir/configure.log" 2>&1 \
   || { cat "$dir/configure.log" >&2; exit 1; }
 grep -E '^-- (ampcheck|CUDA)' "$dir/configure.log" || true
 target_args=()

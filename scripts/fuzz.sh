@@ -1,21 +1,22 @@
 #!/usr/bin/env bash
 # Fuzzes every reader of users' files for a long while (CI replays the hostile files of
-# tests/data/hostile through the same targets). Builds the clang build with libFuzzer,
-# ASan and UBSan (build-fuzz: the sanitizer build's flags, with clang-14), then
-# runs each target for SECONDS on its corpus (build-fuzz/fuzz/corpus/TARGET, grown from
-# the project's own files of that kind and tests/data/hostile/TARGET), JOBS targets at once.
+# tests/data/hostile through the same targets and fuzzes each for 30 s). Builds the
+# sanitizer build (build-sanitize: clang-14 with libFuzzer, ASan and UBSan, the build of
+# scripts/test.sh --sanitize and CI's second pass), then runs each target for SECONDS on
+# its corpus (build-sanitize/fuzz/corpus/TARGET, grown from the project's own files of that
+# kind and tests/data/hostile/TARGET), JOBS targets at once.
 #
 #   scripts/fuzz.sh [--time SECONDS] [--jobs N] [TARGET...]
 #     TARGET: onnx arrays model_file config report profile (default: all)
 #     SECONDS: per target, default 3600; JOBS: targets at once, default the number of cores
 #
 # Each crash (a signal, a sanitizer report, exit 3, an error of several lines or naming no
-# file: fuzz/harness.h) is saved as build-fuzz/crashes/TARGET/crash-*; reproduce it with
-# `build-fuzz/fuzz/ampcheck_fuzz_TARGET FILE`, fix it, and add the file to
+# file: fuzz/harness.h) is saved as build-sanitize/crashes/TARGET/crash-*; reproduce it with
+# `build-sanitize/fuzz/ampcheck_fuzz_TARGET FILE`, fix it, and add the file to
 # tests/data/hostile/TARGET/ (it becomes a regression test: hostile.TARGET replays it in
 # every build; a class worth its own words goes into make_hostile.py and
 # tests/onnx_hostile_test.cpp).
-# Writes a summary per target (executions, coverage, crashes) to build-fuzz/fuzz-summary.txt.
+# Writes a summary per target (executions, coverage, crashes) to build-sanitize/fuzz-summary.txt.
 # Exit 1 if any target crashed.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -31,7 +32,7 @@ while (($#)); do
   esac
 done
 bash "$root/scripts/bootstrap.sh" --fuzz
-dir=${AMPCHECK_FUZZ_BUILD_DIR:-$root/build-fuzz}
+dir=${AMPCHECK_FUZZ_BUILD_DIR:-$root/build-sanitize}
 AMPCHECK_FUZZ=1 AMPCHECK_BUILD_DIR=$dir bash "$root/scripts/build.sh" --sanitize
 ((${#targets[@]})) || mapfile -t targets < <(cd "$dir/fuzz" && ls ampcheck_fuzz_* | sed 's/^ampcheck_fuzz_//')
 

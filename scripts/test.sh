@@ -29,7 +29,11 @@ if [[ " $* " != *" --sanitize "* ]]; then
   fi
 fi
 
-bash "$root/scripts/bootstrap.sh"
+if [[ " $* " == *" --sanitize "* ]]; then
+  bash "$root/scripts/bootstrap.sh" --fuzz
+else
+  bash "$root/scripts/bootstrap.sh"
+fi
 bash "$root/scripts/build.sh" "$@"
 
 if [[ " $* " == *" --sanitize "* ]]; then
