@@ -129,7 +129,7 @@ int run(int argc, const char* const* argv, std::ostream& given_out, std::ostream
     for (const Command& c : commands)
       if (c.app->parsed()) return c.run(out, err);
   } catch (const UsageError& e) {
-    err << "ampcheck: " << e.what() << '\n';
+    err << "ampcheck: " << one_line(e.what()) << '\n';
     return kUsage;
   } catch (const models::ModelFileError& e) {
     // A model or its data that fails while training (a token id beyond an imported
@@ -138,7 +138,7 @@ int run(int argc, const char* const* argv, std::ostream& given_out, std::ostream
     return kUsage;
   } catch (const OutOfMemory& e) {
     // A size the user chose (a layer, the batch, the data) that the machine cannot hold.
-    err << "ampcheck: " << e.what() << '\n';
+    err << "ampcheck: " << one_line(e.what()) << '\n';
     return kUsage;
   } catch (const std::exception& e) {
     // Exit 3 is ampcheck's own defect, never the user's input: every failure an input

@@ -36,8 +36,9 @@ bool write_inputs(const std::string& model, const std::string& dir) {
     std::int64_t n = 1;
     for (std::int64_t& d : shape) {
       if (d < 0) d = 2;
-      n *= d;
-      if (d > (1 << 16) || n > (1 << 16)) return false;
+      if (d > (1 << 16)) return false;
+      n *= d;  // both at most 2^16: no overflow
+      if (n > (1 << 16)) return false;
     }
     if (!shape.empty()) rows = shape[0];
     const bool integer = in.elem_type.find("int") != std::string::npos || in.elem_type == "bool";

@@ -64,7 +64,15 @@ struct Trainer::State {
         policy(o.amp),
         scaler(o.amp.level != amp::Level::O0 ? o.scaling : amp::ScalingOptions{amp::StaticScaling{1.0}}) {
     Generator gen(o.seed);
-    model = build(file, data, gen);
+    try {
+      model = build(file, data, gen);
+    } catch (const ModelFileError& e) {
+      // The model's first forward on the data's first rows: a model and a data file that do
+      // not fit each other (token ids into a linear layer) are both named, either may be the
+      // one to change.
+      if (file.data.file.empty()) throw;
+      throw ModelFileError(std::string(e.what()) + " (on the data of " + file.data.file + ")");
+    }
     if (model->parameter_count() == 0)
       throw ModelFileError(file.source + ": the model has no trainable parameter (no floating-point weight): nothing "
                            "to train; run its forward with `ampcheck infer`, or export it with its weights as "

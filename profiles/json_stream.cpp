@@ -225,7 +225,9 @@ bool JsonStream::read_int(std::int64_t& out) {
     if (r.ec == std::errc() && r.ptr == n.data() + n.size()) return true;
     double d = 0;
     const auto rd = std::from_chars(n.data(), n.data() + n.size(), d);
-    if (rd.ec != std::errc() || !std::isfinite(d)) return false;
+    // A number written with a fraction or an exponent: an integer only within int64's range
+    // (2^63 is the first double beyond it; converting one there is undefined).
+    if (rd.ec != std::errc() || !(d > -9223372036854775808.0 && d < 9223372036854775808.0)) return false;
     out = static_cast<std::int64_t>(d);
     return true;
   }

@@ -37,6 +37,10 @@ AMPCHECK_FUZZ=1 AMPCHECK_BUILD_DIR=$dir bash "$root/scripts/build.sh" --sanitize
 ((${#targets[@]})) || mapfile -t targets < <(cd "$dir/fuzz" && ls ampcheck_fuzz_* | sed 's/^ampcheck_fuzz_//')
 
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+# Several targets share the machine: each reader's memory budget (what it may allocate for
+# a file's claims, as --max-memory) stays under libFuzzer's RSS limit, so that a claim it
+# refuses is a refusal, and one it does not is an out-of-memory crash.
+export AMPCHECK_MAX_MEMORY=${AMPCHECK_MAX_MEMORY:-1G}
 summary=$dir/fuzz-summary.txt
 : >"$summary"
 run_target() {
@@ -49,7 +53,7 @@ run_target() {
     python3 -c 'import json,sys; t=json.load(sys.stdin)["tests"]; print(" ".join(a for a in t[0]["command"][1:] if not a.startswith("-")) if t else "")')
   local log=$dir/crashes/$t/fuzz.log rc=0
   # shellcheck disable=SC2086
-  "$bin" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=3072 -max_len=1048576 -print_final_stats=1 \
+  "$bin" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=2560 -max_len=1048576 -print_final_stats=1 \
     -artifact_prefix="$dir/crashes/$t/" ${seeds:-$dir/fuzz/corpus/$t} >"$log" 2>&1 || rc=$?
   {
     echo "== $t: exit $rc after ${seconds} s"

@@ -41,13 +41,15 @@ TEST(CliDoctor, CpuFeaturesAgreeWithTheCompilersDetection) {
   const Json features = Json::parse(r.out).at("cpu").at("features");
 #if defined(__x86_64__)
   __builtin_cpu_init();
+#if !defined(__clang__)  // clang 14's __builtin_cpu_supports knows neither f16c nor avx512fp16: GCC's build checks them
   EXPECT_EQ(features.at("f16c").get<bool>(), __builtin_cpu_supports("f16c") != 0);
+  EXPECT_EQ(features.at("avx512_fp16").get<bool>(), __builtin_cpu_supports("avx512fp16") != 0);
+#endif
   EXPECT_EQ(features.at("fma").get<bool>(), __builtin_cpu_supports("fma") != 0);
   EXPECT_EQ(features.at("avx2").get<bool>(), __builtin_cpu_supports("avx2") != 0);
   EXPECT_EQ(features.at("avx512f").get<bool>(), __builtin_cpu_supports("avx512f") != 0);
   EXPECT_EQ(features.at("avx512bw").get<bool>(), __builtin_cpu_supports("avx512bw") != 0);
   EXPECT_EQ(features.at("avx512_bf16").get<bool>(), __builtin_cpu_supports("avx512bf16") != 0);
-  EXPECT_EQ(features.at("avx512_fp16").get<bool>(), __builtin_cpu_supports("avx512fp16") != 0);
 #endif
   for (const char* key : {"amx_tile", "amx_bf16", "amx_fp16"}) EXPECT_TRUE(features.at(key).is_boolean()) << key;
 }

@@ -13,10 +13,14 @@
 #include <fstream>
 // GCC 12 sees libstdc++'s own regex automaton as maybe-uninitialized under -O2 with the
 // sanitizers (a false positive inside the library header), and warnings are errors.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <regex>
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 #include <sstream>
 #include <string>
 #include <vector>

@@ -122,6 +122,9 @@ TEST(HostileData, LabelsAndHeadersFromAFileAreChecked) {
     refused(data_run(file), file, {"2.8 GiB"});
   }
   refused(data_run(kHostile + "arrays/npy_shape_huge.npy"), kHostile + "arrays/npy_shape_huge.npy", {});
+  // A header holding line breaks (found by fuzz.arrays): the message quotes it on one line.
+  refused(data_run(kHostile + "arrays/npy_header_with_line_breaks.npy"),
+          kHostile + "arrays/npy_header_with_line_breaks.npy", {"the .npy shape"});
 }
 
 TEST(HostileFiles, EveryFileOfTheCorpusEndsInExitTwoOrLessNamingTheFile) {

@@ -204,8 +204,9 @@ void expect_f16_steps_lower_loss(nn::Module& model, Dataset data, double lr) {
   for (const auto& [path, m] : model.named_modules())
     if (amp::is_norm_layer(*m)) norm_paths.push_back(path + ".");
   for (const auto& [name, p] : model.named_parameters()) {
+    const std::string& param = name;  // C++20 lambdas cannot capture a structured binding (clang 14 holds to it)
     const bool norm = std::any_of(norm_paths.begin(), norm_paths.end(),
-                                  [&](const std::string& prefix) { return name.rfind(prefix, 0) == 0; });
+                                  [&](const std::string& prefix) { return param.rfind(prefix, 0) == 0; });
     EXPECT_EQ(p.dtype(), norm ? DType::f32 : DType::f16) << name;
   }
   ASSERT_TRUE(opt.has_master_weights());

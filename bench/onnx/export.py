@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Exports the models of the ONNX import benchmark with PyTorch, with their data.
 
-Five models, random weights (fixed seed, PyTorch's default initialisation, nothing
+Eleven models, random weights (fixed seed, PyTorch's default initialisation, nothing
 downloaded), exported in eval mode by PyTorch's TorchScript exporter at opset 17 (the
 newest the Debian ONNX 1.12 library can check) with a dynamic batch axis:
 
@@ -15,13 +15,29 @@ newest the Debian ONNX 1.12 library can check) with a dynamic batch axis:
                  classes; input as bert_block
   overflow_mlp   Linear(16,64) -> x*300 -> square -> LayerNorm -> ReLU -> Linear(64,4),
                  input float32 [N, 16]: finite in fp32, the square overflows fp16's 65504
+  efficientnet_b0  torchvision efficientnet_b0(num_classes=10): depthwise 3x3 and 5x5
+                 convolutions, squeeze-and-excitation, SiLU; input as resnet18
+  mobilenet_v2   torchvision mobilenet_v2(num_classes=10): depthwise 3x3, ReLU6
+  shufflenet_v2  torchvision shufflenet_v2_x1_0(num_classes=10): depthwise 3x3, channel
+                 split and shuffle (Reshape/Transpose)
+  resnext50      torchvision resnext50_32x4d(num_classes=10): grouped 3x3 convolutions
+                 (32 groups)
+  lstm_classifier  embedding, one nn.LSTM layer (batch_first), the last step's hidden
+                 state, 2 classes; input as bert_block. An importer without LSTM refuses
+                 it; the benchmarks report the refusal
+  gru_classifier   the same with nn.GRU
+  bert_mask      bert_block with a second input, attention_mask int64 [N, 16] (1 for a
+                 real token, 0 for padding at the end), turned into the additive mask as
+                 Hugging Face does: (1 - mask[:, None, None, :]) * finfo(float32).min;
+                 pooled on the first token through a tanh pooler, as BertPooler
 
 BatchNorm running statistics are taken from one train-mode pass over the training
 inputs (no gradient) before the export, so that the eval-mode models do normalise (see
 calibrate_batchnorm). For each model NAME it writes, into --out:
   NAME.onnx       the model (input "input", output "logits", batch axis "N")
-  NAME.npz        training data: "input" (64 rows) and "labels" (int64 [64], in [0, classes))
-  NAME.eval.npz   "input": the first 8 rows of NAME.npz's input
+  NAME.npz        training data: "input" (64 rows; bert_mask also "attention_mask") and
+                  "labels" (int64 [64], in [0, classes))
+  NAME.eval.npz   the inputs' first 8 rows
   NAME.ref.npy    PyTorch's eval-mode float32 logits on those 8 rows
 and manifest.json (per model: classes, shapes, parameter counts, op types, opset, versions).
 
@@ -87,7 +103,7 @@ class SelfAttention(nn.Module):
         # [N, T, D] -> [N, H, T, Dh]; -1 for the batch so that no batch size is baked in.
         return x.reshape(-1, SEQ, self.heads, self.head_dim).transpose(1, 2)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, additive_mask: torch.Tensor | None = None) -> torch.Tensor:
         if self.fused_qkv:
             q, k, v = self.c_attn(x).split(self.heads * self.head_dim, dim=-1)
         else:
@@ -96,6 +112,8 @@ class SelfAttention(nn.Module):
         scores = torch.matmul(q, k.transpose(-2, -1)) * self.scale  # [N, H, T, T]
         if self.mask is not None:
             scores = scores.masked_fill(self.mask, float("-inf"))
+        if additive_mask is not None:  # [N, 1, 1, T]: 0 where attended, finfo(float32).min where not
+            scores = scores + additive_mask
         probs = torch.softmax(scores, dim=-1)
         ctx = torch.matmul(probs, v).transpose(1, 2).reshape(-1, SEQ, self.heads * self.head_dim)
         return self.out(ctx)
@@ -120,6 +138,40 @@ class BertBlock(nn.Module):
         x = self.attn_norm(x + self.attn(x))
         x = self.ffn_norm(x + self.ffn(x))
         return self.head(x.mean(dim=1))
+
+
+class BertMaskBlock(BertBlock):
+    """bert_block with an attention_mask input, as a Hugging Face BERT takes it: the additive
+    mask is built in the model from the int64 [N, T] mask (get_extended_attention_mask:
+    (1 - mask[:, None, None, :]) * finfo(float32).min, added to the scores), and the
+    first token is pooled through a tanh layer (BertPooler)."""
+
+    def __init__(self, classes: int = 2):
+        super().__init__(classes)
+        self.pooler = nn.Linear(DIM, DIM)
+
+    def forward(self, ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        extended = attention_mask[:, None, None, :].to(torch.float32)
+        extended = (1.0 - extended) * torch.finfo(torch.float32).min
+        x = self.emb_norm(self.tok_emb(ids) + self.pos_emb)
+        x = self.attn_norm(x + self.attn(x, extended))
+        x = self.ffn_norm(x + self.ffn(x))
+        return self.head(torch.tanh(self.pooler(x[:, 0])))
+
+
+class RnnClassifier(nn.Module):
+    """Sequence classifier: embedding, one recurrent layer (nn.LSTM or nn.GRU, batch_first),
+    the last step's output, a linear head."""
+
+    def __init__(self, cell: str, classes: int = 2):
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, DIM)
+        self.rnn = {"lstm": nn.LSTM, "gru": nn.GRU}[cell](DIM, DIM, batch_first=True)
+        self.head = nn.Linear(DIM, classes)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        out, _ = self.rnn(self.emb(ids))
+        return self.head(out[:, -1, :])
 
 
 class Gpt2Block(nn.Module):
@@ -159,28 +211,50 @@ class OverflowMlp(nn.Module):
         return self.fc2(self.act(self.norm(h)))
 
 
-# name -> (constructor, classes, kind of input)
+# name -> (constructor, classes, kind of input). New models go at the end: each model's
+# seed is its index here, so the earlier models' files stay the same.
 MODELS = {
     "resnet18": (lambda: torchvision.models.resnet18(weights=None, num_classes=10), 10, "image"),
     "mobilenet_v3": (lambda: torchvision.models.mobilenet_v3_small(weights=None, num_classes=10), 10, "image"),
     "bert_block": (lambda: BertBlock(2), 2, "tokens"),
     "gpt2_block": (lambda: Gpt2Block(2), 2, "tokens"),
     "overflow_mlp": (lambda: OverflowMlp(4), 4, "vector"),
+    "efficientnet_b0": (lambda: torchvision.models.efficientnet_b0(weights=None, num_classes=10), 10, "image"),
+    "mobilenet_v2": (lambda: torchvision.models.mobilenet_v2(weights=None, num_classes=10), 10, "image"),
+    "shufflenet_v2": (lambda: torchvision.models.shufflenet_v2_x1_0(weights=None, num_classes=10), 10, "image"),
+    "resnext50": (lambda: torchvision.models.resnext50_32x4d(weights=None, num_classes=10), 10, "image"),
+    "lstm_classifier": (lambda: RnnClassifier("lstm", 2), 2, "tokens"),
+    "gru_classifier": (lambda: RnnClassifier("gru", 2), 2, "tokens"),
+    "bert_mask": (lambda: BertMaskBlock(2), 2, "tokens+mask"),
 }
 
 
-def make_data(kind: str, classes: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def input_names(kind: str) -> list[str]:
+    """The model's inputs, in its forward's order: the ONNX graph's input names and the
+    data files' array names."""
+    return ["input", "attention_mask"] if kind == "tokens+mask" else ["input"]
+
+
+def make_data(kind: str, classes: int, rng: np.random.Generator) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The inputs by name (input_names(kind)) and the labels."""
     if kind == "image":
-        x = rng.standard_normal((TRAIN_ROWS, 3, 64, 64), dtype=np.float32)
+        inputs = {"input": rng.standard_normal((TRAIN_ROWS, 3, 64, 64), dtype=np.float32)}
     elif kind == "tokens":
-        x = rng.integers(0, VOCAB, size=(TRAIN_ROWS, SEQ), dtype=np.int64)
+        inputs = {"input": rng.integers(0, VOCAB, size=(TRAIN_ROWS, SEQ), dtype=np.int64)}
+    elif kind == "tokens+mask":
+        # Sequences of 4 to SEQ real tokens, padded at the end with token 0 and mask 0, as a
+        # tokenizer's padding="max_length" gives them.
+        ids = rng.integers(1, VOCAB, size=(TRAIN_ROWS, SEQ), dtype=np.int64)
+        lengths = rng.integers(4, SEQ + 1, size=(TRAIN_ROWS,))
+        mask = (np.arange(SEQ)[None, :] < lengths[:, None]).astype(np.int64)
+        inputs = {"input": ids * mask, "attention_mask": mask}
     else:
-        x = rng.standard_normal((TRAIN_ROWS, 16), dtype=np.float32)
+        inputs = {"input": rng.standard_normal((TRAIN_ROWS, 16), dtype=np.float32)}
     labels = rng.integers(0, classes, size=(TRAIN_ROWS,), dtype=np.int64)
-    return x, labels
+    return inputs, labels
 
 
-def calibrate_batchnorm(model: nn.Module, x: torch.Tensor) -> int:
+def calibrate_batchnorm(model: nn.Module, *x: torch.Tensor) -> int:
     """Sets BatchNorm running statistics to those of x: one train-mode pass, no gradient.
 
     Fresh BatchNorm layers hold mean 0 and variance 1, so at random init an eval-mode
@@ -196,22 +270,22 @@ def calibrate_batchnorm(model: nn.Module, x: torch.Tensor) -> int:
             m.momentum = 1.0  # running statistics := this batch's
         model.train()
         with torch.no_grad():
-            model(x)
+            model(*x)
         for m, momentum in zip(bns, momenta):
             m.momentum = momentum
     model.eval()
     return len(bns)
 
 
-def export(model: nn.Module, sample: torch.Tensor, path: Path, bn: str) -> None:
+def export(model: nn.Module, samples: dict[str, torch.Tensor], path: Path, bn: str) -> None:
     training = torch.onnx.TrainingMode.PRESERVE if bn == "preserve" else torch.onnx.TrainingMode.EVAL
     kwargs = dict(
         export_params=True,
         do_constant_folding=True,
         opset_version=OPSET,
-        input_names=["input"],
+        input_names=list(samples),
         output_names=["logits"],
-        dynamic_axes={"input": {0: "N"}, "logits": {0: "N"}},
+        dynamic_axes={**{name: {0: "N"} for name in samples}, "logits": {0: "N"}},
         training=training,
     )
     with warnings.catch_warnings():
@@ -220,7 +294,7 @@ def export(model: nn.Module, sample: torch.Tensor, path: Path, bn: str) -> None:
         warnings.simplefilter("ignore", DeprecationWarning)
         warnings.filterwarnings("ignore", message=".*constant folding.*")
         try:
-            torch.onnx.export(model, (sample,), str(path), dynamo=False, **kwargs)
+            torch.onnx.export(model, tuple(samples.values()), str(path), dynamo=False, **kwargs)
         except TypeError as e:  # a torch whose export() no longer takes dynamo=False
             raise SystemExit(f"export.py: this torch ({torch.__version__}) has no TorchScript ONNX exporter "
                              f"(dynamo=False): {e}; its dynamo exporter is not wired up here") from e
@@ -244,7 +318,7 @@ def describe(m: onnx.ModelProto) -> dict:
     }
 
 
-def verify(path: Path, eval_input: np.ndarray, ref: np.ndarray) -> tuple[bool, str, float]:
+def verify(path: Path, eval_inputs: dict[str, np.ndarray], ref: np.ndarray) -> tuple[bool, str, float]:
     """onnx.checker, strict shape inference, and the reference evaluator against PyTorch.
 
     Returns (passed, what was found, seconds the reference evaluator took)."""
@@ -256,7 +330,10 @@ def verify(path: Path, eval_input: np.ndarray, ref: np.ndarray) -> tuple[bool, s
     except ImportError:
         return True, "checker + strict shape inference ok; this onnx has no ReferenceEvaluator", 0.0
     t0 = time.perf_counter()
-    (got,) = ReferenceEvaluator(m).run(None, {"input": eval_input})
+    try:
+        (got,) = ReferenceEvaluator(m).run(None, eval_inputs)
+    except Exception as e:  # noqa: BLE001 - an op the evaluator lacks is a finding, not a crash
+        return False, f"checker + strict shape inference ok; reference evaluator failed: {type(e).__name__}: {e}", 0.0
     secs = time.perf_counter() - t0
     if got.shape != ref.shape:
         return False, f"reference evaluator gave shape {got.shape}, PyTorch {ref.shape}", secs
@@ -296,16 +373,17 @@ def main() -> int:
         torch.manual_seed(args.seed + index)
         rng = np.random.default_rng(args.seed + index)
         model = ctor()
-        x, labels = make_data(kind, classes, rng)
-        batchnorms = calibrate_batchnorm(model, torch.from_numpy(x))  # leaves it in eval mode
-        eval_x = x[:EVAL_ROWS]
+        inputs, labels = make_data(kind, classes, rng)
+        x = inputs["input"]
+        batchnorms = calibrate_batchnorm(model, *(torch.from_numpy(v) for v in inputs.values()))  # leaves it in eval mode
+        eval_inputs = {k: v[:EVAL_ROWS] for k, v in inputs.items()}
         with torch.no_grad():
-            ref = model(torch.from_numpy(eval_x)).float().numpy()
+            ref = model(*(torch.from_numpy(v) for v in eval_inputs.values())).float().numpy()
 
         path = args.out / f"{name}.onnx"
-        export(model, torch.from_numpy(x[:TRACE_ROWS]), path, args.bn)
-        np.savez(args.out / f"{name}.npz", input=x, labels=labels)
-        np.savez(args.out / f"{name}.eval.npz", input=eval_x)
+        export(model, {k: torch.from_numpy(v[:TRACE_ROWS]) for k, v in inputs.items()}, path, args.bn)
+        np.savez(args.out / f"{name}.npz", **inputs, labels=labels)
+        np.savez(args.out / f"{name}.eval.npz", **eval_inputs)
         np.save(args.out / f"{name}.ref.npy", ref)
 
         info = describe(onnx.load(str(path)))
@@ -321,7 +399,7 @@ def main() -> int:
         print("   first initializers: " + ", ".join(info["first_initializers"]))
         print("   first nodes: " + ", ".join(info["first_nodes"]))
         if not args.no_verify:
-            ok, text, secs = verify(path, eval_x, ref)
+            ok, text, secs = verify(path, eval_inputs, ref)
             info["verify"] = text  # no timing: manifest.json is the same bytes on every run
             print(f"   {text}; {secs:.1f} s")
             if not ok:

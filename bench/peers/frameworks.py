@@ -96,7 +96,7 @@ def torch_step(net, opt, xb, yb, mode):
     def step():
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=low or torch.bfloat16, enabled=low is not None):
-            loss = F.cross_entropy(net(xb), yb)
+            loss = F.cross_entropy(net(*xb) if isinstance(xb, tuple) else net(xb), yb)
         if scaler:
             scaler.scale(loss).backward()
             scaler.step(opt)
@@ -315,10 +315,12 @@ def torch_onnx_worker(name, onnx_dir, mode, batch, lr, threads):
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    ctor, _classes, _kind = export.MODELS[name]
+    ctor, _classes, kind = export.MODELS[name]
     net = ctor().train()
     data = np.load(os.path.join(onnx_dir, name + ".npz"))
-    xb = torch.from_numpy(data["input"][:batch])
+    # Every input of the model (bert_mask: the token ids and the attention mask), as ampcheck
+    # takes them from the same file.
+    xb = tuple(torch.from_numpy(data[k][:batch]) for k in export.input_names(kind))
     yb = torch.from_numpy(data["labels"][:batch]).long()
     opt = torch.optim.Adam(net.parameters(), lr=lr)
     return torch_step(net, opt, xb, yb, mode)

@@ -33,7 +33,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 SAMPLES = ["mlp", "cnn", "transformer"]
-ONNX_MODELS = ["resnet18", "mobilenet_v3", "bert_block", "gpt2_block"]
+ONNX_MODELS = ["resnet18", "mobilenet_v3", "bert_block", "gpt2_block", "efficientnet_b0", "mobilenet_v2",
+               "shufflenet_v2", "resnext50", "lstm_classifier", "gru_classifier", "bert_mask"]
 ONNX_LR = 1e-3  # ampcheck's default for an ONNX model (models/model_file.h TrainSpec)
 
 # ---------------------------------------------------------------- workers (one per process)
@@ -60,36 +61,59 @@ def worker(args):
         print(json.dumps({"ms": ms}), flush=True)
 
 
+class WorkerFailed(RuntimeError):
+    """A worker that ended instead of answering: `said` is the last line of its stderr (for
+    ampcheck, the importer's refusal of a model: the node and op it does not support)."""
+
+    def __init__(self, label, code, said):
+        super().__init__(f"{label}: worker ended (exit {code}){': ' + said if said else ''}")
+        self.said = said
+
+
 class Runner:
     """One worker process, kept alive across the interleaved rounds."""
 
     def __init__(self, framework, mode, label, argv, env):
         self.framework, self.mode, self.label = framework, mode, label
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True,
-                                     cwd=ROOT)
+        self.stderr = tempfile.TemporaryFile("w+")
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, env=env,
+                                     text=True, cwd=ROOT)
         self.ms = []
         self.block = 1
+
+    def failed(self):
+        code = self.proc.wait()
+        self.stderr.seek(0)
+        lines = [l.strip() for l in self.stderr.read().splitlines() if l.strip()]
+        return WorkerFailed(self.label, code, lines[-1][:400] if lines else "")
 
     def wait_ready(self):
         if self.framework != "ampcheck":
             line = self.proc.stdout.readline()
             if line.strip() != "ready":
-                raise RuntimeError(f"{self.label}: worker did not start (exit {self.proc.poll()})")
+                raise self.failed()
 
     def run(self, k, keep=True):
-        self.proc.stdin.write(f"steps {k}\n")
-        self.proc.stdin.flush()
+        try:
+            self.proc.stdin.write(f"steps {k}\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            raise self.failed() from None
         line = self.proc.stdout.readline()
         if not line:
-            raise RuntimeError(f"{self.label}: worker ended (exit {self.proc.wait()})")
+            raise self.failed()
         ms = json.loads(line)["ms"]
         if keep:
             self.ms += ms
         return ms
 
     def close(self):
-        self.proc.stdin.close()
+        try:
+            self.proc.stdin.close()
+        except BrokenPipeError:
+            pass
         self.proc.wait()
+        self.stderr.close()
 
 
 # What each framework runs in each mode. Paddle's auto_cast and GradScaler make no
@@ -131,9 +155,10 @@ def speed(args, out):
                            "--loss", "cross_entropy", "--batch", str(args.onnx_batch)],
                           ["--model", name, "--onnx-dir", args.onnx_dir, "--batch", str(args.onnx_batch),
                            "--lr", str(ONNX_LR)], ("torch",)))
+    modes = [m for m in MODES if m[0] in args.modes]
     for sample, batch, ours, theirs, peers in cases:
         runners = []
-        for key, label, (level, dtype, scaler), torch_mode, paddle_mode in MODES:
+        for key, label, (level, dtype, scaler), torch_mode, paddle_mode in modes:
             runners.append(Runner("ampcheck", key, f"{sample} ampcheck {key}",
                                   [step_bin, *ours, "--level", level, "--dtype", dtype, "--scaler", scaler,
                                    "--threads", str(args.threads)], env))
@@ -142,22 +167,29 @@ def speed(args, out):
                     runners.append(Runner(fw, key, f"{sample} {fw} {key}",
                                           [sys.executable, os.path.abspath(__file__), "worker", "--framework", fw,
                                            *theirs, "--mode", mode, "--threads", str(args.threads)], env))
-        interleave(runners, args, rng)
-        for key, label, *_ in MODES:
+        failures = interleave(runners, args, rng)
+        for key, label, *_ in modes:
             row = {"sample": sample, "mode": key, "label": label, "batch": batch}
             for r in runners:
                 if r.mode == key:
-                    row[r.framework] = {"median_ms": statistics.median(r.ms), "steps": len(r.ms),
-                                        "iqr_ms": iqr(r.ms)}
+                    if r in failures:
+                        row.setdefault("refused", {})[r.framework] = failures[r].said
+                    else:
+                        row[r.framework] = {"median_ms": statistics.median(r.ms), "steps": len(r.ms),
+                                            "iqr_ms": iqr(r.ms)}
             rows.append(row)
-        print(f"  {sample}: done", file=sys.stderr, flush=True)
-    fp32 = {r["sample"]: r["ampcheck"]["median_ms"] for r in rows if r["mode"] == "fp32"}
+        print(f"  {sample}: done" + (f" ({len(failures)} worker(s) refused)" if failures else ""), file=sys.stderr,
+              flush=True)
+    fp32 = {r["sample"]: r["ampcheck"]["median_ms"] for r in rows if r["mode"] == "fp32" and "ampcheck" in r}
     for r in rows:
+        if "ampcheck" not in r:
+            continue
         ours = r["ampcheck"]["median_ms"]
         for fw in ("torch", "paddle"):
             if fw in r:
                 r[f"ratio_{fw}"] = ours / r[fw]["median_ms"]
-        r["ratio_own_fp32"] = ours / fp32[r["sample"]]
+        if r["sample"] in fp32:
+            r["ratio_own_fp32"] = ours / fp32[r["sample"]]
     out["speed"] = {"threads": args.threads, "rounds": args.rounds, "rows": rows}
 
 
@@ -167,21 +199,37 @@ INSPECT_AIMS = {"trace": 1.02, "stats": 1.05, "full": 2.0}
 
 def interleave(runners, args, rng):
     """Warm-up blocks (discarded, sizing each block to about --block-seconds), then
-    --rounds rounds running every worker once in a shuffled order."""
+    --rounds rounds running every worker once in a shuffled order. A worker that ends
+    before its first timed block (ampcheck refusing a model it cannot import) is left out
+    of the rounds; returns {runner: WorkerFailed} for those."""
+    failures = {}
     for r in runners:
-        r.wait_ready()
+        try:
+            r.wait_ready()
+        except WorkerFailed as e:
+            failures[r] = e
     for r in runners:
-        r.run(3, keep=False)
-        warm = statistics.median(r.run(5, keep=False))
-        r.block = max(5, min(400, int(args.block_seconds * 1e3 / max(warm, 1e-3))))
+        if r in failures:
+            continue
+        try:
+            r.run(3, keep=False)
+            warm = statistics.median(r.run(5, keep=False))
+        except WorkerFailed as e:
+            failures[r] = e
+            continue
+        r.block = max(args.min_block, min(400, int(args.block_seconds * 1e3 / max(warm, 1e-3))))
+    for e in failures.values():
+        print(f"  {e}", file=sys.stderr, flush=True)
+    live = [r for r in runners if r not in failures]
     for _ in range(args.rounds):
-        order = runners[:]
+        order = live[:]
         rng.shuffle(order)
         for r in order:
             time.sleep(args.gap)  # let the last worker's threads go idle
             r.run(r.block)
     for r in runners:
         r.close()
+    return failures
 
 
 def inspect(args, out):
@@ -417,8 +465,25 @@ def ops(args, out):
 # ---------------------------------------------------------------- the report
 
 
+def cpu_name():
+    """The model name with what decides ampcheck's vector path: family/model and whether the
+    CPU has AVX-512 or only AVX2+FMA (Zen 3 has no AVX-512, Zen 4 has)."""
+    info = {}
+    for line in open("/proc/cpuinfo"):
+        if ":" in line:
+            key, value = (x.strip() for x in line.split(":", 1))
+            info.setdefault(key, value)
+        if not line.strip() and info:
+            break
+    flags = set(info.get("flags", "").split())
+    vector = ("AVX-512" + (" with BF16" if "avx512_bf16" in flags else "") if "avx512f" in flags else
+              "AVX2+FMA, no AVX-512" if {"avx2", "fma"} <= flags else "no AVX2")
+    return (f"{info.get('model name', '?')} (family {info.get('cpu family', '?')} model {info.get('model', '?')}, "
+            f"{vector})")
+
+
 def machine():
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    cpu = cpu_name()
     mem = next((int(l.split()[1]) for l in open("/proc/meminfo") if l.startswith("MemTotal")), 0)
     versions = {"python": platform.python_version()}
     for name in ("torch", "paddle", "numpy"):
@@ -451,14 +516,23 @@ def to_markdown(out):
                   "| sample | mode | ampcheck ms | PyTorch ms | Paddle ms | ampcheck / PyTorch | ampcheck / Paddle | "
                   "ampcheck / own fp32 |",
                   "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        refusals = {}
         for r in s["rows"]:
-            cell = lambda fw: fmt_ms(r[fw]["median_ms"]) if fw in r else "—"
-            ratio = lambda fw: f"{r['ratio_' + fw]:.2f}" if "ratio_" + fw in r else "—"
+            cell = lambda fw: (fmt_ms(r[fw]["median_ms"]) if fw in r else
+                               "refused" if fw in r.get("refused", {}) else "—")
+            ratio = lambda key: f"{r[key]:.2f}" if key in r else "—"
             lines.append(f"| {r['sample']} (batch {r['batch']}) | {r['label']} | {cell('ampcheck')} | {cell('torch')} | "
-                         f"{cell('paddle')} | {ratio('torch')} | {ratio('paddle')} | {r['ratio_own_fp32']:.2f} |")
+                         f"{cell('paddle')} | {ratio('ratio_torch')} | {ratio('ratio_paddle')} | "
+                         f"{ratio('ratio_own_fp32')} |")
+            for fw, said in r.get("refused", {}).items():
+                refusals.setdefault((r["sample"], fw), said)
         lines += ["", "—: the framework has no such mode on the CPU (PaddlePaddle's auto_cast and GradScaler make no "
                   "effect there), or the mode is ampcheck's own (O2 keeps parameters and activations in the low "
                   "dtype; PyTorch's CPU autocast is O1 only).", ""]
+        if refusals:
+            lines += ["Refused (the worker ended before its first timed step; its last words):", ""]
+            lines += [f"- {sample}, {fw}: {said or '(nothing on stderr)'}" for (sample, fw), said in refusals.items()]
+            lines.append("")
     if "inspect" in out:
         s = out["inspect"]
         lines += ["## The inspector's cost", "",
@@ -532,10 +606,13 @@ def main():
         c = sub.add_parser(name)
         c.add_argument("--ampcheck-build", default=os.path.join(ROOT, "build"))
         c.add_argument("--out-dir", default=None, help="write DATE-peers-cpu.{md,json} here")
-        c.add_argument("--samples", nargs="+", default=SAMPLES)
+        c.add_argument("--samples", nargs="*", default=SAMPLES)
         c.add_argument("--threads", type=int, default=os.cpu_count())
         c.add_argument("--rounds", type=int, default=7)
         c.add_argument("--block-seconds", type=float, default=0.25)
+        c.add_argument("--min-block", type=int, default=5, help="fewest steps per timed block (default 5)")
+        c.add_argument("--modes", nargs="+", default=[m[0] for m in MODES], choices=[m[0] for m in MODES],
+                       help="the speed table's modes (default: all)")
         c.add_argument("--gap", type=float, default=0.2)
         c.add_argument("--cases", type=int, default=200, help="random scaler sequences per framework")
         c.add_argument("--seed", type=int, default=0)

@@ -14,6 +14,14 @@ std::string one_line(std::string_view text) {
       if (i + 1 < text.size() && !s.empty() && s.back() != ' ') s += ' ';
       continue;
     }
+    const auto c = static_cast<unsigned char>(text[i]);
+    if ((c < 0x20 && c != '\t') || c == 0x7f) {  // a file's bytes quoted in a message: no terminal controls
+      static constexpr char kHex[] = "0123456789abcdef";
+      s += "\\x";
+      s += kHex[c >> 4];
+      s += kHex[c & 15];
+      continue;
+    }
     s += text[i];
   }
   return s;

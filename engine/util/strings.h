@@ -9,7 +9,8 @@
 namespace ampcheck {
 
 // A library's message on one line (the ONNX checker's node dumps span several): each line
-// break and the indentation after it become one space; a trailing break goes.
+// break and the indentation after it become one space; a trailing break goes; any other
+// control character (a file's bytes quoted in a message) is written \xNN.
 std::string one_line(std::string_view text);
 
 // Levenshtein distance, for "did you mean" suggestions.

@@ -1,6 +1,8 @@
 // The convolution and pooling family on the CPU (kernels/conv_pool_kernels.h).
 //   conv2d: im2col + GEMM per group over several samples at once (float GEMM for
-//           f32/f16/bf16, double for f64), parallel over groups of samples;
+//           f32/f16/bf16, double for f64), parallel over groups of samples; depthwise
+//           convolutions on the direct kernels of conv_direct.cpp, which
+//           compute the same chains in the same order (kernels/cpu/conv_direct.h);
 //   max_pool2d, avg_pool2d, adaptive_avg_pool2d: direct loops, parallel over planes.
 // Every kernel loads its inputs into the compute type, works there, and stores each
 // result once, so f16/bf16 results are the f32 results rounded once. No reduction is
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "kernels/conv_pool_kernels.h"
+#include "kernels/cpu/conv_direct.h"  // the direct kernels depthwise convolutions take
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/tensor_io.h"
 
@@ -234,7 +237,7 @@ void conv_grad_w(const ConvGeometry& g, const View& input, const View& grad, con
   const i64 w_size = g.c_out * g.k();
   std::vector<T> gw(usize(w_size), T{0});
   if (g.n > 0) {
-    const i64 slots = std::max<i64>(1, std::min({g.n, kMaxWeightSlots, kWeightSlotBudget / w_size}));
+    const i64 slots = weight_gradient_slots(g);
     // Samples per GEMM within a slot: a function of the shapes only, as the slots are.
     const i64 per_gemm = std::max<i64>(1, kColumnBudget / ((rows + g.c_out) * g.ohw()));
     std::vector<std::vector<T>> partial(usize(slots));
@@ -436,13 +439,16 @@ void adaptive_backward(const PoolGeometry& g, const View& grad, const View& gx_o
 // (the engine has made every float input share it).
 
 void conv2d_forward(const ConvGeometry& g, const View& x, const View& weight, const View& bias, const View& y) {
-  with_compute_type(y.dtype, [&](auto zero) { conv_forward<decltype(zero)>(g, x, weight, bias, y); });
+  if (direct_conv_takes(g)) return direct_conv_forward(g, x, weight, bias, y, active_gemm_isa());
+  im2col_conv_forward(g, x, weight, bias, y);
 }
 void conv2d_backward_data(const ConvGeometry& g, const View& grad_y, const View& weight, const View& grad_x) {
-  with_compute_type(grad_x.dtype, [&](auto zero) { conv_grad_x<decltype(zero)>(g, grad_y, weight, grad_x); });
+  if (direct_conv_takes(g)) return direct_conv_backward_data(g, grad_y, weight, grad_x, active_gemm_isa());
+  im2col_conv_backward_data(g, grad_y, weight, grad_x);
 }
 void conv2d_backward_filter(const ConvGeometry& g, const View& x, const View& grad_y, const View& grad_weight) {
-  with_compute_type(grad_weight.dtype, [&](auto zero) { conv_grad_w<decltype(zero)>(g, x, grad_y, grad_weight); });
+  if (direct_conv_takes(g)) return direct_conv_backward_filter(g, x, grad_y, grad_weight, active_gemm_isa());
+  im2col_conv_backward_filter(g, x, grad_y, grad_weight);
 }
 void conv2d_backward_bias(const ConvGeometry& g, const View& grad_y, const View& grad_bias) {
   with_compute_type(grad_bias.dtype, [&](auto zero) { conv_grad_b<decltype(zero)>(g, grad_y, grad_bias); });
@@ -471,6 +477,22 @@ void adaptive_avg_pool2d_backward(const PoolGeometry& g, const View& grad_y, con
 }
 
 }  // namespace
+
+void im2col_conv_forward(const ConvGeometry& g, const View& x, const View& weight, const View& bias, const View& y) {
+  with_compute_type(y.dtype, [&](auto zero) { conv_forward<decltype(zero)>(g, x, weight, bias, y); });
+}
+void im2col_conv_backward_data(const ConvGeometry& g, const View& grad_y, const View& weight, const View& grad_x) {
+  with_compute_type(grad_x.dtype, [&](auto zero) { conv_grad_x<decltype(zero)>(g, grad_y, weight, grad_x); });
+}
+void im2col_conv_backward_filter(const ConvGeometry& g, const View& x, const View& grad_y, const View& grad_weight) {
+  with_compute_type(grad_weight.dtype, [&](auto zero) { conv_grad_w<decltype(zero)>(g, x, grad_y, grad_weight); });
+}
+
+std::int64_t weight_gradient_slots(const ConvGeometry& g) {
+  const i64 w_size = g.c_out * g.k();
+  return std::max<i64>(1, std::min({g.n, kMaxWeightSlots, kWeightSlotBudget / w_size}));
+}
+
 }  // namespace ampcheck::kernels::cpu
 
 namespace ampcheck::kernels {
