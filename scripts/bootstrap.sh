@@ -6,6 +6,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config
+  ccache                # compiler cache: a rebuild of what an earlier build compiled is a lookup
   libfmt-dev            # fmt: formatting
   nlohmann-json3-dev    # nlohmann/json: reports and --json output
   libcli11-dev          # CLI11: the command line

@@ -51,11 +51,17 @@ if [[ -n ${CXX:-} && -f $dir/CMakeCache.txt ]] &&
 fi
 command -v ninja >/dev/null && [[ ! -f $dir/CMakeCache.txt ]] && generator=(-G Ninja)
 
+# ccache, where the machine has it (scripts/bootstrap.sh installs it): a rebuild of what
+# an earlier build compiled (CI's next run on the same machine) is a lookup.
+launcher=()
+if command -v ccache >/dev/null && [[ ! -f $dir/CMakeCache.txt ]]; then
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+fi
 mkdir -p "$dir"
 # The benchmarks are timed in the Release build only: the sanitizer build leaves them out.
 bench=ON
 [[ -n $sanitize ]] && bench=OFF
-cmake -S "$root" -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=$type \
+cmake -S "$root" -B "$dir" "${generator[@]}" "${launcher[@]}" -DCMAKE_BUILD_TYPE=$type \
   -DAMPCHECK_CUDA="$cuda" -DAMPCHECK_SANITIZE="$sanitize" -DAMPCHECK_BUILD_BENCH=$bench \
   ${debug_flags:+"-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$debug_flags" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=$debug_flags"} \
   >"$dir/configure.log" 2>&1 \
