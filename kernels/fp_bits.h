@@ -143,6 +143,110 @@ AMPCHECK_HD std::uint16_t f64_to_bf16_bits(std::uint64_t x) {
   return static_cast<std::uint16_t>(f64_to_narrow_bits<8, 7>(x));
 }
 
+// ---- fp8: OCP 8-bit formats, as TransformerEngine, cuBLASLt and ml_dtypes define them ----
+// E4M3 ("e4m3fn": 4 exponent bits, bias 7, 3 mantissa bits) has no Inf: exponent field 15
+// holds finite values up to 448 (0x7e) and S.1111.111 is its only NaN (0x7f, 0xff).
+// E5M2 (5 exponent bits, bias 15, 2 mantissa bits) is IEEE-like: Inf 0x7c, NaN 0x7d-0x7f,
+// max 57344 (0x7b). Rounding is to nearest, ties to even, subnormals kept, as above.
+// Two overflow rules:
+//   - not saturating (Fp8Overflow::to_nonfinite: ml_dtypes' and numpy's astype, PyTorch's
+//     .to(float8)): a value that rounds beyond max, and Inf, become NaN in E4M3 and Inf
+//     in E5M2;
+//   - saturating (Fp8Overflow::saturate: CUDA's __NV_SATFINITE, TransformerEngine's casts
+//     of scaled tensors): they become +-max; NaN stays NaN.
+enum class Fp8Overflow : std::uint8_t { to_nonfinite, saturate };
+
+namespace fp8_detail {
+// Largest finite code magnitude and the non-finite code a too-large value takes.
+template <int ExpBits>
+struct Layout;
+template <>
+struct Layout<4> {  // E4M3 (fn)
+  static constexpr int kMan = 3, kBias = 7;
+  static constexpr std::uint32_t kMaxCode = 0x7eu, kOverflowCode = 0x7fu;  // 448; NaN
+};
+template <>
+struct Layout<5> {  // E5M2
+  static constexpr int kMan = 2, kBias = 15;
+  static constexpr std::uint32_t kMaxCode = 0x7bu, kOverflowCode = 0x7cu;  // 57344; Inf
+};
+}  // namespace fp8_detail
+
+// binary64 -> fp8 with one rounding (binary32 inputs convert to binary64 exactly first).
+template <int ExpBits>
+AMPCHECK_HD std::uint8_t f64_to_fp8_bits(std::uint64_t x, Fp8Overflow overflow) {
+  using L = fp8_detail::Layout<ExpBits>;
+  constexpr int kMan = L::kMan;
+  constexpr int kEmin = 1 - L::kBias;
+  const std::uint32_t sign = static_cast<std::uint32_t>(x >> 63) << 7;
+  const std::uint64_t ax = x & 0x7fffffffffffffffull;
+  const std::uint32_t too_large = overflow == Fp8Overflow::saturate ? L::kMaxCode : L::kOverflowCode;
+  // NaN: E4M3's one NaN, E5M2's quiet NaN, of its sign (two payload bits carry nothing
+  // worth keeping; ml_dtypes drops them too).
+  if (ax > 0x7ff0000000000000ull) return static_cast<std::uint8_t>(sign | (ExpBits == 4 ? 0x7fu : 0x7eu));
+  if (ax == 0x7ff0000000000000ull) return static_cast<std::uint8_t>(sign | too_large);
+  const int e = static_cast<int>(ax >> 52) - 1023;
+  if (e > L::kBias + 1) return static_cast<std::uint8_t>(sign | too_large);  // >= 2^(bias+2): beyond any code
+  if (e < kEmin - kMan - 1) return static_cast<std::uint8_t>(sign);          // < half the smallest subnormal
+  const std::uint64_t sig = (ax & 0x000fffffffffffffull) | 0x0010000000000000ull;
+  const int shift = 52 - kMan + (e < kEmin ? kEmin - e : 0);
+  std::uint64_t q = sig >> shift;
+  const std::uint64_t rem = sig & ((1ull << shift) - 1ull);
+  const std::uint64_t half = 1ull << (shift - 1);
+  q += (rem > half || (rem == half && (q & 1ull))) ? 1ull : 0ull;
+  if (e < kEmin) return static_cast<std::uint8_t>(sign | static_cast<std::uint32_t>(q));  // subnormal or min normal
+  const std::uint32_t code = ((static_cast<std::uint32_t>(e + L::kBias)) << kMan) +
+                             static_cast<std::uint32_t>(q - (1ull << kMan));  // a carry moves up a binade
+  return static_cast<std::uint8_t>(sign | (code > L::kMaxCode ? too_large : code));
+}
+
+// fp8 -> binary32, exact. A NaN comes back as the quiet NaN of its sign (as ml_dtypes
+// widens it; E5M2's two payload bits are not kept).
+template <int ExpBits>
+AMPCHECK_HD std::uint32_t fp8_bits_to_f32_bits(std::uint8_t c) {
+  using L = fp8_detail::Layout<ExpBits>;
+  constexpr int kMan = L::kMan;
+  const std::uint32_t sign = static_cast<std::uint32_t>(c & 0x80u) << 24;
+  const std::uint32_t e = (c >> kMan) & ((1u << ExpBits) - 1u);
+  const std::uint32_t m = c & ((1u << kMan) - 1u);
+  if (ExpBits == 4 && (c & 0x7fu) == 0x7fu) return sign | 0x7fc00000u;
+  if (ExpBits == 5 && e == 0x1fu) return sign | (m == 0 ? 0x7f800000u : 0x7fc00000u);
+  if (e != 0) return sign | ((e - static_cast<std::uint32_t>(L::kBias) + 127u) << 23) | (m << (23 - kMan));
+  if (m == 0) return sign;
+  // subnormal m * 2^(1 - bias - kMan): exact as a float product
+  return sign | bits_of(static_cast<float>(m) * float_of(static_cast<std::uint32_t>(127 + 1 - L::kBias - kMan) << 23));
+}
+
+AMPCHECK_HD std::uint8_t f32_to_e4m3_bits(std::uint32_t x, Fp8Overflow o) {
+  return f64_to_fp8_bits<4>(bits_of(static_cast<double>(float_of(x))), o);
+}
+AMPCHECK_HD std::uint8_t f32_to_e5m2_bits(std::uint32_t x, Fp8Overflow o) {
+  return f64_to_fp8_bits<5>(bits_of(static_cast<double>(float_of(x))), o);
+}
+AMPCHECK_HD std::uint32_t e4m3_bits_to_f32_bits(std::uint8_t c) { return fp8_bits_to_f32_bits<4>(c); }
+AMPCHECK_HD std::uint32_t e5m2_bits_to_f32_bits(std::uint8_t c) { return fp8_bits_to_f32_bits<5>(c); }
+
+// ---- E8M0: MXFP8's shared block scale ---------------------------------------------------
+// A power of two 2^(code - 127), code 0..254; 0xff is NaN. A block of 32 values takes the
+// scale TransformerEngine's MXFP8 recipe gives it: amax / max_elem (max_elem 448 for E4M3,
+// 57344 for E5M2, divided in binary32) rounded up to a power of two, so that no element of
+// the block saturates; the elements are then x / scale, cast saturating. A quotient at or
+// below 2^-127 takes code 0 (a block of zeros too: its elements stay 0, no scale is ever
+// infinite); one beyond 2^127 takes 254; a non-finite amax the NaN scale.
+AMPCHECK_HD std::uint8_t e8m0_scale_bits(float amax, float max_elem) {
+  const std::uint32_t q = bits_of(amax / max_elem) & 0x7fffffffu;
+  if (q >= 0x7f800000u) return 0xffu;
+  const std::uint32_t e = q >> 23, m = q & 0x007fffffu;
+  if (e == 0) return m > 0x00400000u ? 1u : 0u;  // binary32 subnormal: 2^-127 is code 0
+  if (e >= 254u) return 254u;
+  return static_cast<std::uint8_t>(e + (m != 0 ? 1u : 0u));
+}
+AMPCHECK_HD float e8m0_to_f32(std::uint8_t code) {
+  if (code == 0xffu) return float_of(0x7fc00000u);
+  if (code == 0) return float_of(0x00400000u);  // 2^-127, a binary32 subnormal
+  return float_of(static_cast<std::uint32_t>(code) << 23);
+}
+
 // Typed conveniences.
 AMPCHECK_HD std::uint16_t f32_to_f16(float f) { return f32_to_f16_bits(bits_of(f)); }
 AMPCHECK_HD std::uint16_t f32_to_bf16(float f) { return f32_to_bf16_bits(bits_of(f)); }

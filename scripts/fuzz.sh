@@ -46,20 +46,32 @@ summary=$dir/fuzz-summary.txt
 run_target() {
   local t=$1 bin=$dir/fuzz/ampcheck_fuzz_$1
   [[ -x $bin ]] || { echo "fuzz.sh: no target $t ($bin)" >&2; return 2; }
+  rm -f "$dir/crashes/$t"/{crash,leak,timeout,oom,slow-unit}-*
   mkdir -p "$dir/crashes/$t" "$dir/fuzz/corpus/$t"
   # The seed folders the test of this target uses (fuzz/CMakeLists.txt), from its command.
   local seeds
   seeds=$(ctest --test-dir "$dir" -R "^fuzz\.$t\$" --show-only=json-v1 2>/dev/null |
     python3 -c 'import json,sys; t=json.load(sys.stdin)["tests"]; print(" ".join(a for a in t[0]["command"][1:] if not a.startswith("-")) if t else "")')
-  local log=$dir/crashes/$t/fuzz.log rc=0
-  # shellcheck disable=SC2086
-  "$bin" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=2560 -max_len=1048576 -print_final_stats=1 \
-    -artifact_prefix="$dir/crashes/$t/" ${seeds:-$dir/fuzz/corpus/$t} >"$log" 2>&1 || rc=$?
+  # A crash ends a libFuzzer run: the target starts again (its corpus kept) until its time is
+  # spent, so one finding does not end the hunt. -timeout is wall time, generous: several
+  # targets share the cores, and a starved process is not a slow input.
+  local log=$dir/crashes/$t/fuzz.log rc=0 start now runs=0 execs=0 crashes=0 cpu_start cpu_end
+  : >"$log"
+  start=$(date +%s)
+  while now=$(date +%s); ((now - start < seconds)); do
+    local one=0
+    # shellcheck disable=SC2086
+    "$bin" -max_total_time=$((seconds - (now - start))) -timeout=120 -rss_limit_mb=2560 -max_len=1048576 \
+      -print_final_stats=1 -artifact_prefix="$dir/crashes/$t/" ${seeds:-$dir/fuzz/corpus/$t} >>"$log" 2>&1 || one=$?
+    runs=$((runs + 1))
+    ((one == 0)) || { rc=1; crashes=$((crashes + 1)); }
+  done
+  execs=$(grep -E '^stat::number_of_executed_units' "$log" | awk '{s += $2} END {print s + 0}')
   {
-    echo "== $t: exit $rc after ${seconds} s"
-    grep -E '^stat::(number_of_executed_units|average_exec_per_sec|new_units_added|peak_rss_mb)' "$log" || true
-    grep -E '#[0-9]+ *(DONE|pulse|NEW|REDUCE)' "$log" | tail -1 || true
-    ls "$dir/crashes/$t" | grep -E '^(crash|leak|timeout|oom)-' | sed 's/^/  artifact: /' || true
+    echo "== $t: $(($(date +%s) - start)) s, $runs run(s), $execs executions, $crashes ending in a finding"
+    grep -E '#[0-9]+ *(DONE|pulse|NEW|REDUCE|INITED)' "$log" | tail -1 || true
+    grep -E '^stat::(new_units_added|peak_rss_mb)' "$log" | tail -2 || true
+    ls "$dir/crashes/$t" | grep -E '^(crash|leak|timeout|oom|slow-unit)-' | sed 's/^/  artifact: /' || true
   } >>"$summary"
   return $rc
 }

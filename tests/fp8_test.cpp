@@ -1,0 +1,227 @@
+// The fp8 formats of kernels/fp_bits.h (E4M3 "fn" and E5M2, MXFP8's E8M0 scale):
+//   - against ml_dtypes (tests/data/fp8/ml_dtypes_fp8.txt, written by its
+//     make_ml_dtypes_table.py): every code widened to binary32, and binary32 patterns at
+//     every boundary of both formats (each value, each midpoint, +-1 ulp), the specials
+//     and random patterns, cast without saturation, bit for bit;
+//   - every binary32 pattern of the range where fp8 results change, and a stride of the
+//     rest, against a reference that enumerates the format's values (nearest, ties to
+//     the even code) and shares no code with fp_bits.h, both overflow rules;
+//   - the E8M0 scale against its definition (the power of two at or above amax / max).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/fp_bits.h"
+
+namespace ampcheck {
+namespace {
+
+using kernels::Fp8Overflow;
+
+std::uint32_t bits(float f) { return kernels::bits_of(f); }
+float value(std::uint32_t b) { return kernels::float_of(b); }
+
+std::uint8_t encode(int exp_bits, std::uint32_t x, Fp8Overflow o) {
+  return exp_bits == 4 ? kernels::f32_to_e4m3_bits(x, o) : kernels::f32_to_e5m2_bits(x, o);
+}
+std::uint32_t decode(int exp_bits, std::uint8_t c) {
+  return exp_bits == 4 ? kernels::e4m3_bits_to_f32_bits(c) : kernels::e5m2_bits_to_f32_bits(c);
+}
+
+TEST(Fp8MlDtypes, EveryCodeAndEveryBoundaryPatternIsWhatMlDtypesMakesOfIt) {
+  const std::string path = std::string(AMPCHECK_SOURCE_DIR) + "/tests/data/fp8/ml_dtypes_fp8.txt";
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << path;
+  std::string line;
+  int decodes = 0, encodes = 0, wrong = 0;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream s(line);
+    std::string op, fmt, a, b;
+    s >> op >> fmt >> a >> b;
+    const int e = fmt == "e4m3" ? 4 : 5;
+    const auto x = static_cast<std::uint32_t>(std::stoul(a, nullptr, 16));
+    const auto want = static_cast<std::uint32_t>(std::stoul(b, nullptr, 16));
+    std::uint32_t got = 0;
+    if (op == "decode") {
+      got = decode(e, static_cast<std::uint8_t>(x));
+      ++decodes;
+    } else {
+      got = encode(e, x, Fp8Overflow::to_nonfinite);
+      ++encodes;
+    }
+    if (got != want && ++wrong <= 10) ADD_FAILURE() << line << ": got " << std::hex << got;
+  }
+  EXPECT_EQ(decodes, 512);
+  EXPECT_GT(encodes, 10000);
+  EXPECT_EQ(wrong, 0);
+}
+
+TEST(Fp8, TheFormatsLimitsAreTransformerEnginesAndCudas) {
+  // E4M3: max 448, min normal 2^-6, min subnormal 2^-9, no Inf; E5M2: max 57344, min
+  // normal 2^-14, min subnormal 2^-16 (the OCP 8-bit floating point specification).
+  EXPECT_EQ(value(decode(4, 0x7e)), 448.0f);
+  EXPECT_EQ(value(decode(4, 0x08)), std::ldexp(1.0f, -6));
+  EXPECT_EQ(value(decode(4, 0x01)), std::ldexp(1.0f, -9));
+  EXPECT_TRUE(std::isnan(value(decode(4, 0x7f))));
+  EXPECT_EQ(value(decode(5, 0x7b)), 57344.0f);
+  EXPECT_EQ(value(decode(5, 0x04)), std::ldexp(1.0f, -14));
+  EXPECT_EQ(value(decode(5, 0x01)), std::ldexp(1.0f, -16));
+  EXPECT_TRUE(std::isinf(value(decode(5, 0x7c))));
+  // Saturating casts (CUDA's __NV_SATFINITE): beyond max and Inf become +-max, NaN stays.
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(encode(4, bits(1e6f), Fp8Overflow::saturate), 0x7e);
+  EXPECT_EQ(encode(4, bits(-inf), Fp8Overflow::saturate), 0xfe);
+  EXPECT_EQ(encode(4, bits(-inf), Fp8Overflow::to_nonfinite), 0xff);
+  EXPECT_EQ(encode(5, bits(1e6f), Fp8Overflow::saturate), 0x7b);
+  EXPECT_EQ(encode(5, bits(inf), Fp8Overflow::to_nonfinite), 0x7c);
+  EXPECT_EQ(encode(4, 0x7fc00000u, Fp8Overflow::saturate), 0x7f);
+  EXPECT_EQ(encode(5, 0xffc00000u, Fp8Overflow::saturate), 0xfe);
+}
+
+// ---- the enumeration reference -------------------------------------------------------
+
+// A format's non-negative finite values in code order, built from the OCP definition,
+// plus the value the code after max would have (the rounding boundary above max).
+struct Enumerated {
+  int exp_bits, man_bits, bias;
+  std::uint32_t max_code;
+  std::vector<double> values;  // values[c] for c = 0 .. max_code + 1
+
+  explicit Enumerated(int e) : exp_bits(e), man_bits(7 - e), bias((1 << (e - 1)) - 1) {
+    max_code = e == 4 ? 0x7e : 0x7b;
+    for (std::uint32_t c = 0; c <= max_code + 1; ++c) {
+      const std::uint32_t field = c >> man_bits, frac = c & ((1u << man_bits) - 1u);
+      const double f = static_cast<double>(frac) / static_cast<double>(1u << man_bits);
+      values.push_back(field == 0 ? std::ldexp(f, 1 - bias) : std::ldexp(1.0 + f, static_cast<int>(field) - bias));
+    }
+  }
+  // The code of a finite, non-negative x: the nearest value, a tie to the even code; the
+  // code after max means "too large".
+  std::uint32_t nearest(double x) const {
+    const auto it = std::lower_bound(values.begin(), values.end(), x);
+    if (it == values.end()) return max_code + 1;
+    const auto hi = static_cast<std::uint32_t>(it - values.begin());
+    if (*it == x || hi == 0) return hi;
+    const std::uint32_t lo = hi - 1;
+    const double dl = x - values[lo], dh = values[hi] - x;
+    if (dl < dh) return lo;
+    if (dh < dl) return hi;
+    return (lo & 1u) ? hi : lo;
+  }
+  std::uint8_t expected(std::uint32_t x, Fp8Overflow o) const {  // x non-negative
+    const float f = value(x);
+    const std::uint32_t nan = exp_bits == 4 ? 0x7f : 0x7e;
+    if (std::isnan(f)) return static_cast<std::uint8_t>(nan);
+    const std::uint32_t over = o == Fp8Overflow::saturate ? max_code : (exp_bits == 4 ? 0x7fu : 0x7cu);
+    if (std::isinf(f)) return static_cast<std::uint8_t>(over);
+    const std::uint32_t c = nearest(static_cast<double>(f));
+    return static_cast<std::uint8_t>(c > max_code ? over : c);
+  }
+};
+
+TEST(Fp8Enumerated, EveryBinary32PatternWhereTheResultChangesRoundsToTheNearestValue) {
+  for (int e : {4, 5}) {
+    const Enumerated ref(e);
+    // Binades from well below the smallest subnormal to well above max: every pattern
+    // (a sanitizer build takes every 61st); beyond them a stride (results are constant).
+    const int lo_exp = 1 - ref.bias - ref.man_bits - 3, hi_exp = ref.bias + 3;
+    const std::uint32_t lo = static_cast<std::uint32_t>(lo_exp + 127) << 23;
+    const std::uint32_t hi = static_cast<std::uint32_t>(hi_exp + 127) << 23;
+#if defined(AMPCHECK_SANITIZED)
+    const std::uint32_t dense_step = 61;
+#else
+    const std::uint32_t dense_step = 1;
+#endif
+    std::atomic<std::uint64_t> checked{0}, wrong{0};
+    std::atomic<std::uint32_t> first_wrong{0};
+    const unsigned n = std::max(1u, std::thread::hardware_concurrency());
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < n; ++t)
+      threads.emplace_back([&, t] {
+        std::uint64_t c = 0, w = 0;
+        const auto check = [&](std::uint32_t p) {  // p non-negative: the reference once, both signs and rules
+          for (Fp8Overflow o : {Fp8Overflow::to_nonfinite, Fp8Overflow::saturate}) {
+            const std::uint8_t want = ref.expected(p, o);
+            c += 2;
+            if (encode(e, p, o) != want && w++ == 0) first_wrong = p;
+            if (encode(e, p | 0x80000000u, o) != (want | 0x80u) && w++ == 0) first_wrong = p | 0x80000000u;
+          }
+        };
+        for (std::uint64_t p = lo + t * dense_step; p < hi; p += std::uint64_t{n} * dense_step)
+          check(static_cast<std::uint32_t>(p));
+        for (std::uint64_t p = t * 4099u; p <= 0x7fffffffu; p += std::uint64_t{n} * 4099u)
+          if (p < lo || p >= hi) check(static_cast<std::uint32_t>(p));
+        checked += c;
+        wrong += w;
+      });
+    for (auto& th : threads) th.join();
+    EXPECT_EQ(wrong.load(), 0u) << "E" << e << "M" << 7 - e << ": first wrong pattern 0x" << std::hex
+                                << first_wrong.load();
+    EXPECT_GT(checked.load(), 1000000u);
+  }
+}
+
+TEST(Fp8Enumerated, EveryCodeWidensToTheValueTheDefinitionGivesIt) {
+  for (int e : {4, 5}) {
+    const Enumerated ref(e);
+    for (std::uint32_t c = 0; c < 256; ++c) {
+      const double got = static_cast<double>(value(decode(e, static_cast<std::uint8_t>(c))));
+      const std::uint32_t mag = c & 0x7f;
+      const double sign = (c & 0x80) ? -1.0 : 1.0;
+      if (mag <= ref.max_code) {
+        EXPECT_EQ(got, sign * ref.values[mag]) << "E" << e << " code " << c;
+        EXPECT_EQ(std::signbit(got), (c & 0x80) != 0);
+      } else if (e == 5 && mag == 0x7c) {
+        EXPECT_EQ(got, sign * HUGE_VAL) << c;
+      } else {
+        EXPECT_TRUE(std::isnan(got)) << "E" << e << " code " << c;
+      }
+    }
+  }
+}
+
+TEST(Fp8E8m0, TheBlockScaleIsThePowerOfTwoAtOrAboveAmaxOverMax) {
+  for (const float max_elem : {448.0f, 57344.0f}) {
+    // Definition: the smallest power of two 2^k (k in [-127, 127]) with amax / max_elem <= 2^k,
+    // the quotient taken in binary32.
+    const auto expected = [&](float amax) -> int {
+      const float q = amax / max_elem;
+      if (!std::isfinite(q)) return 0xff;
+      for (int k = -127; k <= 127; ++k)
+        if (static_cast<double>(q) <= std::ldexp(1.0, k)) return k + 127;
+      return 254;
+    };
+    std::uint32_t state = 12345;
+    for (int i = 0; i < 200000; ++i) {
+      state = state * 1664525u + 1013904223u;
+      const float amax = value(state & 0x7fffffffu);
+      if (std::isnan(amax)) continue;
+      ASSERT_EQ(kernels::e8m0_scale_bits(amax, max_elem), expected(amax)) << amax;
+    }
+    for (const float amax : {0.0f, 448.0f, 449.0f, 57344.0f, 1.0f, std::ldexp(1.0f, -140), 3.4e38f})
+      EXPECT_EQ(kernels::e8m0_scale_bits(amax, max_elem), expected(amax)) << amax;
+    EXPECT_EQ(kernels::e8m0_scale_bits(std::numeric_limits<float>::infinity(), max_elem), 0xff);
+    // The elements of a block divided by its scale never exceed max_elem: no saturation.
+    for (const float amax : {1.0f, 449.0f, 1e-20f, 3e30f}) {
+      const float scale = kernels::e8m0_to_f32(kernels::e8m0_scale_bits(amax, max_elem));
+      EXPECT_LE(amax / scale, max_elem) << amax;
+      EXPECT_GT(amax / scale, max_elem / 2) << amax;  // and use the top binade
+    }
+  }
+  EXPECT_EQ(kernels::e8m0_to_f32(127), 1.0f);
+  EXPECT_EQ(kernels::e8m0_to_f32(0), std::ldexp(1.0f, -127));
+  EXPECT_TRUE(std::isnan(kernels::e8m0_to_f32(0xff)));
+}
+
+}  // namespace
+}  // namespace ampcheck
