@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>  // CLI::App
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>  // std::strtod
@@ -15,6 +16,7 @@
 #include "engine/device.h"
 #include "engine/dtype/convert.h"
 #include "engine/dtype/dtype.h"
+#include "engine/dtype/fp8.h"
 #include "engine/dtype/fp_value.h"
 #include "reports/atomic_file.h"
 #include "reports/text_table.h"
@@ -76,8 +78,17 @@ std::string limits_text() {
                std::to_string(i.max_exponent()), std::to_string(i.min_exponent()),
                std::to_string(i.digits10())});
   }
+  for (Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2}) {
+    const Fp8Info& i = info(f);
+    const int emin = 1 - i.bias, emax = std::ilogb(i.max());
+    t.add_row({std::string(i.name), std::string(i.long_name), "8", std::to_string(i.exponent_bits),
+               std::to_string(i.mantissa_bits), std::to_string(i.mantissa_bits + 1), fmt_g(i.max(), 8),
+               fmt_g(i.min_normal(), 8), fmt_g(i.min_subnormal(), 8), fmt_g(std::ldexp(1.0, -i.mantissa_bits), 8),
+               std::to_string(emax), std::to_string(emin), "0"});
+  }
   return t.render() +
          "\nmax = (2 - 2^-mant) * 2^emax; min normal = 2^emin; min subnormal = 2^(emin - mant);\n"
+         "e4m3 (float8_e4m3fn) has no Inf: its max is 1.75 * 2^emax, and too large is NaN (or max, saturating);\n"
          "epsilon = 2^-mant (1 to the next value); digits = mant + 1 (precision in bits);\n"
          "digits10 = decimal digits that always survive a round trip.\n";
 }
@@ -101,7 +112,20 @@ ordered_json limits_json() {
                    {"min_subnormal", i.min_subnormal()},
                    {"epsilon", i.epsilon()}});
   }
-  return {{"ampcheck_fp_limits", 1}, {"dtypes", arr}};
+  ordered_json fp8 = ordered_json::array();
+  for (Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2}) {
+    const Fp8Info& i = info(f);
+    fp8.push_back({{"format", i.name},
+                   {"long_name", i.long_name},
+                   {"bits", 8},
+                   {"exponent_bits", i.exponent_bits},
+                   {"mantissa_bits", i.mantissa_bits},
+                   {"has_inf", i.has_inf},
+                   {"max", i.max()},
+                   {"min_normal", i.min_normal()},
+                   {"min_subnormal", i.min_subnormal()}});
+  }
+  return {{"ampcheck_fp_limits", 1}, {"dtypes", arr}, {"fp8", fp8}};
 }
 
 struct Row {
@@ -115,16 +139,26 @@ std::string values_text(const std::vector<Row>& rows) {
   for (std::size_t c : {1, 2, 3, 8}) t.align(c, reports::TextTable::Align::left);
   for (const Row& r : rows) {
     for (const FpValue& v : r.per_dtype) {
-      t.add_row({v.dtype == r.per_dtype.front().dtype ? r.text : "", std::string(name(v.dtype)),
-                 exact_decimal(v.stored), v.bit_string(), v.hex(), fmt_g(v.abs_error),
-                 fmt_g(v.rel_error, 3), fmt::format("{} ({})", fmt_g(v.ulp, 3), pow2(v.ulp)),
-                 std::string(class_name(v.cls))});
+      std::string cls(class_name(v.cls));
+      if (v.fp8 && !(v.saturated == v.stored || (std::isnan(v.saturated) && std::isnan(v.stored))))
+        cls += " (saturating: " + fmt_g(v.saturated) + ")";
+      t.add_row({&v == &r.per_dtype.front() ? r.text : "", std::string(v.format), exact_decimal(v.stored),
+                 v.bit_string(), v.hex(), fmt_g(v.abs_error), fmt_g(v.rel_error, 3),
+                 fmt::format("{} ({})", fmt_g(v.ulp, 3), pow2(v.ulp)), cls});
     }
     if (r.per_dtype.size() > 1) t.add_separator();
   }
   return t.render() +
          "\nstored: the value kept (round to nearest, ties to even); error: stored - input;\n"
-         "ulp: spacing of the dtype's values at |input|.\n";
+         "ulp: spacing of the dtype's values at |input|.\n" +
+         std::string(std::any_of(rows.begin(), rows.end(),
+                                 [](const Row& r) {
+                                   return std::any_of(r.per_dtype.begin(), r.per_dtype.end(),
+                                                      [](const FpValue& v) { return v.fp8; });
+                                 })
+                         ? "fp8: the cast that does not saturate (ml_dtypes, PyTorch's .to); a saturating cast\n"
+                           "(TransformerEngine's, CUDA's SATFINITE) keeps +-max instead of NaN/Inf.\n"
+                         : "");
 }
 
 ordered_json values_json(const std::vector<Row>& rows, Device device) {
@@ -132,10 +166,10 @@ ordered_json values_json(const std::vector<Row>& rows, Device device) {
   for (const Row& r : rows) {
     ordered_json results = ordered_json::array();
     for (const FpValue& v : r.per_dtype) {
-      results.push_back({{"dtype", name(v.dtype)},
+      results.push_back({{"dtype", v.format},
                          {"stored", json_number(v.stored)},
                          {"stored_exact", exact_decimal(v.stored)},
-                         {"shortest", shortest_decimal(v.bits, v.dtype)},
+                         {"shortest", shortest_decimal(v)},
                          {"bits", v.bit_string()},
                          {"hex", v.hex()},
                          {"sign", v.sign ? 1 : 0},
@@ -147,6 +181,7 @@ ordered_json values_json(const std::vector<Row>& rows, Device device) {
                          {"ulp", json_number(v.ulp)},
                          {"class", class_name(v.cls)},
                          {"exact", v.exact}});
+      if (v.fp8) results.back()["saturating"] = json_number(v.saturated);
     }
     arr.push_back({{"input", r.text},
                    {"value", json_number(r.per_dtype.front().input)},
@@ -157,13 +192,13 @@ ordered_json values_json(const std::vector<Row>& rows, Device device) {
 
 CLI::App* add_options(CLI::App& app, FpOptions& o) {
   CLI::App* fp = app.add_subcommand(
-      "fp", "What a number becomes in fp16/bf16/f32/f64: stored value, bits, error, ulp, class");
+      "fp", "What a number becomes in fp16/bf16/f32/f64 and fp8 (e4m3, e5m2): stored value, bits, error, ulp, class");
   fp->add_option("values", o.values,
                  "numbers to look at: 70000 1e-8 0.1 -2.5 0x1p-24 inf nan "
                  "(put -- before a list that starts with a negative number)");
   fp->add_option("--dtype,-d", o.dtypes,
                  "dtypes to store into, comma separated (f16, fp16, float16, half, bf16, "
-                 "bfloat16, f32, float, f64, double, ...)")
+                 "bfloat16, f32, float, f64, double, ...; fp8: e4m3, float8_e4m3fn, e5m2, float8_e5m2)")
       ->delimiter(',')
       ->capture_default_str();
   fp->add_flag("--limits", o.limits, "print the limits of every dtype (max, min normal, ...)");
@@ -188,7 +223,17 @@ int run_fp(const FpOptions& o, std::ostream& out, std::ostream& err) {
     const auto request = parse_device_request(o.device);
     if (!request)
       throw UsageError("--device \"" + o.device + "\" is not a device; use auto, cpu or cuda");
-    const std::vector<DType> dtypes = parse_float_dtypes(o.dtypes);
+    // fp8 formats (e4m3, e5m2) beside the dtypes, in the order given.
+    std::vector<std::string> dtype_names;
+    std::vector<Fp8Format> fp8;
+    for (const std::string& n : o.dtypes) {
+      if (const auto f = try_parse_fp8(n)) {
+        if (std::find(fp8.begin(), fp8.end(), *f) == fp8.end()) fp8.push_back(*f);
+      } else {
+        dtype_names.push_back(n);
+      }
+    }
+    const std::vector<DType> dtypes = parse_float_dtypes(dtype_names);
     std::vector<double> values;
     for (const std::string& s : o.values) values.push_back(parse_value(s));
     Device device;
@@ -205,6 +250,9 @@ int run_fp(const FpOptions& o, std::ostream& out, std::ostream& err) {
       for (std::size_t i = 0; i < values.size(); ++i)
         rows[i].per_dtype.push_back(describe_stored(values[i], bits[i], d));
     }
+    // fp8 on the host: its casts are the GEMM operands' of the CPU emulation (issue 33).
+    for (Fp8Format f : fp8)
+      for (std::size_t i = 0; i < values.size(); ++i) rows[i].per_dtype.push_back(inspect_fp8(values[i], f));
     text = o.json ? values_json(rows, device).dump(2) + "\n" : values_text(rows);
   }
 

@@ -71,6 +71,38 @@ TEST(CliFp, LimitsTableAndJson) {
   }
 }
 
+TEST(CliFp, Fp8FormatsShowTheCastAndTheSaturatingCast) {
+  // What ml_dtypes makes of these (tests/data/fp8): 464 is the tie between E4M3's 448
+  // (mantissa 110) and the NaN code, to even: 448; 465 is beyond it: NaN, or 448 when
+  // saturating. E5M2: 61440 is the tie between 57344 and Inf, to even: Inf; 61439 is 57344.
+  const Result r = run({"fp", "464", "465", "61439", "61440", "--json", "-d", "float8_e4m3fn,e5m2"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const auto at = [&](int value, int format) { return j["values"][value]["results"][format]; };
+  EXPECT_EQ(at(0, 0)["dtype"], "e4m3");
+  EXPECT_EQ(at(0, 0)["stored"], 448.0);
+  EXPECT_EQ(at(0, 0)["hex"], "0x7e");
+  EXPECT_EQ(at(0, 0)["bits"], "0 1111 110");
+  EXPECT_EQ(at(1, 0)["stored"], "nan");
+  EXPECT_EQ(at(1, 0)["class"], "overflow -> nan");
+  EXPECT_EQ(at(1, 0)["saturating"], 448.0);
+  EXPECT_EQ(at(2, 1)["dtype"], "e5m2");
+  EXPECT_EQ(at(2, 1)["stored"], 57344.0);
+  EXPECT_EQ(at(3, 1)["stored"], "inf");
+  EXPECT_EQ(at(3, 1)["class"], "overflow -> inf");
+  EXPECT_EQ(at(3, 1)["saturating"], 57344.0);
+  const Result t = run({"fp", "1000", "-d", "e4m3"});
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_TRUE(has(t.out, "overflow -> nan (saturating: 448)")) << t.out;
+  const Result l = run({"fp", "--limits", "--json"});
+  const auto limits = nlohmann::json::parse(l.out)["fp8"];
+  ASSERT_EQ(limits.size(), 2u);
+  EXPECT_EQ(limits[0]["max"], 448.0);
+  EXPECT_EQ(limits[0]["min_subnormal"], std::ldexp(1.0, -9));
+  EXPECT_EQ(limits[1]["max"], 57344.0);
+  EXPECT_EQ(limits[1]["min_subnormal"], std::ldexp(1.0, -16));
+}
+
 TEST(CliFp, NegativeNumbersAndDtypeAliases) {
   const Result r = run({"fp", "--device", "cpu", "-d", "half,bfloat16,float", "--", "-2.5", "1e-8"});
   ASSERT_EQ(r.code, 0) << r.err;

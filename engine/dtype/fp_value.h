@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "engine/dtype/dtype.h"
+#include "engine/dtype/fp8.h"
 
 namespace ampcheck {
 
@@ -18,11 +19,17 @@ enum class FpClass : std::uint8_t {
   nan,
   overflow,   // a finite input too large: stored as +-Inf
   underflow,  // a nonzero input too small: stored as +-0
+  overflow_nan,  // fp8 E4M3, which has no Inf: a finite input too large, stored as NaN
+  infinity_nan,  // fp8 E4M3: an infinite input, stored as NaN
 };
 std::string_view class_name(FpClass c);  // "overflow -> inf", "underflow -> 0", ...
 
 struct FpValue {
-  DType dtype;
+  DType dtype;            // for an fp8 format: f32 (fp8 is not a tensor dtype), see format
+  std::string_view format;  // the name shown: "f16", "e4m3"
+  int total_bits = 0, exponent_bits = 0, mantissa_bits = 0;
+  bool fp8 = false;
+  double saturated = 0;   // fp8 only: the value a saturating cast keeps (TransformerEngine's, CUDA's SATFINITE)
   double input;   // the value asked for (as the nearest binary64)
   double stored;  // what the dtype holds: the input rounded to nearest, ties to even
   std::uint64_t bits;
@@ -41,6 +48,9 @@ struct FpValue {
 };
 
 FpValue inspect_value(double x, DType dtype);
+// x in an fp8 format: `stored` is the cast that does not saturate (ml_dtypes', PyTorch's
+// .to(float8)), `saturated` the one that does.
+FpValue inspect_fp8(double x, Fp8Format format);
 // The same for bits computed elsewhere (on a GPU, say): `bits` must be what `input`
 // became in `dtype`.
 FpValue describe_stored(double input, std::uint64_t bits, DType dtype);
@@ -48,6 +58,8 @@ FpValue describe_stored(double input, std::uint64_t bits, DType dtype);
 // The shortest decimal that reads back to exactly `bits` in `dtype` (what numpy and
 // PyTorch print for the value), e.g. "0.1" for the fp16 nearest to 0.1.
 std::string shortest_decimal(std::uint64_t bits, DType dtype);
+// The same for v's format (fp8 included).
+std::string shortest_decimal(const FpValue& v);
 
 // The exact decimal value of a stored value, trimmed: f16 0.1 -> "0.0999755859375".
 // Values whose exact expansion passes `max_digits` significant digits come back rounded
