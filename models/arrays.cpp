@@ -65,6 +65,8 @@ std::string header_value(const std::string& header, const std::string& key, cons
 Shape parse_shape(const std::string& tuple, const std::string& source) {
   Shape shape;
   std::string number;
+  if (tuple.size() < 2 || tuple.front() != '(' || tuple.back() != ')')
+    fail(source, "the .npy shape '" + tuple + "' is not a tuple of sizes such as (64, 16)");
   for (char c : tuple.substr(1)) {
     if (std::isdigit(static_cast<unsigned char>(c))) {
       number += c;
