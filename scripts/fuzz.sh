@@ -55,7 +55,7 @@ run_target() {
   # A crash ends a libFuzzer run: the target starts again (its corpus kept) until its time is
   # spent, so one finding does not end the hunt. -timeout is wall time, generous: several
   # targets share the cores, and a starved process is not a slow input.
-  local log=$dir/crashes/$t/fuzz.log rc=0 start now runs=0 execs=0 crashes=0 cpu_start cpu_end
+  local log=$dir/crashes/$t/fuzz.log rc=0 start now runs=0 execs=0 crashes=0
   : >"$log"
   start=$(date +%s)
   while now=$(date +%s); ((now - start < seconds)); do

@@ -204,6 +204,10 @@ TEST(OnnxExports, TransformersGpt2SkipsWhileItsGradientsGrowAndEverySkipHasACaus
   const std::vector<double> want = npy(kDir + "hf_gpt2_tiny.ref.npy");
   EXPECT_LT(rel_error(npy(out), want), 2e-5);
   std::filesystem::remove(out);
+#if defined(AMPCHECK_SANITIZED)
+  GTEST_SKIP() << "the forward ran; the 20-step O2 training is the Release build's check (minutes under the "
+                  "sanitizers, of code the training suites meet here)";
+#endif
 
   int code = -1;
   const json r = run_json({"--model", model, "--data", data, "--steps", "20", "--level", "O2", "--dtype", "float16"}, &code);
