@@ -2,9 +2,11 @@
 # ampcheck's ONNX import on real architectures exported by PyTorch, end to end on a fresh
 # machine: the project's own bootstrap and Release build, a virtual environment in
 # bench/onnx/.venv with PyTorch, torchvision, onnx and numpy from PyPI (exporters and
-# oracles only: the product never imports them), then export.py (five models with random
+# oracles only: the product never imports them), then export.py (twelve models with random
 # weights: resnet18, mobilenet_v3_small, a BERT-style and a GPT-2-style block, an MLP whose
-# square overflows fp16; their data and PyTorch's outputs) and check.py (ampcheck infer
+# square overflows fp16, efficientnet_b0, mobilenet_v2, shufflenet_v2, resnext50_32x4d,
+# LSTM and GRU classifiers, a BERT block with an attention mask; their data and PyTorch's
+# outputs) and check.py (ampcheck infer
 # against PyTorch, ampcheck run at O0/O1/O2, bisect-nan on the MLP).
 # Writes bench/results/DATE-onnx-models-cpu-SLUG.md; exit 1 if a forward check fails.
 #
