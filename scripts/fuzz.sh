@@ -67,12 +67,15 @@ run_target() {
     ((one == 0)) || { rc=1; crashes=$((crashes + 1)); }
   done
   execs=$(grep -E '^stat::number_of_executed_units' "$log" | awk '{s += $2} END {print s + 0}')
-  {
+  # One write per target: the targets finish at once, and their lines must not interleave.
+  local block
+  block=$(
     echo "== $t: $(($(date +%s) - start)) s, $runs run(s), $execs executions, $crashes ending in a finding"
-    grep -E '#[0-9]+ *(DONE|pulse|NEW|REDUCE|INITED)' "$log" | tail -1 || true
+    grep -E '^#[0-9]+[[:space:]]+(DONE|pulse|NEW|REDUCE|INITED)' "$log" | tail -1 | sed -E 's/[[:space:]]+MS:.*//' || true
     grep -E '^stat::(new_units_added|peak_rss_mb)' "$log" | tail -2 || true
     ls "$dir/crashes/$t" | grep -E '^(crash|leak|timeout|oom|slow-unit)-' | sed 's/^/  artifact: /' || true
-  } >>"$summary"
+  )
+  printf '%s\n' "$block" >>"$summary"
   return $rc
 }
 export -f run_target
