@@ -17,6 +17,34 @@ std::string format_g(double v, int precision) {
   return buf;
 }
 
+// What every format shares once `bits`, `stored` and the fields are set: the class, the
+// error and the ulp. `has_inf`: a value beyond max is stored as Inf (else NaN: fp8 E4M3).
+void classify(FpValue& v, double x, int emin, int emax, bool has_inf) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  if (std::isnan(x)) {
+    v.cls = FpClass::nan;
+  } else if (std::isinf(x)) {
+    v.cls = has_inf ? FpClass::infinity : FpClass::infinity_nan;
+  } else if (!std::isfinite(v.stored)) {
+    v.cls = has_inf ? FpClass::overflow : FpClass::overflow_nan;
+  } else if (v.stored == 0.0) {
+    v.cls = x == 0.0 ? FpClass::zero : FpClass::underflow;
+  } else {
+    v.cls = v.exponent_field == 0 ? FpClass::subnormal : FpClass::normal;
+  }
+  v.exact = v.stored == x || (std::isnan(x) && std::isnan(v.stored));
+  if (std::isfinite(x)) {
+    v.abs_error = v.stored - x;  // inf for an overflow
+    v.rel_error = x == 0.0 ? 0.0 : std::fabs(v.abs_error) / std::fabs(x);
+    // Spacing at |x|: 2^(e - M) with e the binade of |x|, held within [emin, emax].
+    int e = emin;
+    if (x != 0.0) e = std::max(e, std::min(emax, std::ilogb(x)));
+    v.ulp = std::ldexp(1.0, e - v.mantissa_bits);
+  } else {
+    v.abs_error = v.rel_error = v.ulp = nan;
+  }
+}
+
 }  // namespace
 
 std::string_view class_name(FpClass c) {
@@ -56,30 +84,7 @@ FpValue describe_stored(double x, std::uint64_t bits, DType dtype) {
                : v.exponent_field == max_field ? d.max_exponent() + 1
                                                : static_cast<int>(v.exponent_field) - d.bias();
 
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  if (std::isnan(x)) {
-    v.cls = FpClass::nan;
-  } else if (std::isinf(x)) {
-    v.cls = FpClass::infinity;
-  } else if (std::isinf(v.stored)) {
-    v.cls = FpClass::overflow;
-  } else if (v.stored == 0.0) {
-    v.cls = x == 0.0 ? FpClass::zero : FpClass::underflow;
-  } else {
-    v.cls = v.exponent_field == 0 ? FpClass::subnormal : FpClass::normal;
-  }
-  v.exact = v.stored == x || (std::isnan(x) && std::isnan(v.stored));
-
-  if (std::isfinite(x)) {
-    v.abs_error = v.stored - x;  // inf for an overflow
-    v.rel_error = x == 0.0 ? 0.0 : std::fabs(v.abs_error) / std::fabs(x);
-    // Spacing at |x|: 2^(e - M) with e the binade of |x|, held within [emin, emax].
-    int e = d.min_exponent();
-    if (x != 0.0) e = std::max(e, std::min(d.max_exponent(), std::ilogb(x)));
-    v.ulp = std::ldexp(1.0, e - m);
-  } else {
-    v.abs_error = v.rel_error = v.ulp = nan;
-  }
+  classify(v, x, d.min_exponent(), d.max_exponent(), true);
   return v;
 }
 
@@ -132,28 +137,7 @@ FpValue inspect_fp8(double x, Fp8Format format) {
   v.exponent = v.exponent_field == 0 ? emin
                : std::isfinite(v.stored) ? static_cast<int>(v.exponent_field) - f.bias
                                          : emax + 1;
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  if (std::isnan(x)) {
-    v.cls = FpClass::nan;
-  } else if (std::isinf(x)) {
-    v.cls = f.has_inf ? FpClass::infinity : FpClass::infinity_nan;
-  } else if (!std::isfinite(v.stored)) {
-    v.cls = f.has_inf ? FpClass::overflow : FpClass::overflow_nan;
-  } else if (v.stored == 0.0) {
-    v.cls = x == 0.0 ? FpClass::zero : FpClass::underflow;
-  } else {
-    v.cls = v.exponent_field == 0 ? FpClass::subnormal : FpClass::normal;
-  }
-  v.exact = v.stored == x || (std::isnan(x) && std::isnan(v.stored));
-  if (std::isfinite(x)) {
-    v.abs_error = v.stored - x;
-    v.rel_error = x == 0.0 ? 0.0 : std::fabs(v.abs_error) / std::fabs(x);
-    int e = emin;
-    if (x != 0.0) e = std::max(e, std::min(emax, std::ilogb(x)));
-    v.ulp = std::ldexp(1.0, e - m);
-  } else {
-    v.abs_error = v.rel_error = v.ulp = nan;
-  }
+  classify(v, x, emin, emax, f.has_inf);
   return v;
 }
 
