@@ -74,28 +74,40 @@ ctest_rc=0
 if [[ ${SKIP_CTEST:-0} != 1 && ${FULL_CTEST:-0} == 1 ]]; then
   ctest --test-dir "$dir" --output-on-failure -j "$jobs" 2>&1 | tee "$work/ctest.log" || ctest_rc=$?
 elif [[ ${SKIP_CTEST:-0} != 1 ]]; then
+  # The binaries side by side (the GPU takes their kernels in turn; the CPU references
+  # use the machine's cores), each into its own log, joined in a fixed order after.
   : >"$work/ctest.log"
-  passed=0 failed=0
+  pids=() logs=()
   for t in "$dir"/tests/ampcheck_*_tests; do
     [[ -x $t ]] || continue
-    echo "== $(basename "$t") --gtest_filter=$gpu_filter" | tee -a "$work/ctest.log"
-    if "$t" --gtest_filter="$gpu_filter" --gtest_brief=1 2>&1 | tee -a "$work/ctest.log"; then
-      passed=$((passed + 1))
-    else
-      failed=$((failed + 1)) ctest_rc=1
-    fi
+    log=$work/$(basename "$t").log
+    ( echo "== $(basename "$t") --gtest_filter=$gpu_filter"
+      "$t" --gtest_filter="$gpu_filter" --gtest_brief=1 2>&1 ) >"$log" &
+    pids+=($!) logs+=("$log")
   done
-  echo "GPU tests: $passed of $((passed + failed)) test binaries passed (gtest filter $gpu_filter): $([[ $failed == 0 ]] && echo 100% tests passed || echo "$failed binaries with failures")" | tee -a "$work/ctest.log"
 else
   echo "SKIP_CTEST=1: ctest not run" | tee "$work/ctest.log"
   ctest_rc=skipped
 fi
 
-# ---- 3. backend parity
+# ---- 3. backend parity, beside the tests
 selftest_rc=0
 "$ampcheck" selftest --device cuda --json "$work/selftest.json" >"$work/selftest.txt" 2>&1 || selftest_rc=$?
 tail -n 1 "$work/selftest.txt"
 grep -E ' (FAIL|SKIP) ' "$work/selftest.txt" || true
+
+if [[ ${SKIP_CTEST:-0} != 1 && ${FULL_CTEST:-0} != 1 ]]; then
+  passed=0 failed=0
+  for i in "${!pids[@]}"; do
+    if wait "${pids[$i]}"; then
+      passed=$((passed + 1))
+    else
+      failed=$((failed + 1)) ctest_rc=1
+    fi
+    cat "${logs[$i]}" | tee -a "$work/ctest.log"
+  done
+  echo "GPU tests: $passed of $((passed + failed)) test binaries passed (gtest filter $gpu_filter): $([[ $failed == 0 ]] && echo 100% tests passed || echo "$failed binaries with failures")" | tee -a "$work/ctest.log"
+fi
 
 # ---- 4, 5 and the results files: runs beside the CPU, step times, the report
 export AMPCHECK=$ampcheck WORK=$work OUT_DIR=$out_dir ROOT=$root CTEST_RC=$ctest_rc SELFTEST_RC=$selftest_rc
@@ -115,7 +127,10 @@ def run(args, **kw):
 
 # ---- 4. every sample at O0/O1/O2 on the GPU, beside the CPU
 def summary(device, sample, level):
-    r = run(["run", "--model", sample, "--level", level, "--dtype", "float16", "--device", device, "--json", "--quiet"])
+    # The CPU runs share the machine's cores (threads change no result: the determinism rule).
+    env = dict(os.environ, AMPCHECK_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // jobs)))
+    r = run(["run", "--model", sample, "--level", level, "--dtype", "float16", "--device", device, "--json", "--quiet"],
+            env=env)
     row = {"rc": r.returncode}
     if r.returncode in (0, 1):
         try:
@@ -131,9 +146,10 @@ def summary(device, sample, level):
 # Several at once: the CPU runs on the machine's cores, the GPU runs side by side on the GPU.
 from concurrent.futures import ThreadPoolExecutor
 jobs = int(os.environ.get("RUN_JOBS", "8"))
-with ThreadPoolExecutor(max_workers=jobs) as pool:
-    pending = {(sample, level, device): pool.submit(summary, device, sample, level)
-               for sample in samples for level in levels for device in ("cuda", "cpu")}
+# Each pair is printed as it is read (in a fixed order), so that a run cut short shows what it did.
+pool = ThreadPoolExecutor(max_workers=jobs)
+pending = {(sample, level, device): pool.submit(summary, device, sample, level)
+           for sample in samples for level in levels for device in ("cuda", "cpu")}
 runs = []
 for sample in samples:
     for level in levels:
@@ -146,6 +162,7 @@ for sample in samples:
             problems.append(f"ampcheck run --model {sample} --level {level} --device cuda: "
                             f"{gpu.get('verdict', gpu.get('error'))} (exit {gpu['rc']}) where the CPU gives "
                             f"{cpu.get('verdict', cpu.get('error'))} (exit {cpu['rc']})")
+pool.shutdown()
 
 
 # ---- 5. step times. ampcheck: bench/peer_step.cpp's worker, the step `run --inspect off`
