@@ -2,7 +2,9 @@
 # Configures and builds ampcheck. Used by demo.sh and test.sh; callable on its own:
 #   scripts/build.sh [--sanitize] [TARGET...]
 # Environment: AMPCHECK_BUILD_DIR (default build, or build-sanitize), AMPCHECK_CUDA
-# (AUTO|ON|OFF, default AUTO, OFF for --sanitize), AMPCHECK_JOBS (default: number of cores).
+# (AUTO|ON|OFF, default AUTO, OFF for --sanitize), AMPCHECK_CUDA_ARCHITECTURES (the GPU
+# architectures to build for, e.g. "90" or "80;90"; default 75;80;90), AMPCHECK_JOBS
+# (default: number of cores).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
@@ -57,11 +59,13 @@ launcher=()
 if command -v ccache >/dev/null && [[ ! -f $dir/CMakeCache.txt ]]; then
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 fi
+cuda_archs=()
+[[ -n ${AMPCHECK_CUDA_ARCHITECTURES:-} ]] && cuda_archs=("-DCMAKE_CUDA_ARCHITECTURES=$AMPCHECK_CUDA_ARCHITECTURES")
 mkdir -p "$dir"
 # The benchmarks are timed in the Release build only: the sanitizer build leaves them out.
 bench=ON
 [[ -n $sanitize ]] && bench=OFF
-cmake -S "$root" -B "$dir" "${generator[@]}" "${launcher[@]}" -DCMAKE_BUILD_TYPE=$type \
+cmake -S "$root" -B "$dir" "${generator[@]}" "${launcher[@]}" "${cuda_archs[@]}" -DCMAKE_BUILD_TYPE=$type \
   -DAMPCHECK_CUDA="$cuda" -DAMPCHECK_SANITIZE="$sanitize" -DAMPCHECK_BUILD_BENCH=$bench \
   ${debug_flags:+"-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$debug_flags" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=$debug_flags"} \
   >"$dir/configure.log" 2>&1 \

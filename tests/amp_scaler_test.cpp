@@ -25,7 +25,13 @@ namespace {
 
 using Counters = std::map<std::string, std::int64_t>;
 constexpr double kInf = std::numeric_limits<double>::infinity();
+// The sanitizer build checks the same code for memory and undefined behaviour on a
+// quarter of the sequences (its instrumented arithmetic is several times slower).
+#if defined(AMPCHECK_SANITIZED)
+constexpr int kSequences = 2500;
+#else
 constexpr int kSequences = 10000;
+#endif
 
 // What a reference machine says one update does.
 struct Expected {
@@ -354,8 +360,8 @@ TEST(ScalerConformance, PyTorchRandomSequences) {
     o.growth_interval = r.integer(1, 10);
     return o;
   });
-  EXPECT_GT(cov.grew, 10000);
-  EXPECT_GT(cov.shrank, 10000);
+  EXPECT_GT(cov.grew, kSequences);
+  EXPECT_GT(cov.shrank, kSequences);
 }
 
 TEST(ScalerConformance, PaddleRandomSequences) {
@@ -369,9 +375,9 @@ TEST(ScalerConformance, PaddleRandomSequences) {
     o.use_dynamic_loss_scaling = !r.chance(0.1);
     return o;
   });
-  EXPECT_GT(cov.grew, 10000);
-  EXPECT_GT(cov.shrank, 10000);
-  EXPECT_GT(cov.held_on_inf, 10000);  // decr_every_n_nan_or_inf > 1 and static runs
+  EXPECT_GT(cov.grew, kSequences);
+  EXPECT_GT(cov.shrank, kSequences);
+  EXPECT_GT(cov.held_on_inf, kSequences);  // decr_every_n_nan_or_inf > 1 and static runs
 }
 
 TEST(ScalerConformance, DeepSpeedRandomSequences) {
@@ -385,10 +391,10 @@ TEST(ScalerConformance, DeepSpeedRandomSequences) {
     o.raise_error_at_min_scale = r.chance(0.5);
     return o;
   });
-  EXPECT_GT(cov.grew, 10000);
-  EXPECT_GT(cov.shrank, 10000);
-  EXPECT_GT(cov.held_on_inf, 10000);  // hysteresis and the floor
-  EXPECT_GT(cov.raised, 500);
+  EXPECT_GT(cov.grew, kSequences);
+  EXPECT_GT(cov.shrank, kSequences);
+  EXPECT_GT(cov.held_on_inf, kSequences);  // hysteresis and the floor
+  EXPECT_GT(cov.raised, kSequences / 20);
 }
 
 TEST(ScalerConformance, ApexRandomSequences) {
@@ -402,8 +408,8 @@ TEST(ScalerConformance, ApexRandomSequences) {
     o.scale_window = r.integer(1, 10);
     return o;
   });
-  EXPECT_GT(cov.grew, 10000);
-  EXPECT_GT(cov.shrank, 10000);
+  EXPECT_GT(cov.grew, kSequences);
+  EXPECT_GT(cov.shrank, kSequences);
 }
 
 TEST(ScalerConformance, StaticRandomSequences) {

@@ -28,5 +28,16 @@ check "a device's kernels included (reach them through engine/dispatch.h)" \
 check "an element loop (arithmetic belongs in kernels/cpu and kernels/cuda)" \
   'parallel_for|cpu::(load|store|load_gather|map_unary|map_binary|map_ternary|values|from_values|gemm)\b|\.data<|\.raw\(\)'
 
+# The device code has no per-architecture branch (`__CUDA_ARCH__ >= 800`, ...): every
+# line is compiled for every architecture, so CI's one-architecture build (.ci/run)
+# compiles all of it. A feature of newer GPUs goes through a runtime check instead.
+arch_hits=$(grep -rnE '__CUDA_ARCH__ *(>|<|=|!)|__CUDA_ARCH_(SPECIFIC|FAMILY_SPECIFIC)__' "$root"/kernels "$root"/engine \
+  --include='*.cu' --include='*.cuh' --include='*.h' --include='*.cpp' | sed "s#^$root/##")
+if [[ -n $arch_hits ]]; then
+  echo "device code: a per-architecture branch (compile for all or check at run time):"
+  echo "$arch_hits" | sed 's/^/  /'
+  failed=1
+fi
+
 if ((failed)); then exit 1; fi
 echo "engine/ops: no device branch, no device kernels, no element loops (${#ops[@]} files)"

@@ -24,7 +24,8 @@ culprits() {  # FILE [type]: the culprits, sorted, one line; op types as the exp
 
 # Every planted family with AMPCHECK_RECORD_FAMILIES=all (each trial is a PyTorch process:
 # about 12 minutes on 2 cores); by default, to keep CI within its time, three that cover
-# the kinds: one culprit by overflow, two culprits, and a NaN a log produces.
+# the kinds: one culprit by overflow, two culprits, and a NaN a log produces (ctest runs
+# them as three tests, e2e.record_bisect.FAMILY, side by side).
 if [[ ${AMPCHECK_RECORD_FAMILIES:-} == all ]]; then
   families=(variance_overflow attention_overflow residual_overflow sum_overflow temperature_overflow sigmoid_log
             nan_through_relu two_overflows)
