@@ -30,11 +30,16 @@ namespace {
 
 // A value of the constructor's grammar: a number, a string, a name (True, Format.HYBRID),
 // or a call (QParams(...)).
+struct Argument;
 struct Value {
   enum Kind { number, string, name, call } kind = name;
-  std::string text;                          // the number's, string's or name's text
-  std::vector<std::pair<std::string, Value>> args;  // a call's keyword arguments
-  std::string written;                       // as it was written, for messages
+  std::string text;              // the number's, string's or name's text
+  std::vector<Argument> args;    // a call's keyword arguments
+  std::string written;           // as it was written, for messages
+};
+struct Argument {
+  std::string key;
+  Value value;
 };
 
 class Parser {
@@ -114,7 +119,7 @@ class Parser {
                    std::string(s_.substr(arg_start, i_ - arg_start)) + "' has no '='");
             }
             if (key.find('.') != std::string::npos) fail("'" + key + "' is not a keyword");
-            v.args.emplace_back(std::move(key), value());
+            v.args.push_back(Argument{std::move(key), value()});
           } while (eat(','));
           if (!eat(')')) fail("expected ',' or ')' in the arguments of " + v.text);
         }
