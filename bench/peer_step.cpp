@@ -91,6 +91,7 @@ int main(int argc, char** argv) {
     const Options options = parse(argc, argv);
     inspector::InspectorOptions io;
     io.mode = options.inspect;
+    io.trace.max_records = 0;  // as `ampcheck run` without --chrome-trace keeps none
     inspector::Inspector insp(io);
     models::Trainer trainer(options.run);
     if (options.inspect != inspector::Mode::off) insp.attach();

@@ -184,6 +184,9 @@ InstrumentedRun instrumented_run(const RunArgs& args, const Resolved& resolved, 
   io.nan.allowed_ops = resolved.allowed_ops;
   io.nan.allowed_modules = resolved.allowed_modules;
   io.cupti = resolved.cupti && setup.mode >= inspector::Mode::trace;
+  // The per-call records are the Chrome trace's spans: kept only when one is written
+  // (every table of the report is kept in place either way).
+  if (!setup.keep_spans) io.trace.max_records = 0;
   inspector::Inspector insp(io);
 
   std::unique_ptr<models::Trainer> trainer;

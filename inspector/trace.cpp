@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <array>
 #include <cctype>
 #include <cstdint>
@@ -46,16 +47,6 @@ constexpr std::array kSlots{
     Slots{Op::where, {"Condition", "X", "Y"}},
     Slots{Op::masked_fill, {"X", "Mask"}},
 };
-
-// Where the float inputs decide the kernel, as phi's ParseKernelKeyByInputArgs does.
-std::optional<DType> promoted_float(const std::vector<DType>& dtypes) {
-  std::optional<DType> out;
-  for (DType d : dtypes) {
-    if (!is_floating(d)) continue;
-    out = out ? promote(*out, d) : d;
-  }
-  return out;
-}
 
 // The compute type is the last field of the engine's kernel id ("cpu:linear:f32").
 // "device:op:compute" then, on a GPU, " (what the libraries said they ran)".
@@ -120,12 +111,19 @@ std::string_view paddle_dtype_name(DType d) {
 
 DType kernel_dtype_of(const OpEvent& e) {
   if (e.phase == Phase::backward) return e.out_dtype;
-  std::vector<DType> after = e.dtypes_before;
+  // Where the float inputs decide the kernel, as phi's ParseKernelKeyByInputArgs does:
+  // their promoted dtype, as the kernel received them (no copy: this runs on every op call
+  // of a traced run).
+  std::optional<DType> out;
+  const auto take = [&out](DType d) {
+    if (is_floating(d)) out = out ? promote(*out, d) : d;
+  };
   if (e.inputs != nullptr) {
-    after.clear();
-    for (const Tensor& t : *e.inputs) after.push_back(t.defined() ? t.dtype() : DType::i64);
+    for (const Tensor& t : *e.inputs) take(t.defined() ? t.dtype() : DType::i64);
+  } else {
+    for (DType d : e.dtypes_before) take(d);
   }
-  return promoted_float(after).value_or(DType::i64);
+  return out.value_or(DType::i64);
 }
 
 void DtypeCalls::add(DType d) {
@@ -203,18 +201,46 @@ void OpTrace::on_op_end(const OpEvent& e) {
       pending_gpu_.erase(p);
     }
   };
+  // A per-call record (OpRecord: strings, vectors) only while records are kept (the
+  // Chrome trace's spans); the tables below are updated in place, allocating only for
+  // an instance or a kernel seen for the first time.
+  const bool keep = records_.size() < options_.max_records;
   if (e.inserted_cast) {
-    if (records_.size() < options_.max_records) records_.push_back(make_record(e));
+    if (keep) records_.push_back(make_record(e));
     const DType from = e.dtypes_before.empty() ? DType::f32 : e.dtypes_before.front();
     ++casts_[{from, e.out_dtype}];
-    remember(SIZE_MAX, kInsertedCastRow);
+    if (gpu) remember(SIZE_MAX, kInsertedCastRow);
     return;
   }
-  const OpRecord r = make_record(e);
-  stats_[row_name(e)].add(r.kernel_dtype);
+  const DType kernel_dtype = kernel_dtype_of(e);
+  {
+    // The table's row: the op's name, with "_grad" for backward (built on the stack, so a
+    // row seen before costs no allocation).
+    char buf[64];
+    std::string fallback;
+    const std::string_view type = op_name(e.op);
+    std::string_view row = type;
+    if (e.phase == Phase::backward) {
+      if (type.size() + 5 <= sizeof buf) {
+        std::memcpy(buf, type.data(), type.size());
+        std::memcpy(buf + type.size(), "_grad", 5);
+        row = std::string_view(buf, type.size() + 5);
+      } else {
+        fallback = row_name(e);
+        row = fallback;
+      }
+    }
+    if (const auto st = stats_.find(row); st != stats_.end()) {
+      st->second.add(kernel_dtype);
+    } else {
+      stats_.emplace(std::string(row), DtypeCalls{}).first->second.add(kernel_dtype);
+    }
+  }
   const std::int64_t k = occurrences_.of(e);
-  const auto [it, added] = instance_index_.try_emplace({e.module, e.op, e.phase, k}, instances_.size());
-  if (added) {
+  auto it = instance_index_.find(std::tuple<std::string_view, Op, Phase, std::int64_t>(e.module, e.op, e.phase, k));
+  if (it == instance_index_.end()) {
+    it = instance_index_.emplace(std::tuple<std::string, Op, Phase, std::int64_t>(e.module, e.op, e.phase, k),
+                                 instances_.size()).first;
     instances_.emplace_back();
     instances_.back().module = e.module;
     instances_.back().op = e.op;
@@ -224,15 +250,22 @@ void OpTrace::on_op_end(const OpEvent& e) {
   InstanceStats& in = instances_[it->second];
   ++in.calls;
   in.reason = e.reason;
-  in.dtypes_in = r.dtypes_after;
-  in.compute_dtype = r.compute_dtype;
-  in.out_dtype = r.out_dtype;
-  in.kernel_dtypes.add(r.kernel_dtype);
-  for (const TraceCast& c : r.casts) ++in.casts[{c.input, c.from, c.to}];
-  ++in.kernels[r.kernel];
-  in.shapes = r.shapes;
-  if (records_.size() < options_.max_records) records_.push_back(r);
-  remember(it->second, row_name(e));
+  in.dtypes_in.assign(e.dtypes_before.begin(), e.dtypes_before.end());
+  for (const CastRecord& c : e.casts) {
+    if (c.input < in.dtypes_in.size()) in.dtypes_in[c.input] = c.to;
+    ++in.casts[{c.input, c.from, c.to}];
+  }
+  in.compute_dtype = compute_of(e.kernel).value_or(kernel_dtype);
+  in.out_dtype = e.out_dtype;
+  in.kernel_dtypes.add(kernel_dtype);
+  if (const auto kn = in.kernels.find(e.kernel); kn != in.kernels.end()) {
+    ++kn->second;
+  } else {
+    ++in.kernels[e.kernel];
+  }
+  in.shapes = e.shapes;
+  if (keep) records_.push_back(make_record(e));
+  if (gpu) remember(it->second, row_name(e));
 }
 
 void OpTrace::add_gpu(const OpActivity& activity, const std::vector<const KernelClass*>& classes,

@@ -165,7 +165,7 @@ class OpTrace : public Observer {
   // Rows as collect_operator_stats names them: the op's name, "<op>_grad" for its
   // backward. The policy's inserted casts are not in the rows (they are counted below);
   // the user's own casts are, under "cast".
-  const std::map<std::string, DtypeCalls>& op_stats() const { return stats_; }
+  const std::map<std::string, DtypeCalls, std::less<>>& op_stats() const { return stats_; }
   // The policy's inserted cast calls by (from, to).
   const std::map<std::pair<DType, DType>, std::uint64_t>& inserted_casts() const { return casts_; }
   std::uint64_t inserted_cast_calls() const;
@@ -207,10 +207,10 @@ class OpTrace : public Observer {
   std::uint64_t kernels_lost_ = 0;
   Occurrences occurrences_;
   std::vector<InstanceStats> instances_;
-  std::map<std::tuple<std::string, Op, Phase, std::int64_t>, std::size_t> instance_index_;
+  std::map<std::tuple<std::string, Op, Phase, std::int64_t>, std::size_t, std::less<>> instance_index_;
   std::vector<OpRecord> records_;
   std::uint64_t calls_ = 0;
-  std::map<std::string, DtypeCalls> stats_;
+  std::map<std::string, DtypeCalls, std::less<>> stats_;
   std::map<std::pair<DType, DType>, std::uint64_t> casts_;
 };
 

@@ -98,9 +98,13 @@ std::vector<DType> dtypes_of(const std::vector<Tensor>& inputs) {
 }  // namespace
 
 std::string kernel_id(std::string_view name, const Tensor& result, const std::string& notes) {
-  std::string id = std::string(device_name(result.device())) + ":" + std::string(name) + ":" +
-                   (result.dtype() == DType::f64 ? "f64" : "f32");
-  return notes.empty() ? id : id + " (" + notes + ")";
+  // One allocation (every observed op call builds one).
+  const std::string_view device = device_name(result.device());
+  std::string id;
+  id.reserve(device.size() + name.size() + 5 + (notes.empty() ? 0 : notes.size() + 3));
+  id.append(device).append(":").append(name).append(result.dtype() == DType::f64 ? ":f64" : ":f32");
+  if (!notes.empty()) id.append(" (").append(notes).append(")");
+  return id;
 }
 
 Tensor call(Op op, std::vector<Tensor> inputs, Params params) {
