@@ -207,7 +207,20 @@ class OpTrace : public Observer {
   std::uint64_t kernels_lost_ = 0;
   Occurrences occurrences_;
   std::vector<InstanceStats> instances_;
-  std::map<std::tuple<std::string, Op, Phase, std::int64_t>, std::size_t, std::less<>> instance_index_;
+  // Ordered as the tuple of its fields, looked up by a string_view of the module path
+  // without building a key (every op call looks one up).
+  struct InstanceKeyLess {
+    using is_transparent = void;
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      return view(a) < view(b);
+    }
+    template <typename T>
+    static std::tuple<std::string_view, Op, Phase, std::int64_t> view(const T& t) {
+      return {std::get<0>(t), std::get<1>(t), std::get<2>(t), std::get<3>(t)};
+    }
+  };
+  std::map<std::tuple<std::string, Op, Phase, std::int64_t>, std::size_t, InstanceKeyLess> instance_index_;
   std::vector<OpRecord> records_;
   std::uint64_t calls_ = 0;
   std::map<std::string, DtypeCalls, std::less<>> stats_;

@@ -25,7 +25,8 @@ culprits() {  # FILE [type]: the culprits, sorted, one line; op types as the exp
 # Every planted family with AMPCHECK_RECORD_FAMILIES=all (each trial is a PyTorch process:
 # about 12 minutes on 2 cores); by default, to keep CI within its time, three that cover
 # the kinds: one culprit by overflow, two culprits, and a NaN a log produces (ctest runs
-# them as three tests, e2e.record_bisect.FAMILY, side by side).
+# them as three tests, e2e.record_bisect.FAMILY, side by side; AMPCHECK_RECORD_GRANULARITIES
+# chooses among type and instance, default both).
 if [[ ${AMPCHECK_RECORD_FAMILIES:-} == all ]]; then
   families=(variance_overflow attention_overflow residual_overflow sum_overflow temperature_overflow sigmoid_log
             nan_through_relu two_overflows)
@@ -35,7 +36,7 @@ fi
 for f in "${families[@]}"; do
   export_family "$f" "$work"
   mapfile -t args < "$work/$f.args"
-  for g in type instance; do
+  for g in ${AMPCHECK_RECORD_GRANULARITIES:-type instance}; do
     engine=$work/$f.$g.engine.json script=$work/$f.$g.script.json
     "$bin" bisect-nan --model "$work/$f.onnx" --data "$work/$f.npz" "${args[@]}" --steps 2 --granularity "$g" \
       --quiet --report "$engine" > "$work/$f.$g.engine.txt" 2>&1
