@@ -18,10 +18,14 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 venv=${AMPCHECK_PYENV:-$root/build/pyenv}
 mkdir -p "$(dirname "$venv")"
 
-# torch 2.15 is what the recorder is tested against (it needs >= 2.1); onnx exports the
-# planted families for the engine's side of the comparison (tests/e2e/record_families.sh);
-# pytest-xdist runs the recorder's suite on every core.
-requirements=("torch==2.15.*" "numpy==2.*" "onnx==1.23.*" "pytest==9.*" "pytest-xdist==3.*" "jsonschema==4.*")
+# torch 2.15 is what the recorder is tested against (it needs >= 2.1); paddlepaddle 3.3 (the
+# CPU build, 0.2 GB) is what its Paddle recorder is tested against; onnx exports the planted
+# families for the engine's side of the comparison (tests/e2e/record_families.sh);
+# pytest-xdist runs the recorder's suite on every core. numpy 2.3: Paddle 3.3's GradScaler
+# logs a back-off with float() of its one-element scale tensor, which numpy 2.4 refuses
+# (TypeError: only 0-dimensional arrays can be converted to Python scalars).
+requirements=("torch==2.15.*" "paddlepaddle==3.3.*" "numpy==2.3.*" "onnx==1.23.*" "pytest==9.*" "pytest-xdist==3.*"
+              "jsonschema==4.*")
 stamp="$venv/.ampcheck-requirements"
 want=$(printf '%s\n' "${requirements[@]}")
 
@@ -48,7 +52,7 @@ if ! "$venv/bin/pip" install --quiet --disable-pip-version-check --progress-bar 
        "tests need them (AMPCHECK_SKIP_PYTHON_TESTS=1 skips those tests on purpose)" >&2
   exit 2
 fi
-"$venv/bin/python" -c "import torch, numpy, onnx, pytest, jsonschema" >&2 \
-  || { echo "pyenv: $venv installed, but import torch fails (above)" >&2; exit 2; }
+"$venv/bin/python" -c "import torch, paddle, numpy, onnx, pytest, jsonschema" >&2 \
+  || { echo "pyenv: $venv installed, but import torch or paddle fails (above)" >&2; exit 2; }
 printf '%s\n' "$want" > "$stamp"
 echo "$venv/bin/python"

@@ -1,5 +1,6 @@
 """ampcheck's recorder for PyTorch: a training run heard op by op, below autograd, and
-written as ampcheck's report (docs/recorder.md).
+written as ampcheck's report (docs/recorder.md); and for PaddlePaddle, PaddleRecorder, a
+dygraph run heard through Paddle's layer and gradient hooks (paddle_recorder.py).
 
     import ampcheck_recorder
     rec = ampcheck_recorder.Recorder(model, optimizer, scaler, inspect="stats", out="run.json")
@@ -14,13 +15,16 @@ can import this package without importing torch before the script does.
 
 from ._version import __version__
 
-__all__ = ["Recorder", "keep_fp32", "fp32_advice", "active", "__version__"]
+__all__ = ["Recorder", "PaddleRecorder", "keep_fp32", "fp32_advice", "active", "__version__"]
 
 
 def __getattr__(name):
     if name in ("Recorder", "active"):
         from . import recorder
         return getattr(recorder, name)
+    if name == "PaddleRecorder":
+        from .paddle_recorder import PaddleRecorder
+        return PaddleRecorder
     if name == "keep_fp32":
         from .fp32 import keep_fp32
         return keep_fp32

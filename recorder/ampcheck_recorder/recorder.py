@@ -296,6 +296,7 @@ class Recorder:
         self.autocast_dtypes: list = []
         self.low_dtypes: list = []
         self.autocast_seen = False
+        self.autocast_level = "O1"  # torch.autocast's per-op lists with fp32 weights: ampcheck's O1
         self.scaler_seen = False
         self.scaler_enabled = False
         self.init_scale = math.nan
@@ -403,6 +404,16 @@ class Recorder:
         with self._lock:
             self._flush_stats()
             return report_mod.build(self)
+
+    def framework(self):
+        """What the report says of PyTorch (report.Framework)."""
+        from .report import Framework
+        return Framework("pytorch", "PyTorch", torch.__version__,
+                         f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU", int(torch.initial_seed()))
+
+    def amp_note(self) -> str:
+        """Why no op ran in low precision, when the recorder knows (PaddleRecorder does)."""
+        return ""
 
     def set_accuracy(self, accuracy: float):
         """The training accuracy the script measured, in [0, 1], for summary.accuracy."""

@@ -24,20 +24,30 @@ import json
 import math
 import os
 import tempfile
+from dataclasses import dataclass
 
-import torch
-
-from . import nonfinite as nf
+from . import judge as nf
 from ._version import __version__
 
 SCHEMA_VERSION = "1.6"
+
+
+@dataclass(frozen=True)
+class Framework:
+    """What the report says of the framework a run was recorded in."""
+    name: str      # run.framework and amp.semantics: "pytorch", "paddle"
+    display: str   # "PyTorch", "PaddlePaddle"
+    version: str
+    build: str     # "CPU", "CUDA 13.0"
+    seed: int      # the run's seed when the recorder saw none set
 
 
 def _strip(ev: dict) -> dict:
     """A NanEvent as the report writes it: the watch's bookkeeping dropped."""
     out = {k: ev[k] for k in ("step", "phase", "op", "module", "inputs", "out_nan", "out_pos_inf", "out_neg_inf",
                               "lost")}
-    out["aten"] = ev["aten"]
+    if ev.get("aten") is not None:  # PyTorch's: the aten packet
+        out["aten"] = ev["aten"]
     return out
 
 
@@ -54,13 +64,20 @@ def _scale_value(scale: float) -> str:
     return f"{scale:.0f}" if math.floor(scale) == scale and abs(scale) < 1e15 else f"{scale:g}"
 
 
-def _dynamic_scaling_advice(scale: float) -> str:
+# Each framework's loss scaler, as its users write it: the class and its initial-scale argument.
+SCALERS = {"pytorch": ("PyTorch GradScaler", "init_scale", 65536),
+           "paddle": ("paddle.amp.GradScaler", "init_loss_scaling", 65536)}
+
+
+def _dynamic_scaling_advice(scale: float, framework: str) -> str:
+    cls, arg, default = SCALERS[framework]
     if scale > 0:
-        return f"PyTorch GradScaler(init_scale={_scale_value(scale)}), enabled (it is dynamic)"
-    return "PyTorch GradScaler(), enabled (dynamic, from 65536)"
+        return f"{cls}({arg}={_scale_value(scale)}), enabled (it is dynamic)"
+    return f"{cls}(), enabled (dynamic, from {default})"
 
 
-def _probing_note(nonfinite: dict) -> str:
+def _probing_note(nonfinite: dict, framework: str) -> str:
+    cls, arg, _ = SCALERS[framework]
     p = nonfinite.get("probing")
     if not p:
         return ""
@@ -68,15 +85,15 @@ def _probing_note(nonfinite: dict) -> str:
     later = f" (later {scale_text(start)})" if start < p["scale_to"] else ""
     return (f"{p['skipped']} of {nonfinite['updates']} steps were skipped while the loss scaler came down from "
             f"{scale_text(p['scale_from'])} to {scale_text(p['scale_to'])}{later}: start it lower "
-            f"(PyTorch GradScaler(init_scale={_scale_value(start)}))")
+            f"({cls}({arg}={_scale_value(start)}))")
 
 
-def _gradient_underflow_text(nonfinite: dict) -> str:
+def _gradient_underflow_text(nonfinite: dict, framework: str) -> str:
     z = nonfinite["zero_gradients"]
     at_least = f" to at least {scale_text(z['scale_needed'])}" if z["scale_needed"] > 0 else ""
     return (f"gradients underflow: every parameter gradient was 0 in {z['dtype']} from step {z['first_step']} "
             f"({z['steps']} of {z['stepped']} steps); enable dynamic loss scaling or raise the scale{at_least} "
-            f"({_dynamic_scaling_advice(z['scale_needed'])})")
+            f"({_dynamic_scaling_advice(z['scale_needed'], framework)})")
 
 
 def _failure_text(w: dict) -> str:
@@ -103,7 +120,7 @@ def _level(rec) -> str:
     # torch.autocast is ampcheck's O1 (per-op lists, fp32 weights); low-precision ops
     # without autocast are a .half()/.bfloat16() model, O3; neither is an fp32 run.
     if rec.autocast_seen:
-        return "O1"
+        return rec.autocast_level
     return "O3" if rec.low_dtypes else "O0"
 
 
@@ -173,7 +190,8 @@ def _op_instance(inst) -> dict:
         step, kind, value = inst.first_loss
         o["range_loss"] = {"underflow": inst.underflow, "overflow": inst.overflow, "first_step": step,
                            "first_kind": kind, "first_value": value}
-    o["aten"] = list(inst.aten)
+    if inst.aten is not None:  # PyTorch: the aten packets the instance's calls ran
+        o["aten"] = list(inst.aten)
     o["autocast"] = inst.autocast
     if inst.fp32_nonfinite:
         o["fp32_nonfinite"] = inst.fp32_nonfinite
@@ -192,26 +210,27 @@ def build(rec) -> dict:
     total_calls = sum(sum(c) for c in rec.op_types.values())
     dtype = (rec.autocast_dtypes or rec.low_dtypes or ["float32"])[0]
     level = _level(rec)
-    scaling = "pytorch" if rec.scaler_enabled else "static"
+    fw = rec.framework()  # Framework: names, versions and defaults of the user's framework
+    scaling = fw.name if rec.scaler_enabled else "static"
     init_scale = rec.init_scale if rec.scaler_enabled and not math.isnan(rec.init_scale) else 1.0
-    torch_build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU"
     run = {
         "command": "record",
         "model": rec.model_name,
-        "model_description": (f"{rec.model_name or 'a model'} ({rec.parameters} parameters) trained by "
-                              f"{rec.script or 'a PyTorch script'}, recorded in PyTorch {torch.__version__}"),
+        "model_description": (f"{rec.model_name or 'a model'} trained by "
+                              f"{rec.script or 'a ' + fw.display + ' script'}, recorded in {fw.display} "
+                              f"{fw.version}"),
         "parameters": rec.parameters,
         "level": level,
         "dtype": dtype if level != "O0" else "float32",
         "device": rec.device or "cpu",
-        "seed": rec.seed if rec.seed is not None else int(torch.initial_seed()),
+        "seed": rec.seed if rec.seed is not None else fw.seed,
         "steps": len(steps),
         "batch": rec.batch,
         "lr": rec.lr,
         "optimizer": rec.optimizer_name,
         "inspect": rec.inspect,
         "amp": {
-            "semantics": "pytorch",
+            "semantics": fw.name,
             "config_file": "",
             "custom_white_list": [],
             "custom_black_list": sorted(rec.forcer.ops),
@@ -221,11 +240,11 @@ def build(rec) -> dict:
         },
         "versions": {
             "ampcheck": __version__,
-            "build": f"ampcheck-recorder {__version__} (pure Python) on PyTorch {torch.__version__} ({torch_build})",
-            "cpu_conversions": "PyTorch's own kernels",
+            "build": f"ampcheck-recorder {__version__} (pure Python) on {fw.display} {fw.version} ({fw.build})",
+            "cpu_conversions": f"{fw.display}'s own kernels",
         },
-        "framework": "pytorch",
-        "framework_version": torch.__version__,
+        "framework": fw.name,
+        "framework_version": fw.version,
         "script": rec.script or "",
         "script_args": list(rec.script_args),
     }
@@ -257,21 +276,23 @@ def build(rec) -> dict:
         "low_precision_calls": low_calls,
         "total_calls": total_calls,
     }
-    summary.update(_verdict(rec, w, nonfinite, summary, dtype, report))
+    summary.update(_verdict(rec, w, nonfinite, summary, dtype, report, fw.name))
     report["summary"] = summary
     return report
 
 
-def _verdict(rec, w, nonfinite, summary, dtype, report) -> dict:
+def _verdict(rec, w, nonfinite, summary, dtype, report, framework: str) -> dict:
     failed = bool(w and w["failures"])
     if failed:
         kinds = {f["kind"] for f in w["failures"]}
         if w["zero_gradients"] and kinds <= {"gradient_underflow", "scale_below_floor"}:
-            verdict, text = "gradient_underflow", "FAILED: " + _gradient_underflow_text(nonfinite)
+            verdict, text = "gradient_underflow", "FAILED: " + _gradient_underflow_text(nonfinite, framework)
         else:
             verdict, text = "failed", "FAILED: " + _failure_text(w)
     elif summary["low_precision_calls"] == 0:
         verdict, text = "amp_off", "AMP is NOT on: no op ran in a low-precision dtype"
+        if rec.amp_note():
+            text += ": " + rec.amp_note()
     else:
         verdict = "healthy"
         text = (f"healthy: AMP is on ({summary['low_precision_calls']} of {summary['total_calls']} op calls ran "
@@ -280,7 +301,7 @@ def _verdict(rec, w, nonfinite, summary, dtype, report) -> dict:
         if probing:
             text += f" ({probing} of them probing for its scale)"
         if nonfinite.get("probing", {}).get("excused"):
-            text += "; " + _probing_note(nonfinite)
+            text += "; " + _probing_note(nonfinite, framework)
     if not failed and nonfinite["intended"]:
         values = sum(i["values"] for i in nonfinite["intended"])
         softmax_only = all(r == "softmax" for i in nonfinite["intended"] for r in i["readers"])
