@@ -154,8 +154,8 @@ std::string joined(const std::vector<std::string>& items) {
   return out;
 }
 
-// Why the recorder wrote no report: PyTorch not importable by the script's python, the
-// script ending before it imported torch, or never importing it.
+// Why the recorder wrote no report: neither PyTorch nor PaddlePaddle importable by the
+// script's python, the script ending before it imported its framework, or never importing it.
 std::string why_no_report(const std::string& python, const std::vector<std::string>& env, const Scratch& scratch,
                           int exit_code, const std::string& output) {
   std::vector<std::string> probe_env;
@@ -167,10 +167,15 @@ std::string why_no_report(const std::string& python, const std::vector<std::stri
     return fmt::format("the recorder wrote no report, and {} (the script's python) cannot be started to see why: "
                        "give the interpreter by its path, e.g. -- /path/to/venv/bin/python train.py",
                        python);
-  if (probe != 0)
-    return fmt::format("PyTorch cannot be imported by {} ({}): install it for that interpreter (pip install torch) "
-                       "or run the script with the python that has it",
-                       python, last_line(read_file(log)));
+  if (probe != 0) {
+    const std::string torch_error = last_line(read_file(log));
+    const std::string paddle_log = (scratch.dir / "probe-paddle.log").string();
+    if (run_logged({python, "-c", "import paddle"}, probe_env, paddle_log) != 0)
+      return fmt::format("PyTorch cannot be imported by {} ({}), nor PaddlePaddle: install the framework the "
+                         "script trains with for that interpreter (pip install torch) or run the script with the "
+                         "python that has it",
+                         python, torch_error);
+  }
   const std::string said = last_line(output);
   const std::string recorder_said =
       output.find("ampcheck recorder: not recording") != std::string::npos
@@ -179,10 +184,10 @@ std::string why_no_report(const std::string& python, const std::vector<std::stri
   if (!recorder_said.empty()) return "the recorder could not start" + recorder_said;
   if (exit_code != 0)
     return fmt::format("the script ended with exit code {} before the recorder could write a report (it starts at "
-                       "the script's `import torch`){}",
+                       "the script's `import torch` or `import paddle`){}",
                        exit_code, said.empty() ? "" : "; its last words: " + said);
-  return "the script never imported torch: the recorder starts at `import torch`, so there was no PyTorch run to "
-         "record (is this the training script?)";
+  return "the script never imported torch or paddle: the recorder starts at the script's import of its framework, "
+         "so there was no PyTorch or PaddlePaddle run to record (is this the training script?)";
 }
 
 }  // namespace
@@ -301,6 +306,9 @@ Recording record_process(const RecordRequest& r) {
   rec.exit_code = wait_for(s.pid);
   if (fs::exists(out)) {
     rec.report = read_file(out);
+  } else if (const fs::path why = fs::path(out.string() + ".why"); fs::exists(why)) {
+    // The recorder's own reason (ampcheck_recorder/inject.py, not_recording).
+    rec.why_no_report = "the recorder could not start; the recorder said: " + last_line(read_file(why));
   } else {
     const std::string output = r.output_file.empty() ? std::string() : tail(read_file(r.output_file), 20);
     // `sh -c` answers 127 for a command it cannot find.

@@ -35,7 +35,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m ampcheck_recorder", description="ampcheck's recorder for PyTorch runs")
+    p = _Parser(prog="python -m ampcheck_recorder", description="ampcheck's recorder for PyTorch and PaddlePaddle runs")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     run = sub.add_parser("run", help="run a script with the recorder attached",
                          description="Runs SCRIPT (or -m MODULE) with the recorder attached and writes the report.")
@@ -48,6 +48,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="op types or module paths whose Inf/-Inf is intended, comma separated")
     run.add_argument("--max-skipped", default="0.05", help="the skipped fraction a healthy run may have")
     run.add_argument("--stats-every", default="1", help="numerics every N steps (default 1)")
+    run.add_argument("--framework", default="torch", choices=("torch", "paddle"),
+                     help="the script's framework (default torch; paddle: PaddleRecorder, stats or trace)")
     run.add_argument("target", nargs=argparse.REMAINDER, help="-- script.py args, or -- -m module args")
     adv = sub.add_parser("advice", help="print the PyTorch code that keeps ops or modules in fp32")
     adv.add_argument("--fp32-ops", default="")
@@ -78,11 +80,16 @@ def _run(a) -> int:
         kind, target, args = _target(a.target)
         opts = inject.options(a.out, a.inspect, inject.split_list(a.fp32_ops), inject.split_list(a.fp32_modules),
                               inject.split_list(a.allow_inf), a.max_skipped, a.stats_every)
-        from .recorder import Recorder, active
+        script = {"script": target if kind == "path" else f"-m {target}", "script_args": args,
+                  "wait_for_model": True}
+        if a.framework == "paddle":
+            from .paddle_recorder import PaddleRecorder, active
+            opts = inject.paddle_options(opts)
+        else:
+            from .recorder import Recorder, active
         if active() is not None:  # the bootstrap also started one (AMPCHECK_RECORD_OUT set): ours wins
             active().discard()
-        rec = Recorder(script=target if kind == "path" else f"-m {target}", script_args=args,
-                       wait_for_model=True, **opts)
+        rec = (PaddleRecorder(None, **script, **opts) if a.framework == "paddle" else Recorder(**script, **opts))
     except (inject.ConfigError, ValueError) as e:
         print(f"ampcheck_recorder run: {e}", file=sys.stderr)
         return USAGE

@@ -7,9 +7,12 @@ Two ways in, one configuration:
 - ``ampcheck record -- python train.py args``: the C++ CLI cannot put ``-m`` in front of
   an arbitrary command, so it puts ``ampcheck_recorder/_bootstrap`` on PYTHONPATH and
   the options in the environment. That folder's sitecustomize.py runs at interpreter
-  start and calls from_environment(), which waits for the script to import torch (a
-  finder on sys.meta_path) and starts the recorder right after, so torch is never
-  imported earlier than the script imports it. The report is written at exit.
+  start and calls from_environment(), which waits for the script to import torch or
+  paddle (a finder on sys.meta_path) and starts that framework's recorder right after,
+  so neither is imported earlier than the script imports it. The report is written at
+  exit. A PaddlePaddle script gets the PaddleRecorder (paddle_recorder.py), which takes
+  no fp32 forcing (AMPCHECK_RECORD_FP32_*: Paddle's auto_cast custom_black_list is that)
+  and no "full" inspection.
 
 The environment (each also a flag of ``run``; docs/recorder.md):
 
@@ -20,9 +23,10 @@ The environment (each also a flag of ``run``; docs/recorder.md):
     AMPCHECK_RECORD_ALLOW_INF     op types or module paths whose Inf/-Inf is intended
     AMPCHECK_RECORD_MAX_SKIPPED   the skipped fraction a healthy run may have (0.05)
     AMPCHECK_RECORD_STATS_EVERY   numerics every N steps (1)
-    AMPCHECK_RECORD_SEED          seeds torch, random and numpy when the script imports
-                                  torch (`ampcheck record --seeds N`); a script that
-                                  seeds itself afterwards wins (it may read this variable)
+    AMPCHECK_RECORD_SEED          seeds torch (or paddle), random and numpy when the script
+                                  imports the framework (`ampcheck record --seeds N`); a
+                                  script that seeds itself afterwards wins (it may read
+                                  this variable)
     AMPCHECK_RECORD_OWNER         set by the recorder to its process id: a Python
                                   process the script starts (DataLoader workers,
                                   subprocesses) sees another id and does not record
@@ -112,17 +116,21 @@ def on_sigterm():
         pass
 
 
-class _AfterTorchImport(importlib.abc.MetaPathFinder):
-    """Runs a callback once ``torch`` has been imported, whoever imports it."""
+FRAMEWORKS = ("torch", "paddle")
+
+
+class _AfterFrameworkImport(importlib.abc.MetaPathFinder):
+    """Runs callback(name) once the first of ``torch`` and ``paddle`` has been imported,
+    whoever imports it."""
 
     def __init__(self, callback):
         self.callback = callback
 
     def find_spec(self, name, path=None, target=None):
-        if name != "torch":
+        if name not in FRAMEWORKS:
             return None
         sys.meta_path.remove(self)
-        spec = importlib.util.find_spec("torch")
+        spec = importlib.util.find_spec(name)
         if spec is None or spec.loader is None:
             return spec
         loader, callback = spec.loader, self.callback
@@ -130,27 +138,27 @@ class _AfterTorchImport(importlib.abc.MetaPathFinder):
 
         def exec_then_start(module):
             exec_module(module)
-            callback()
+            callback(name)
 
         loader.exec_module = exec_then_start
         return spec
 
 
 _excepthook_state = {"error": ""}
+_started: dict = {}  # "recorder": the recorder this bootstrap started
 
 
 def _note_uncaught(exc_type, exc, tb, previous=sys.excepthook):
     _excepthook_state["error"] = f"{exc_type.__name__}: {exc}"
-    from . import recorder
-    rec = recorder.active()
+    rec = _started.get("recorder")
     if rec is not None and issubclass(exc_type, KeyboardInterrupt):
         rec.interrupted_by = "SIGTERM" if issubclass(exc_type, Terminated) else "SIGINT"
     previous(exc_type, exc, tb)
 
 
-def _seed_from_environment():
+def _seed_from_environment(framework: str):
     """AMPCHECK_RECORD_SEED: the seed of `ampcheck record --seeds N`'s k-th run, set as the
-    script imports torch; a script that seeds itself later overrides it."""
+    script imports its framework; a script that seeds itself later overrides it."""
     text = os.environ.get(ENV_SEED, "")
     if not text:
         return
@@ -159,9 +167,13 @@ def _seed_from_environment():
     except ValueError:
         raise ConfigError(f'{ENV_SEED}="{text}" is not a whole number') from None
     import random
-    import torch
     random.seed(seed)
-    torch.manual_seed(seed)
+    if framework == "paddle":
+        import paddle
+        paddle.seed(seed)
+    else:
+        import torch
+        torch.manual_seed(seed)
     try:
         import numpy
         numpy.random.seed(seed % 2 ** 32)
@@ -169,16 +181,47 @@ def _seed_from_environment():
         pass
 
 
-def _start_from_environment(opts):
+def paddle_options(opts: dict) -> dict:
+    """The options a PaddleRecorder takes, or the reason it cannot record with these."""
+    if opts["fp32_ops"] or opts["fp32_modules"]:
+        raise ConfigError("forcing ops or modules to fp32 (bisect-nan --script's trials) is PyTorch's only: in "
+                          "PaddlePaddle, give them to paddle.amp.auto_cast(custom_black_list={...})")
+    if opts["inspect"] == "full":
+        raise ConfigError("inspect full needs a hook below Paddle's layers, which Paddle does not have: use stats")
+    if opts["stats_every"] != 1:
+        raise ConfigError("stats every N steps is PyTorch's only: the PaddlePaddle recorder checks every step")
+    return {k: opts[k] for k in ("out", "inspect", "allow_inf", "max_skipped_fraction")}
+
+
+def _start_from_environment(opts, framework="torch"):
     try:
-        _seed_from_environment()
-        from .recorder import Recorder
-        rec = Recorder(script=sys.argv[0] if sys.argv else "", script_args=sys.argv[1:], wait_for_model=True,
-                       **opts)
+        _seed_from_environment(framework)
+        script = {"script": sys.argv[0] if sys.argv else "", "script_args": sys.argv[1:], "wait_for_model": True}
+        if framework == "paddle":
+            from .paddle_recorder import PaddleRecorder
+            rec = PaddleRecorder(None, **script, **paddle_options(opts))
+        else:
+            from .recorder import Recorder
+            rec = Recorder(**script, **opts)
+        _started["recorder"] = rec
         # At exit: what the script did, as far as this process can tell.
         rec.script_outcome = _excepthook_state
     except Exception as e:  # never break the user's run over the recorder
-        print(f"ampcheck recorder: not recording: {e}", file=sys.stderr)
+        not_recording(str(e))
+
+
+def not_recording(reason: str):
+    """Says why this process records nothing: on stderr, and beside the report's path
+    (REPORT.why), where `ampcheck record` looks when no report came."""
+    message = f"ampcheck recorder: not recording: {reason}"
+    print(message, file=sys.stderr)
+    out = os.environ.get(ENV_OUT)
+    if out:
+        try:
+            with open(out + ".why", "w", encoding="utf-8") as f:
+                f.write(message + "\n")
+        except OSError:
+            pass
 
 
 def from_environment():
@@ -186,16 +229,17 @@ def from_environment():
     try:
         opts = options_from_environment()
     except ConfigError as e:
-        print(f"ampcheck recorder: not recording: {e}", file=sys.stderr)
+        not_recording(str(e))
         return
     if opts is None or not claim_process():
         return
     sys.excepthook = _note_uncaught
     on_sigterm()
-    if "torch" in sys.modules:
-        _start_from_environment(opts)
+    imported = [name for name in FRAMEWORKS if name in sys.modules]
+    if imported:
+        _start_from_environment(opts, imported[0])
     else:
-        sys.meta_path.insert(0, _AfterTorchImport(lambda: _start_from_environment(opts)))
+        sys.meta_path.insert(0, _AfterFrameworkImport(lambda name: _start_from_environment(opts, name)))
 
 
 def bootstrap_path() -> str:

@@ -201,25 +201,29 @@ class PaddleRecorder:
     """Records a PaddlePaddle dygraph training run as ampcheck's report.
 
     model:     the paddle.nn.Layer (or a dict of name -> layer, or a list) whose sublayer
-               paths the report uses. Required: Paddle has no global layer hook.
+               paths the report uses; None with wait_for_model: the first top-level layer
+               called that has trainable parameters is the model (its paths unprefixed),
+               later ones are named by their class.
     optimizer, scaler: accepted for symmetry with the PyTorch recorder; every Paddle
                optimizer and GradScaler is listened to while the recorder records.
     inspect:   "trace" (dtypes and steps) or "stats" (plus numerics, NaN/Inf producers and
                the loss-scale reading).
     out:       where close() (or the interpreter's exit) writes the report; None: nowhere.
     allow_inf: layer types or layer paths whose Inf/-Inf is intended (not a failure).
+    wait_for_model: find the model at its first call (``ampcheck record`` starts the
+               recorder when the script imports paddle, before it builds its model).
     """
 
     def __init__(self, model, optimizer=None, scaler=None, *, inspect="stats", out=None, allow_inf=(),
-                 max_skipped_fraction=0.05, script=None, script_args=(), start=True):
+                 max_skipped_fraction=0.05, script=None, script_args=(), wait_for_model=False, start=True):
         if inspect == "full":
             raise ValueError('inspect="full" recomputes each fp16/bf16 op in fp32, which needs a hook below '
                              'Paddle\'s layers that Paddle does not have; use inspect="stats"')
         if inspect not in INSPECT_MODES:
             raise ValueError(f'inspect="{inspect}" is not a mode; use "trace" or "stats"')
-        if model is None:
-            raise ValueError("PaddleRecorder needs the model (a paddle.nn.Layer): Paddle has no global layer "
-                             "hook to find it by")
+        if model is None and not wait_for_model:
+            raise ValueError("PaddleRecorder needs the model (a paddle.nn.Layer), or wait_for_model=True to take "
+                             "the first layer the script calls")
         self.inspect = inspect
         self.out = out
         self.allow_inf = tuple(allow_inf)
@@ -231,20 +235,14 @@ class PaddleRecorder:
         self.forcer = _NoForcing()
         self._lock = threading.RLock()
         # the model
-        self._roots = self._root_layers(model)
+        self._roots: list = []        # (prefix, layer)
         self._paths: dict = {}        # id(layer) -> path
-        self._owner: dict = {}        # id(parameter) -> (layer path, layer type, parameter name)
+        self._hooked: set = set()     # id(layer) of the layers with hooks
+        self._owner: dict = {}        # id(parameter) -> owning layer's path
         self._param_names: dict = {}  # id(parameter) -> structured name
-        self.model_name = type(self._roots[0][1]).__name__
+        self._waiting = wait_for_model and model is None
+        self.model_name = ""
         self.parameters = 0
-        for prefix, root in self._roots:
-            for name, layer in root.named_sublayers(include_self=True):
-                path = ".".join(p for p in (prefix, name) if p)
-                self._paths[id(layer)] = path
-                for pname, p in layer.named_parameters(include_sublayers=False):
-                    self._owner[id(p)] = (path, type(layer).__name__)
-                    self._param_names[id(p)] = ".".join(x for x in (path, pname) if x)
-            self.parameters += sum(int(np.prod(p.shape)) for p in root.parameters())
         # the run
         self.steps: list = []
         self.step_index = 1
@@ -292,20 +290,72 @@ class PaddleRecorder:
         self._closed = False
         self._final = None
         self._atexit = False
+        if model is not None:
+            self._add_models(model)
         for opt in ([] if optimizer is None else optimizer if isinstance(optimizer, (list, tuple)) else [optimizer]):
             self._note_optimizer(opt)
         if start:
             self.start()
 
-    @staticmethod
-    def _root_layers(model) -> list:
+    # -- the model ----------------------------------------------------------------------
+
+    def _add_models(self, model):
         if isinstance(model, paddle.nn.Layer):
-            return [("", model)]
-        items = model.items() if isinstance(model, dict) else ((f"{i}", m) for i, m in enumerate(model))
-        roots = [(str(k), m) for k, m in items]
-        if not roots or not all(isinstance(m, paddle.nn.Layer) for _, m in roots):
+            self._add_root(model, "")
+            return
+        items = list(model.items()) if isinstance(model, dict) else [(None, m) for m in model]
+        if not items or not all(isinstance(m, paddle.nn.Layer) for _, m in items):
             raise ValueError("model: give a paddle.nn.Layer, or a dict or list of them")
-        return roots
+        for i, (prefix, m) in enumerate(items):
+            self._add_root(m, str(prefix) if prefix is not None else "" if i == 0 else None)
+
+    def _add_root(self, layer, prefix):
+        if prefix is None:  # a later top-level layer: named by its class
+            base = type(layer).__name__
+            prefix, n = base, 2
+            while any(p == prefix for p, _ in self._roots):
+                prefix, n = f"{base}{n}", n + 1
+        self._roots.append((prefix, layer))
+        if not self.model_name:
+            self.model_name = type(layer).__name__
+            self.parameters = sum(int(np.prod(p.shape)) for p in layer.parameters() if not p.stop_gradient)
+        for name, sub in layer.named_sublayers(include_self=True):
+            if id(sub) in self._paths:
+                continue
+            path = ".".join(x for x in (prefix, name) if x)
+            self._paths[id(sub)] = path
+            for pname, p in sub.named_parameters(include_sublayers=False):
+                self._owner[id(p)] = path
+                self._param_names[id(p)] = ".".join(x for x in (path, pname) if x)
+        if self._listening:
+            self._hook(layer)
+
+    def _hook(self, root):
+        for _, layer in root.named_sublayers(include_self=True):
+            if id(layer) in self._hooked:
+                continue
+            self._hooked.add(id(layer))
+            self._handles.append(layer.register_forward_pre_hook(self._pre))
+            self._handles.append(layer.register_forward_post_hook(self._post))
+            if self.inspect == "stats":
+                for p in layer.parameters(include_sublayers=False):
+                    if not p.stop_gradient:
+                        self._handles.append(p.register_hook(self._param_hook(p)))
+
+    def _wrap_layer_call(self, original):
+        rec = self
+
+        def wrapper(layer, *args, **kwargs):
+            if rec._listening and not rec._stack and id(layer) not in rec._paths:
+                try:
+                    if any(not p.stop_gradient for p in layer.parameters()):
+                        with rec._lock:
+                            rec._waiting = False
+                            rec._add_root(layer, None if rec._roots else "")
+                except Exception as e:  # noqa: BLE001
+                    rec._broke(e)
+            return original(layer, *args, **kwargs)
+        return wrapper
 
     # -- lifetime ---------------------------------------------------------------------
 
@@ -321,14 +371,9 @@ class PaddleRecorder:
             self._started = True
             self._listening = True
         for _, root in self._roots:
-            for _, layer in root.named_sublayers(include_self=True):
-                self._handles.append(layer.register_forward_pre_hook(self._pre))
-                self._handles.append(layer.register_forward_post_hook(self._post))
-        if self.inspect == "stats":
-            for _, root in self._roots:
-                for p in root.parameters():
-                    if not p.stop_gradient:
-                        self._handles.append(p.register_hook(self._param_hook(p)))
+            self._hook(root)
+        if self._waiting:
+            self._patch(paddle.nn.Layer, "__call__", self._wrap_layer_call)
         self._patch_optimizers()
         self._patch_scalers()
         self._patch(paddle.Tensor, "backward", self._wrap_backward)
@@ -744,8 +789,7 @@ class PaddleRecorder:
                 return None
             try:
                 with self._lock:
-                    path, _ = self._owner.get(id(p), ("", ""))
-                    call = self._last_call.get(path)
+                    call = self._last_call.get(self._owner.get(id(p), ""))
                     if call is not None:
                         self._judge_gradient(call, grad, f"gradient of {self._param_names.get(id(p), 'a parameter')}")
             except Exception as e:  # noqa: BLE001

@@ -253,3 +253,68 @@ def test_array_stats_counts_match_the_definition():
     assert bins == {0: 1, 1: 1, 16: 1, -27: 1, -130: 1}
     assert math.isclose(s.sum, 1.0 - 3.0 + 70000.0 + float(np.float32(1e-8)) + 2.0 ** -130)
     json.dumps(s.report(), default=str)
+
+
+# -- a script recorded from outside ---------------------------------------------------------
+
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "paddle_train.py")
+
+
+def _env(**extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AMPCHECK_RECORD_")}
+    env.update(extra)
+    return env
+
+
+def test_bootstrap_records_an_unmodified_paddle_script(tmp_path, validate):
+    # What `ampcheck record -- python paddle_train.py log 3` sets up: the bootstrap on
+    # PYTHONPATH, the options in the environment; the recorder starts at `import paddle`.
+    from ampcheck_recorder import inject
+    out = tmp_path / "log.json"
+    r = subprocess.run([sys.executable, SCRIPT, "log", "3"], capture_output=True, text=True, timeout=300,
+                       env=_env(PYTHONPATH=inject.bootstrap_path(), AMPCHECK_RECORD_OUT=str(out)))
+    assert r.returncode == 0, r.stderr
+    report = validate(json.loads(out.read_text()))
+    assert report["run"]["framework"] == "paddle" and report["run"]["script"] == SCRIPT
+    assert report["run"]["script_args"] == ["log", "3"] and len(report["steps"]) == 3
+    assert report["run"]["model"] == "Net"
+    first = report["nonfinite"]["producers"][0]
+    assert (first["op"], first["module"], first["phase"], first["step"]) == ("Log", "mid", "forward", 1)
+    assert report["summary"]["verdict"] == "failed"
+
+
+def test_bootstrap_refuses_pytorch_only_options_for_paddle(tmp_path):
+    from ampcheck_recorder import inject
+    out = tmp_path / "x.json"
+    r = subprocess.run([sys.executable, SCRIPT, "healthy", "1"], capture_output=True, text=True, timeout=300,
+                       env=_env(PYTHONPATH=inject.bootstrap_path(), AMPCHECK_RECORD_OUT=str(out),
+                                AMPCHECK_RECORD_FP32_OPS="matmul"))
+    assert r.returncode == 0 and not out.exists()
+    assert "not recording: forcing ops or modules to fp32" in r.stderr
+    assert "custom_black_list" in r.stderr
+
+
+def test_module_runner_records_a_paddle_script(tmp_path):
+    out = tmp_path / "sqrt.json"
+    r = subprocess.run([sys.executable, "-m", "ampcheck_recorder", "run", "--framework", "paddle", "--out", str(out),
+                        "--", SCRIPT, "sqrt", "2", "--scaler"], capture_output=True, text=True, timeout=300,
+                       cwd=os.path.dirname(HERE), env=_env())
+    assert r.returncode == 1, r.stderr  # a failed run
+    report = json.loads(out.read_text())
+    backward = [p for p in report["nonfinite"]["producers"] if p["phase"] == "backward"]
+    assert (backward[0]["op"], backward[0]["module"]) == ("Sqrt", "mid")
+    # The GradScaler was asked for, and Paddle turned it off on the CPU: a static scale of 1.
+    assert report["run"]["amp"]["loss_scaling"] == "static"
+
+
+def test_the_paddle_recorder_never_imports_torch():
+    code = ("import sys; from ampcheck_recorder import PaddleRecorder, report; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=os.path.dirname(HERE), env=_env())
+    assert r.returncode == 0, r.stderr

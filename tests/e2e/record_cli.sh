@@ -68,4 +68,15 @@ expect 0 "verdict: healthy" -- "$bin" record --quiet --seeds 3 --report "$work/s
 [[ $(json_get "$work/seeds.json" '[s["seed"] for s in r["spread"]["seeds"]]') == "[0, 1, 2]" ]] ||
   fail "record --seeds 3: the spread should hold seeds 0, 1, 2"
 validate "$work/seeds.json"
+# A PaddlePaddle script, unmodified: the recorder starts at its `import paddle`. On the CPU
+# Paddle ignores auto_cast (verdict amp_off, said why); a planted log of a negative value is
+# named by its layer, and the report and its HTML name PaddlePaddle.
+paddle_py=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../recorder/tests" && pwd)/paddle_train.py
+expect 0 "where Paddle does no AMP" -- "$bin" record --quiet -- "$py" "$paddle_py" healthy 2
+expect 1 "first non-finite forward value: Log in module 'mid', forward, step 1" -- \
+  "$bin" record --quiet --report "$work/paddle.json" -- "$py" "$paddle_py" log 2
+validate "$work/paddle.json"
+expect 0 "recorded in PaddlePaddle" -- "$bin" report "$work/paddle.json" --text
+expect 2 "the recorder said: ampcheck recorder: not recording: forcing ops or modules to fp32" -- \
+  "$bin" record --quiet --fp32-ops exp -- "$py" "$paddle_py" healthy 1
 exit $((fails > 0))
