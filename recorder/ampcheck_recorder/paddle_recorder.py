@@ -95,7 +95,7 @@ def _values(t) -> np.ndarray:
         return (a.astype(np.uint32) << 16).view(np.float32)
     if a.dtype == np.float64:
         return a
-    return a.astype(np.float32)
+    return a.astype(np.float32, copy=False)
 
 
 def _narrow_counts(a: np.ndarray, nonzero: np.ndarray, b) -> list:
@@ -111,16 +111,18 @@ def array_stats(x: np.ndarray) -> Stats:
     if s.count == 0:
         return s
     fin = np.isfinite(x)
-    xf = x[fin]
+    all_finite = bool(fin.all())
+    xf = x if all_finite else x[fin]
     a = np.abs(xf)
     nonzero = a != 0
     nz = a[nonzero]
     exponent = np.frexp(nz)[1].astype(np.int64) - 1  # floor(log2|x|), subnormals too
     below = exponent < MIN_EXPONENT
     above = exponent > MAX_EXPONENT
-    s.nan = int(np.count_nonzero(np.isnan(x)))
-    s.pos_inf = int(np.count_nonzero(x == np.inf))
-    s.neg_inf = int(np.count_nonzero(x == -np.inf))
+    if not all_finite:
+        s.nan = int(np.count_nonzero(np.isnan(x)))
+        s.pos_inf = int(np.count_nonzero(x == np.inf))
+        s.neg_inf = int(np.count_nonzero(x == -np.inf))
     s.zero = int(np.count_nonzero(~nonzero))
     s.below, s.above = int(np.count_nonzero(below)), int(np.count_nonzero(above))
     s.f16, s.bf16 = _narrow_counts(a, nonzero, F16), _narrow_counts(a, nonzero, BF16)
@@ -131,6 +133,25 @@ def array_stats(x: np.ndarray) -> Stats:
         s.min, s.max, s.absmax = float(xf.min()), float(xf.max()), float(a.max())
     if nz.size:
         s.min_nonzero_abs = float(nz.min())
+    return s
+
+
+def range_stats(x: np.ndarray) -> Stats:
+    """Only what a TensorRange needs (non-finite counts, min, max, absmax): for gradients,
+    which are checked, not binned."""
+    s = Stats(count=int(x.size), tensors=1)
+    if s.count == 0:
+        return s
+    if bool(np.isfinite(x).all()):
+        xf = x
+    else:
+        s.nan = int(np.count_nonzero(np.isnan(x)))
+        s.pos_inf = int(np.count_nonzero(x == np.inf))
+        s.neg_inf = int(np.count_nonzero(x == -np.inf))
+        xf = x[np.isfinite(x)]
+    if xf.size:
+        s.min, s.max = float(xf.min()), float(xf.max())
+        s.absmax = max(-s.min, s.max)
     return s
 
 
@@ -644,9 +665,9 @@ class PaddleRecorder:
                     self.batch = int(tensors[0].shape[0])
                 self._seq += 1
                 parent = self._stack[-1] if self._stack else None
+                # A forward alone (an evaluation after the last update) makes no step of its own.
                 self._stack.append(_Call(layer, path, type(layer).__name__, self._seq, self.step_index, tensors,
                                          parent))
-                self._step_busy = True
         except Exception as e:  # noqa: BLE001 - the recorder never breaks the user's run
             self._broke(e)
         return None
@@ -754,7 +775,7 @@ class PaddleRecorder:
                 return None
             try:
                 with self._lock:
-                    s = array_stats(_values(grad))
+                    s = range_stats(_values(grad))
                     call.out_ranges.append(_range(f"gradient of output {index}", grad, s))
                     if _nonfinite(s) and not call.out_bad:
                         call.out_bad = True
@@ -800,9 +821,10 @@ class PaddleRecorder:
     def _judge_gradient(self, call: _Call, grad, what: str):
         if call.reported or self._allowed(call):
             return
-        s = array_stats(_values(grad))
-        if not _nonfinite(s):
+        a = _values(grad)
+        if bool(np.isfinite(a).all()):
             return
+        s = range_stats(a)
         up = call
         while up is not None:  # the layers it ran in are not judged again for it
             up.reported = True
