@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernels/cpu/convert.h"
+#include "kernels/cpu/fp8.h"
 #include "kernels/fp_bits.h"
 #include "tests/reference_fp.h"
 
@@ -196,6 +197,43 @@ TEST(ExhaustiveF32, VectorPathsEqualScalarToF16OnEveryPattern) {
 
 TEST(ExhaustiveF32, VectorPathsEqualScalarToBf16OnEveryPattern) {
   check_vector_paths(cpu::f32_to_bf16, "f32_to_bf16");
+}
+
+// The fp8 casts (kernels/cpu/fp8.h): every vector path equals the scalar definition of
+// kernels/fp_bits.h on every pattern, both formats, both overflow rules (the scalar
+// definition is held to ml_dtypes and an enumerating reference in fp8_test.cpp).
+TEST(ExhaustiveF32, VectorPathsEqualScalarToFp8OnEveryPattern) {
+  std::vector<cpu::Isa> paths;
+  for (int i = 1; i < cpu::kIsaCount; ++i)
+    if (cpu::isa_supported(static_cast<cpu::Isa>(i))) paths.push_back(static_cast<cpu::Isa>(i));
+  if (paths.empty()) GTEST_SKIP() << "this CPU runs no vector path (no AVX2): only the scalar path exists";
+  using kernels::Fp8Format;
+  using kernels::Fp8Overflow;
+  Mismatches bad;
+  const Plan plan = make_plan();
+  parallel_for_ranges(plan, [&](std::uint32_t begin, std::uint32_t end) {
+    const std::size_t n = end - begin;
+    std::vector<std::uint32_t> in(2 * n);
+    for (std::size_t i = 0; i < n; ++i) {
+      in[i] = begin + static_cast<std::uint32_t>(i);
+      in[n + i] = in[i] | 0x80000000u;
+    }
+    const auto* src = reinterpret_cast<const float*>(in.data());
+    std::vector<std::uint8_t> want(2 * n), got(2 * n);
+    for (Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2})
+      for (Fp8Overflow o : {Fp8Overflow::to_nonfinite, Fp8Overflow::saturate}) {
+        cpu::f32_to_fp8(src, want.data(), want.size(), f, o, cpu::Isa::scalar);
+        for (cpu::Isa isa : paths) {
+          cpu::f32_to_fp8(src, got.data(), got.size(), f, o, isa);
+          for (std::size_t i = 0; i < got.size(); ++i)
+            if (got[i] != want[i])
+              bad.add(std::string(f == Fp8Format::e4m3 ? "e4m3" : "e5m2") +
+                      (o == Fp8Overflow::saturate ? " saturating" : "") + "[" + std::string(cpu::isa_name(isa)) +
+                      "](" + hex(in[i]) + ") = " + hex(got[i]) + ", scalar " + hex(want[i]));
+        }
+      }
+  });
+  EXPECT_EQ(bad.count(), 0u) << bad.summary();
 }
 
 }  // namespace

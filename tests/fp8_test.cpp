@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/cpu/fp8.h"
 #include "kernels/fp_bits.h"
 
 namespace ampcheck {
@@ -221,6 +222,72 @@ TEST(Fp8E8m0, TheBlockScaleIsThePowerOfTwoAtOrAboveAmaxOverMax) {
   EXPECT_EQ(kernels::e8m0_to_f32(127), 1.0f);
   EXPECT_EQ(kernels::e8m0_to_f32(0), std::ldexp(1.0f, -127));
   EXPECT_TRUE(std::isnan(kernels::e8m0_to_f32(0xff)));
+}
+
+// TransformerEngine's cast of a tensor (kernels/cpu/fp8.h): on every path, each element
+// is the scalar cast of x * scale (the product rounded once in binary32), the amax is the
+// largest |x| with NaN left out (computed here in binary64), and the widening gives every
+// code's exact value times scale_inv. Lengths that leave vector tails, both formats, both
+// overflow rules, scales that are and are not powers of two.
+TEST(Fp8Buffers, QuantizeIsTheScalarCastOfTheScaledValueWithItsAmax) {
+  using kernels::Fp8Format;
+  namespace cpu = kernels::cpu;
+  std::vector<cpu::Isa> paths{cpu::Isa::scalar};
+  for (int i = 1; i < cpu::kIsaCount; ++i)
+    if (cpu::isa_supported(static_cast<cpu::Isa>(i))) paths.push_back(static_cast<cpu::Isa>(i));
+  std::uint32_t state = 20261127;
+  auto next = [&] { return state = state * 1664525u + 1013904223u; };
+  for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{8}, std::size_t{37},
+                              std::size_t{4099}}) {
+    std::vector<float> x(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::uint32_t r = next();
+      // Mostly values near the fp8 ranges (exponents -20..20), some anything (NaN, Inf, huge).
+      x[i] = (r & 7u) == 0 ? value(next())
+                           : std::ldexp(static_cast<float>(r >> 8) / 16777216.0f, static_cast<int>(r % 41u) - 20) *
+                                 ((r & 8u) ? -1.0f : 1.0f);
+    }
+    double want_amax = 0.0;
+    for (float v : x)
+      if (!std::isnan(v)) want_amax = std::max(want_amax, std::fabs(static_cast<double>(v)));
+    for (const Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2})
+      for (const Fp8Overflow o : {Fp8Overflow::to_nonfinite, Fp8Overflow::saturate})
+        for (const float scale : {1.0f, 0.75f, 448.0f / 3.0f, std::ldexp(1.0f, 12), std::ldexp(1.0f, -9)}) {
+          std::vector<std::uint8_t> want(n);
+          for (std::size_t i = 0; i < n; ++i)
+            want[i] = encode(f == Fp8Format::e4m3 ? 4 : 5, bits(x[i] * scale), o);
+          for (const cpu::Isa isa : paths) {
+            std::vector<std::uint8_t> got(n, 0xaa);
+            const float amax = cpu::quantize_fp8(x.data(), got.data(), n, scale, f, o, isa);
+            ASSERT_EQ(got, want) << "n " << n << " scale " << scale << " path " << cpu::isa_name(isa);
+            ASSERT_EQ(static_cast<double>(amax), want_amax) << "n " << n << " path " << cpu::isa_name(isa);
+          }
+        }
+  }
+}
+
+TEST(Fp8Buffers, DequantizeGivesEveryCodesValueTimesScaleInv) {
+  using kernels::Fp8Format;
+  namespace cpu = kernels::cpu;
+  std::vector<std::uint8_t> codes(256 * 3 + 5);
+  for (std::size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<std::uint8_t>(i * 7u + 3u);
+  for (int i = 0; i < cpu::kIsaCount; ++i) {
+    const auto isa = static_cast<cpu::Isa>(i);
+    if (!cpu::isa_supported(isa)) continue;
+    for (const Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2})
+      for (const float scale_inv : {1.0f, 0.1f, std::ldexp(1.0f, -7)}) {
+        std::vector<float> got(codes.size());
+        cpu::dequantize_fp8(codes.data(), got.data(), codes.size(), scale_inv, f, isa);
+        for (std::size_t k = 0; k < codes.size(); ++k) {
+          const float want = value(decode(f == Fp8Format::e4m3 ? 4 : 5, codes[k])) * scale_inv;
+          ASSERT_EQ(bits(got[k]), bits(want)) << "code " << int(codes[k]) << " path " << cpu::isa_name(isa);
+        }
+        std::vector<float> plain(codes.size());
+        cpu::fp8_to_f32(codes.data(), plain.data(), codes.size(), f, isa);
+        for (std::size_t k = 0; k < codes.size(); ++k)
+          ASSERT_EQ(bits(plain[k]), decode(f == Fp8Format::e4m3 ? 4 : 5, codes[k])) << int(codes[k]);
+      }
+  }
 }
 
 }  // namespace

@@ -7,11 +7,11 @@
 #include <optional>
 #include <string_view>
 
-#include "kernels/fp_bits.h"  // Fp8Overflow
+#include "kernels/fp_bits.h"  // Fp8Format, Fp8Overflow
 
 namespace ampcheck {
 
-enum class Fp8Format : std::uint8_t { e4m3, e5m2 };
+using kernels::Fp8Format;
 
 struct Fp8Info {
   Fp8Format format;
