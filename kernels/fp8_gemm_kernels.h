@@ -23,7 +23,8 @@
 #include <cstdint>
 
 #include "kernels/element.h"  // load_element, store_element
-#include "kernels/fp_bits.h"  // Fp8Format
+#include "kernels/fp8_format.h"
+#include "kernels/fp_bits.h"
 #include "kernels/view.h"
 
 namespace ampcheck::kernels {

@@ -155,8 +155,6 @@ AMPCHECK_HD std::uint16_t f64_to_bf16_bits(std::uint64_t x) {
 //   - saturating (Fp8Overflow::saturate: CUDA's __NV_SATFINITE, TransformerEngine's casts
 //     of scaled tensors): they become +-max; NaN stays NaN.
 enum class Fp8Overflow : std::uint8_t { to_nonfinite, saturate };
-// The two formats, by name (E4M3 is the "fn" variant: finite, no Inf).
-enum class Fp8Format : std::uint8_t { e4m3, e5m2 };
 
 namespace fp8_detail {
 // Largest finite code magnitude and the non-finite code a too-large value takes.

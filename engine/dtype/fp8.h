@@ -7,7 +7,8 @@
 #include <optional>
 #include <string_view>
 
-#include "kernels/fp_bits.h"  // Fp8Format, Fp8Overflow
+#include "kernels/fp8_format.h"
+#include "kernels/fp_bits.h"  // Fp8Overflow
 
 namespace ampcheck {
 

@@ -15,7 +15,8 @@
 #include <cstdint>
 
 #include "kernels/cpu/convert.h"  // Isa
-#include "kernels/fp_bits.h"      // Fp8Format, Fp8Overflow
+#include "kernels/fp8_format.h"   // Fp8Format
+#include "kernels/fp_bits.h"      // Fp8Overflow
 
 namespace ampcheck::kernels::cpu {
 
