@@ -4,9 +4,9 @@
 # where there is no GPU).  scripts/test.sh --sanitize does the same in an
 # address,undefined sanitizer build, where the enumerations sample instead.
 #
-# The PyTorch recorder (recorder/) is tested in the plain pass only (its tests test no
-# C++ memory): its Python environment (scripts/pyenv.sh: PyTorch from PyPI, in
-# build/pyenv) is made in the background while the C++ builds and its tests run, then the
+# The recorder (recorder/: PyTorch's and PaddlePaddle's) is tested in the plain pass only
+# (its tests test no C++ memory): its Python environment (scripts/pyenv.sh: PyTorch and
+# PaddlePaddle from PyPI, in build/pyenv) is made in the background while the C++ builds and its tests run, then the
 # recorder's pytest suite and the record / bisect-nan --script end-to-end tests (ctest
 # label python) run in it. An environment that cannot be made (no network) fails the run
 # after the C++ tests, unless AMPCHECK_SKIP_PYTHON_TESTS=1 says to skip them.

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -287,6 +288,61 @@ TEST(Fp8Buffers, DequantizeGivesEveryCodesValueTimesScaleInv) {
         for (std::size_t k = 0; k < codes.size(); ++k)
           ASSERT_EQ(bits(plain[k]), decode(f == Fp8Format::e4m3 ? 4 : 5, codes[k])) << int(codes[k]);
       }
+  }
+}
+
+// MXFP8: per block of 32 elements of a row (the last one shorter), a power-of-two scale at
+// or just above amax / max (so amax / scale lies in (max / 2, max]; an all-zero block takes
+// the smallest), and every element the saturating cast of x / scale; widening gives the
+// code's value times its block's scale. A NaN element stays NaN and does not move its
+// block's scale.
+TEST(Fp8Buffers, MxFp8BlocksTakeTheScaleOfTheirAmaxAndCastSaturating) {
+  using kernels::Fp8Format;
+  namespace cpu = kernels::cpu;
+  const std::int64_t rows = 3, cols = 70, blocks = 3;
+  std::vector<float> x(static_cast<std::size_t>(rows * cols));
+  std::uint32_t state = 7;
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) {
+      state = state * 1664525u + 1013904223u;
+      const int exponent = static_cast<int>(r * 40 - 60 + (c / 32) * 15);  // every block its own range
+      x[static_cast<std::size_t>(r * cols + c)] =
+          std::ldexp(static_cast<float>(state >> 8) / 16777216.0f - 0.5f, exponent);
+    }
+  for (std::int64_t c = 32; c < 64; ++c) x[static_cast<std::size_t>(c)] = 0.0f;  // row 0, block 1: zeros
+  x[5] = std::numeric_limits<float>::quiet_NaN();
+  for (const Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2}) {
+    const double max_elem = f == Fp8Format::e4m3 ? 448.0 : 57344.0;
+    for (int i = 0; i < cpu::kIsaCount; ++i) {
+      const auto isa = static_cast<cpu::Isa>(i);
+      if (!cpu::isa_supported(isa)) continue;
+      std::vector<std::uint8_t> codes(x.size()), scales(static_cast<std::size_t>(rows * blocks));
+      cpu::quantize_mxfp8(x.data(), codes.data(), scales.data(), rows, cols, f, isa);
+      std::vector<float> back(x.size());
+      cpu::dequantize_mxfp8(codes.data(), scales.data(), back.data(), rows, cols, f, isa);
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t b = 0; b < blocks; ++b) {
+          const std::int64_t first = r * cols + b * 32, n = std::min<std::int64_t>(32, cols - b * 32);
+          double amax = 0.0;
+          for (std::int64_t k = first; k < first + n; ++k)
+            if (!std::isnan(x[static_cast<std::size_t>(k)])) amax = std::max(amax, std::fabs(double{x[static_cast<std::size_t>(k)]}));
+          const double scale = std::ldexp(1.0, scales[static_cast<std::size_t>(r * blocks + b)] - 127);
+          if (amax == 0.0) {
+            EXPECT_EQ(scales[static_cast<std::size_t>(r * blocks + b)], 0) << r << "," << b;
+          } else {
+            EXPECT_LE(amax / scale, max_elem) << r << "," << b;
+            EXPECT_GT(amax / scale, max_elem / 2) << r << "," << b;
+          }
+          for (std::int64_t k = first; k < first + n; ++k) {
+            const float v = x[static_cast<std::size_t>(k)];
+            const auto want = encode(f == Fp8Format::e4m3 ? 4 : 5, bits(static_cast<float>(v / scale)), Fp8Overflow::saturate);
+            ASSERT_EQ(codes[static_cast<std::size_t>(k)], want) << "element " << k << " path " << cpu::isa_name(isa);
+            const float widened = value(decode(f == Fp8Format::e4m3 ? 4 : 5, want)) * static_cast<float>(scale);
+            ASSERT_EQ(bits(back[static_cast<std::size_t>(k)]), bits(widened)) << "element " << k;
+          }
+        }
+      EXPECT_TRUE(std::isnan(back[5]));
+    }
   }
 }
 

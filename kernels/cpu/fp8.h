@@ -29,4 +29,18 @@ float quantize_fp8(const float* src, std::uint8_t* dst, std::size_t n, float sca
 // dst[i] = value(src[i]) * scale_inv.
 void dequantize_fp8(const std::uint8_t* src, float* dst, std::size_t n, float scale_inv, Fp8Format format, Isa isa);
 
+// MXFP8 (OCP MX, as TransformerEngine's MXFP8BlockScaling quantizes): a [rows, cols]
+// row-major tensor in blocks of kMxBlock consecutive elements of a row (the last block of
+// a row may be shorter). Each block takes the E8M0 scale of its amax (fp_bits.h,
+// e8m0_scale_bits: amax / max rounded up to a power of two, so no element saturates; a
+// NaN element does not enter the amax) and its elements are x / scale (times the
+// power-of-two reciprocal, exact but for results below the binary32 normals), cast
+// saturating. scales holds rows * ceil(cols / kMxBlock) codes, row by row.
+inline constexpr std::int64_t kMxBlock = 32;
+void quantize_mxfp8(const float* src, std::uint8_t* codes, std::uint8_t* scales, std::int64_t rows, std::int64_t cols,
+                    Fp8Format format, Isa isa);
+// dst = value(code) * scale of its block, in binary32.
+void dequantize_mxfp8(const std::uint8_t* codes, const std::uint8_t* scales, float* dst, std::int64_t rows,
+                      std::int64_t cols, Fp8Format format, Isa isa);
+
 }  // namespace ampcheck::kernels::cpu
