@@ -43,6 +43,21 @@ def is_low_precision(dtype) -> bool:
     return dtype in LOW_PRECISION
 
 
+# The fp8 dtypes of this torch (float8 training: torch._scaled_mm, torchao, TransformerEngine).
+FP8 = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
+            if hasattr(torch, n))
+
+
+def is_fp8(dtype) -> bool:
+    return dtype in FP8
+
+
+def readable(t: torch.Tensor) -> torch.Tensor:
+    """t, or its fp8 values widened to fp32 (exact): torch has few kernels for fp8 (no
+    aminmax, isnan or comparisons on the CPU), and the statistics read every dtype alike."""
+    return t.float() if t.dtype in FP8 else t
+
+
 def _work_dtype(t: torch.Tensor):
     # fp16, bf16 and fp32 values are exact in fp32, and so are the class boundaries of
     # both narrow dtypes (each a short mantissa times a power of two in fp32's range);
@@ -119,12 +134,13 @@ def all_finite(t: torch.Tensor) -> bool:
     a cheaper pass than isfinite().all() (which is several kernels, slow ones in fp16)."""
     if t.numel() == 0:
         return True
-    lo, hi = torch.aminmax(t)
+    lo, hi = torch.aminmax(readable(t))
     return math.isfinite(lo.item()) and math.isfinite(hi.item())
 
 
 def nonfinite_counts(t: torch.Tensor) -> tuple[int, int, int]:
     """(NaN, +Inf, -Inf) elements; one pass and one scalar back when all are finite."""
+    t = readable(t)
     if all_finite(t):
         return (0, 0, 0)
     c = torch.stack([torch.isnan(t).sum(), (t == math.inf).sum(), (t == -math.inf).sum()]).tolist()
@@ -132,7 +148,7 @@ def nonfinite_counts(t: torch.Tensor) -> tuple[int, int, int]:
 
 
 def range_of(t: torch.Tensor) -> Range:
-    x = t.detach().reshape(-1)
+    x = readable(t.detach().reshape(-1))
     nan, pos, neg = nonfinite_counts(x)
     xf = x[torch.isfinite(x)] if nan + pos + neg else x
     if xf.numel() == 0:
@@ -144,7 +160,7 @@ def range_of(t: torch.Tensor) -> Range:
 
 def any_nonzero(t: torch.Tensor) -> bool:
     """Whether any element is not +-0 (a NaN counts as nonzero)."""
-    return t.numel() > 0 and bool((t != 0).any())
+    return t.numel() > 0 and bool((readable(t) != 0).any())
 
 
 @dataclass
@@ -339,6 +355,7 @@ class StatsBatch:
         return len(self.items)
 
     def add(self, acc: Accumulator, t: torch.Tensor):
+        t = readable(t)
         n = t.numel()
         if n == 0 or t.dtype == torch.float64:
             acc.merge(tensor_stats(t))  # nothing to batch / not exact in fp32

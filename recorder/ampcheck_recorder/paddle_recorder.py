@@ -284,6 +284,8 @@ class PaddleRecorder:
         self._allowed_outputs: list = []
         self.instances: dict = {}
         self.op_types: dict = {}
+        self.fp8_calls: dict = {}     # Paddle's operator statistics count no fp8 column
+        self.fp8_dtypes: list = []
         self.inserted_casts: dict = {}
         # what the report's run block says
         self.batch = 0

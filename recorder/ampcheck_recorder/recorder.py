@@ -170,6 +170,10 @@ _SHORT = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32", to
 
 
 def _kernel_dtype(outs, tensors):
+    # A call reading fp8 operands (torch._scaled_mm: an fp8 GEMM writing bf16) ran in fp8.
+    for t in tensors:
+        if t.dtype in nx.FP8:
+            return t.dtype
     for group in (outs, tensors):
         for t in group:
             if t.is_floating_point():
@@ -295,6 +299,8 @@ class Recorder:
         self.device = ""
         self.autocast_dtypes: list = []
         self.low_dtypes: list = []
+        self.fp8_calls: dict = {}     # op type -> calls whose kernel ran in an fp8 dtype (also in "other")
+        self.fp8_dtypes: list = []
         self.autocast_seen = False
         self.autocast_level = "O1"  # torch.autocast's per-op lists with fp32 weights: ampcheck's O1
         self.scaler_seen = False
@@ -880,6 +886,8 @@ class Recorder:
                 name = nx.dtype_name(kdtype)
                 if name not in self.low_dtypes:
                     self.low_dtypes.append(name)
+            if kdtype in nx.FP8 and nx.dtype_name(kdtype) not in self.fp8_dtypes:
+                self.fp8_dtypes.append(nx.dtype_name(kdtype))
             if phase != "optimizer":
                 self._table(call, aten, tensors, outs, kdtype)
             if self.watch is None:
@@ -951,6 +959,8 @@ class Recorder:
         if row is None:
             row = self.op_types[call.row] = [0, 0, 0, 0]
         row[_BUCKET.get(kdtype, 3)] += 1
+        if kdtype in nx.FP8:
+            self.fp8_calls[call.row] = self.fp8_calls.get(call.row, 0) + 1
         key = (call.module, call.row, call.phase, call.k)
         inst = self.instances.get(key)
         if inst is None:

@@ -198,15 +198,19 @@ def _op_instance(inst) -> dict:
     return o
 
 
-def _dtype_counts(c) -> dict:
-    return {"fp16": c[0], "bf16": c[1], "fp32": c[2], "other": c[3]}
+def _dtype_counts(c, fp8: int = 0) -> dict:
+    out = {"fp16": c[0], "bf16": c[1], "fp32": c[2], "other": c[3]}
+    if fp8:
+        out["fp8"] = fp8  # of "other": the calls whose kernel ran in an fp8 dtype
+    return out
 
 
 def build(rec) -> dict:
     """The report of what `rec` recorded so far."""
     w = rec.watch.report() if rec.watch is not None else None
     steps = rec.steps
-    low_calls = sum(c[0] + c[1] for c in rec.op_types.values())
+    # fp8 calls (in "other" of the four columns) ran in low precision too.
+    low_calls = sum(c[0] + c[1] for c in rec.op_types.values()) + sum(rec.fp8_calls.values())
     total_calls = sum(sum(c) for c in rec.op_types.values())
     dtype = (rec.autocast_dtypes or rec.low_dtypes or ["float32"])[0]
     level = _level(rec)
@@ -258,7 +262,8 @@ def build(rec) -> dict:
         report["interrupted"] = {"signal": rec.interrupted_by, "steps_run": len(steps),
                                  "steps_requested": len(steps), "bisect_run": 0}
     report["steps"] = [dict(s) for s in steps]
-    report["op_types"] = [{"type": t, "calls": _dtype_counts(c)} for t, c in sorted(rec.op_types.items())]
+    report["op_types"] = [{"type": t, "calls": _dtype_counts(c, rec.fp8_calls.get(t, 0))}
+                          for t, c in sorted(rec.op_types.items())]
     report["inserted_casts"] = [{"from": a, "to": b, "calls": n} for (a, b), n in rec.inserted_casts.items()]
     report["ops"] = [_op_instance(i) for i in rec.instances.values()]
     report["tensors"] = []
@@ -295,8 +300,9 @@ def _verdict(rec, w, nonfinite, summary, dtype, report, framework: str) -> dict:
             text += ": " + rec.amp_note()
     else:
         verdict = "healthy"
+        ran_in = " and ".join(d for d in ([dtype] if dtype != "float32" else []) + list(rec.fp8_dtypes))
         text = (f"healthy: AMP is on ({summary['low_precision_calls']} of {summary['total_calls']} op calls ran "
-                f"in {dtype}), {summary['skipped_steps']} skipped step(s) absorbed by the scaler")
+                f"in {ran_in or dtype}), {summary['skipped_steps']} skipped step(s) absorbed by the scaler")
         probing = sum(1 for k in nonfinite.get("skips", []) if k["reading"] in nf.PROBING)
         if probing:
             text += f" ({probing} of them probing for its scale)"

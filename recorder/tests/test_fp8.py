@@ -1,0 +1,135 @@
+"""fp8 training in PyTorch, recorded: a float8 linear as torchao's and TransformerEngine's
+are built (inputs and weight scaled and cast to float8_e4m3fn, torch._scaled_mm with the
+inverse scales, a bf16 result), trained on the CPU. The recorder reads fp8 tensors (torch
+has no aminmax or isnan for them on the CPU), counts the fp8 GEMMs as low precision, and
+names the cast that turned an unscaled gradient-sized value beyond E5M2's 57344 into Inf.
+(PyTorch's .to(float8_e5m2) does not saturate, as ml_dtypes' astype does not; its
+.to(float8_e4m3fn) does: 1000 and Inf become 448, measured on torch 2.15's CPU.)"""
+
+import pytest
+import torch
+
+from ampcheck_recorder import Recorder
+
+if not hasattr(torch, "float8_e4m3fn") or not hasattr(torch, "_scaled_mm"):
+    pytest.skip("this torch has no float8_e4m3fn / _scaled_mm", allow_module_level=True)
+
+E4M3 = torch.float8_e4m3fn
+E4M3_MAX = 448.0
+
+
+def _scaled_mm_works_on_cpu() -> bool:
+    try:
+        one = torch.tensor(1.0)
+        a = torch.zeros(16, 16).to(E4M3)
+        torch._scaled_mm(a, a.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+        return True
+    except (RuntimeError, NotImplementedError):
+        return False
+
+
+if not _scaled_mm_works_on_cpu():
+    pytest.skip("torch._scaled_mm has no CPU kernel in this torch", allow_module_level=True)
+
+
+class _Fp8Matmul(torch.autograd.Function):
+    """y = x w^T with both operands in E4M3 (per-tensor scales), the result in bf16; the
+    gradients in high precision (as a delayed-scaling recipe's wgrad/dgrad may run)."""
+
+    @staticmethod
+    def forward(ctx, x, w, x_scale, w_scale):
+        ctx.save_for_backward(x, w)
+        xq = (x * x_scale).to(E4M3)
+        wq = (w * w_scale).to(E4M3)
+        return torch._scaled_mm(xq, wq.t(), scale_a=(1.0 / x_scale), scale_b=(1.0 / w_scale),
+                                out_dtype=torch.bfloat16)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        g = g.float()
+        return g @ w, g.t() @ x, None, None
+
+
+class Fp8Linear(torch.nn.Module):
+    def __init__(self, n_in, n_out, scale_inputs=True):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(n_out, n_in) * 0.1)
+        self.scale_inputs = scale_inputs
+
+    def forward(self, x):
+        # Current scaling: amax / 448 from this very tensor (or none: a scale of 1).
+        x_scale = (E4M3_MAX / x.detach().abs().amax().clamp(min=1e-12)) if self.scale_inputs else torch.tensor(1.0)
+        w_scale = E4M3_MAX / self.weight.detach().abs().amax().clamp(min=1e-12)
+        return _Fp8Matmul.apply(x, self.weight, x_scale.float(), w_scale.float())
+
+
+class Net(torch.nn.Module):
+    def __init__(self, scale_inputs=True):
+        super().__init__()
+        self.fc1 = Fp8Linear(32, 64, scale_inputs)
+        self.fc2 = torch.nn.Linear(64, 1)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)).float())
+
+
+def train(scale_inputs, steps=3, input_scale=1.0, validate=None):
+    torch.manual_seed(0)
+    model = Net(scale_inputs)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    rec = Recorder(model, opt, inspect="stats")
+    try:
+        for _ in range(steps):
+            x, y = torch.randn(16, 32) * input_scale, torch.randn(16, 1)
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+    finally:
+        report = rec.close()
+    if validate is not None:
+        validate(report)
+    return report
+
+
+def test_an_fp8_run_is_read_and_its_gemms_count_as_low_precision(validate):
+    report = train(scale_inputs=True, steps=3, validate=validate)
+    assert "recorder_error" not in report["run"], report["run"].get("recorder_error")
+    rows = {r["type"]: r["calls"] for r in report["op_types"]}
+    scaled = next(v for k, v in rows.items() if "scaled_mm" in k)
+    assert scaled["fp8"] == 3 and scaled["other"] == 3 and scaled["bf16"] == 0
+    s = report["summary"]
+    assert s["verdict"] == "healthy", s["verdict_text"]
+    assert "float8_e4m3fn" in s["verdict_text"] and s["low_precision_calls"] >= 3
+    assert report["nonfinite"]["producers"] == []
+
+
+class E5m2FakeQuant(torch.nn.Module):
+    """x through E5M2 and back, unscaled (a quantize-dequantize step, as fp8 simulators
+    put before a GEMM): a value beyond 57344 (+ half an ulp) becomes Inf."""
+
+    def forward(self, x):
+        return x.to(torch.float8_e5m2).to(torch.float32)
+
+
+def test_an_unscaled_value_beyond_e5m2s_range_is_named_at_its_cast():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), E5m2FakeQuant(), torch.nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    rec = Recorder(model, opt, inspect="stats")
+    try:
+        for _ in range(2):
+            x = torch.randn(4, 8) * 1e5
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+    finally:
+        report = rec.close()
+    assert "recorder_error" not in report["run"]
+    first = report["nonfinite"]["producers"][0]
+    assert (first["phase"], first["module"], first["step"]) == ("forward", "1", 1)
+    assert first["op"] == "cast" and first["out_pos_inf"] + first["out_neg_inf"] > 0
+    assert all(r["nan"] + r["pos_inf"] + r["neg_inf"] == 0 for r in first["inputs"])
+    assert report["summary"]["verdict"] == "failed"
