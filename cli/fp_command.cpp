@@ -156,8 +156,9 @@ std::string values_text(const std::vector<Row>& rows) {
                                    return std::any_of(r.per_dtype.begin(), r.per_dtype.end(),
                                                       [](const FpValue& v) { return v.fp8; });
                                  })
-                         ? "fp8: the cast that does not saturate (ml_dtypes, PyTorch's .to); a saturating cast\n"
-                           "(TransformerEngine's, CUDA's SATFINITE) keeps +-max instead of NaN/Inf.\n"
+                         ? "fp8: the cast that does not saturate (ml_dtypes' astype, PyTorch's .to(float8_e5m2)); a\n"
+                           "saturating cast (TransformerEngine's, CUDA's SATFINITE, PyTorch's .to(float8_e4m3fn))\n"
+                           "keeps +-max instead of NaN/Inf.\n"
                          : "");
 }
 

@@ -150,10 +150,10 @@ AMPCHECK_HD std::uint16_t f64_to_bf16_bits(std::uint64_t x) {
 // max 57344 (0x7b). Rounding is to nearest, ties to even, subnormals kept, as above.
 // Two overflow rules:
 //   - not saturating (Fp8Overflow::to_nonfinite: ml_dtypes' and numpy's astype, PyTorch's
-//     .to(float8)): a value that rounds beyond max, and Inf, become NaN in E4M3 and Inf
+//     .to(float8_e5m2)): a value that rounds beyond max, and Inf, become NaN in E4M3 and Inf
 //     in E5M2;
-//   - saturating (Fp8Overflow::saturate: CUDA's __NV_SATFINITE, TransformerEngine's casts
-//     of scaled tensors): they become +-max; NaN stays NaN.
+//   - saturating (Fp8Overflow::saturate: CUDA's __NV_SATFINITE, TransformerEngine's casts,
+//     PyTorch's .to(float8_e4m3fn) (torch 2.15)): they become +-max; NaN stays NaN.
 enum class Fp8Overflow : std::uint8_t { to_nonfinite, saturate };
 
 namespace fp8_detail {

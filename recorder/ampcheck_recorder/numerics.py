@@ -52,6 +52,38 @@ def is_fp8(dtype) -> bool:
     return dtype in FP8
 
 
+@dataclass(frozen=True)
+class Fp8Bounds:
+    """What a cast into an fp8 dtype does at the ends of its range (one rounding to nearest
+    even): |x| beyond `beyond` leaves the finite range (`beyond_inclusive`: at it too: a
+    tie that rounds to the odd-mantissa max's successor), where PyTorch saturates to +-max
+    (`saturates`) or makes +-Inf; 0 < |x| <= `underflow` (half the smallest subnormal, a
+    tie to the even 0) becomes 0."""
+    name: str
+    max: float
+    beyond: float
+    beyond_inclusive: bool
+    underflow: float
+    saturates: bool
+
+
+# E4M3 (fn): max 448 = 1.75 * 2^8, its next step 480 has no code: a tie at 464 rounds to
+# 448 (even mantissa). E5M2: max 57344 = 1.75 * 2^15 (odd mantissa), a tie at 59392 rounds
+# up to Inf. PyTorch's .to(float8_e4m3fn) saturates (1000 -> 448), .to(float8_e5m2) does not.
+FP8_BOUNDS = {d: b for d, b in (
+    (getattr(torch, "float8_e4m3fn", None), Fp8Bounds("float8_e4m3fn", 448.0, 464.0, False, 2.0 ** -10, True)),
+    (getattr(torch, "float8_e5m2", None), Fp8Bounds("float8_e5m2", 57344.0, 59392.0, True, 2.0 ** -17, False)),
+) if d is not None}
+
+
+def fp8_cast_counts(src: torch.Tensor, bounds: Fp8Bounds) -> tuple[int, int]:
+    """(elements that leave the finite range, elements that underflow to 0) when src is cast."""
+    a = readable(src.detach()).reshape(-1).to(torch.float64).abs()
+    beyond = (a >= bounds.beyond) if bounds.beyond_inclusive else (a > bounds.beyond)
+    c = torch.stack([(beyond & torch.isfinite(a)).sum(), ((a > 0) & (a <= bounds.underflow)).sum()]).tolist()
+    return c[0], c[1]
+
+
 def readable(t: torch.Tensor) -> torch.Tensor:
     """t, or its fp8 values widened to fp32 (exact): torch has few kernels for fp8 (no
     aminmax, isnan or comparisons on the CPU), and the statistics read every dtype alike."""

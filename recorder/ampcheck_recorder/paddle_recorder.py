@@ -185,6 +185,7 @@ class _Instance:
         self.error_count = self.error_nonfinite = 0
         self.first_loss = None
         self.fp32_nonfinite = 0
+        self.fp8_cast = None        # PyTorch's (casts into fp8); Paddle's rows are layers
         self.aten = None            # PyTorch's field; Paddle has no op under the layer
 
     @property

@@ -86,6 +86,7 @@ class _Instance:
         self.underflow = 0
         self.overflow = 0
         self.first_loss = None     # (step, kind, value)
+        self.fp8_cast = None       # casts into fp8: {"dtype", "elements", "beyond", "underflow", ...}
         self.fp32_nonfinite = 0
 
     @property
@@ -912,6 +913,8 @@ class Recorder:
         if phase == "optimizer" or call.inserted:
             return
         inst = self._instance(call)
+        if outs and outs[0].dtype in nx.FP8_BOUNDS and floating_in and floating_in[0].dtype not in nx.FP8:
+            self._fp8_cast(inst, call.step, floating_in[0], nx.FP8_BOUNDS[outs[0].dtype])
         sample = (call.step - 1) % self.stats_every == 0
         if sample:
             role = None
@@ -933,6 +936,24 @@ class Recorder:
                     self._flush_stats()
         if self.inspect == "full" and recompute is not None:
             self._measure(inst, call.step, outs[0], recompute())
+
+    @staticmethod
+    def _fp8_cast(inst, step: int, src, bounds):
+        """A cast into fp8: how many of its values left the format's finite range (saturated
+        to +-max by PyTorch's E4M3 cast, silently; Inf in E5M2) or underflowed to 0."""
+        beyond, under = nx.fp8_cast_counts(src, bounds)
+        c = inst.fp8_cast
+        if c is None:
+            c = inst.fp8_cast = {"dtype": bounds.name, "max": bounds.max, "saturates": bounds.saturates,
+                                 "elements": 0, "beyond": 0, "underflow": 0, "first_beyond_step": 0,
+                                 "first_underflow_step": 0}
+        c["elements"] += src.numel()
+        c["beyond"] += beyond
+        c["underflow"] += under
+        if beyond and not c["first_beyond_step"]:
+            c["first_beyond_step"] = step
+        if under and not c["first_underflow_step"]:
+            c["first_underflow_step"] = step
 
     def _instance(self, call) -> _Instance:
         key = (call.module, call.row, call.phase, call.k)

@@ -195,6 +195,8 @@ def _op_instance(inst) -> dict:
     o["autocast"] = inst.autocast
     if inst.fp32_nonfinite:
         o["fp32_nonfinite"] = inst.fp32_nonfinite
+    if inst.fp8_cast:  # a cast into fp8: what left the format's range or flushed to 0
+        o["fp8_cast"] = dict(inst.fp8_cast)
     return o
 
 
@@ -314,6 +316,7 @@ def _verdict(rec, w, nonfinite, summary, dtype, report, framework: str) -> dict:
         text += (f"; {values} intended -Inf "
                  f"({'masks softmax maps to 0' if softmax_only else 'masks their readers map to finite values'}) "
                  "not counted as failures")
+    text += _fp8_saturation_text(report)
     if "interrupted" in report:
         when = f"interrupted after {len(rec.steps)} steps, by {rec.interrupted_by}"
         if verdict in ("failed", "gradient_underflow"):
@@ -323,6 +326,22 @@ def _verdict(rec, w, nonfinite, summary, dtype, report, framework: str) -> dict:
     if rec.internal_error is not None:
         text += "; the recorder stopped early on an internal error (run.recorder_error): the steps after it were not seen"
     return {"verdict": verdict, "verdict_text": text}
+
+
+def _fp8_saturation_text(report) -> str:
+    """The casts into fp8 whose values left the format's range without a NaN to show for it:
+    PyTorch's E4M3 cast saturates them to +-448, silently (a scale too large for the values,
+    as a delayed scale behind an amax jump is)."""
+    hits = [o for o in report["ops"] if o.get("fp8_cast", {}).get("beyond") and o["fp8_cast"]["saturates"]]
+    if not hits:
+        return ""
+    n = sum(o["fp8_cast"]["beyond"] for o in hits)
+    first = min(hits, key=lambda o: o["fp8_cast"]["first_beyond_step"])
+    c = first["fp8_cast"]
+    where = f"in '{first['module']}'" if first["module"] else "outside any module"
+    return (f"; fp8: {n} value(s) saturated to +-{c['max']:g} in casts to {c['dtype']} (first {where}, step "
+            f"{c['first_beyond_step']}): the scale is too large for those values (an amax that jumped past "
+            f"a delayed scale?)")
 
 
 def _jsonable(x):

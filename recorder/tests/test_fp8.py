@@ -133,3 +133,33 @@ def test_an_unscaled_value_beyond_e5m2s_range_is_named_at_its_cast():
     assert first["op"] == "cast" and first["out_pos_inf"] + first["out_neg_inf"] > 0
     assert all(r["nan"] + r["pos_inf"] + r["neg_inf"] == 0 for r in first["inputs"])
     assert report["summary"]["verdict"] == "failed"
+
+
+class E4m3FakeQuant(torch.nn.Module):
+    def forward(self, x):
+        return x.to(E4M3).to(torch.float32)
+
+
+def test_values_that_a_cast_to_e4m3_saturates_or_flushes_are_counted_and_named(validate):
+    # Hand-worked: E4M3's largest finite value is 448; 464 is the tie between it and the
+    # missing 480 and rounds to the even 448; above it PyTorch's cast saturates, silently.
+    # Its smallest subnormal is 2^-9: 2^-10 (a tie to the even 0) and less flush to 0.
+    assert torch.tensor([464.0, 465.0, 1e9]).to(E4M3).float().tolist() == [448.0, 448.0, 448.0]
+    values = torch.tensor([[465.0, 1000.0, -2000.0, 464.0, 448.0, 2.0 ** -11, 2.0 ** -10, 0.0, 1.0, 3.0 * 2.0 ** -11]])
+    model = torch.nn.Sequential(torch.nn.Identity(), E4m3FakeQuant())
+    rec = Recorder(model, inspect="stats")
+    try:
+        for _ in range(2):
+            model(values)
+            with rec.step():
+                pass
+    finally:
+        report = rec.close()
+    validate(report)
+    row = next(o for o in report["ops"] if o.get("fp8_cast"))
+    c = row["fp8_cast"]
+    assert (row["module"], c["dtype"], c["max"], c["saturates"]) == ("1", "float8_e4m3fn", 448.0, True)
+    assert (c["elements"], c["beyond"], c["underflow"]) == (20, 6, 4)
+    assert (c["first_beyond_step"], c["first_underflow_step"]) == (1, 1)
+    text = report["summary"]["verdict_text"]
+    assert "fp8: 6 value(s) saturated to +-448 in casts to float8_e4m3fn (first in '1', step 1)" in text, text
