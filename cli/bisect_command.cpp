@@ -718,6 +718,13 @@ int run_bisect_script(const BisectOptions& o, const CLI::App& cmd, std::ostream&
   // a fix could be chance.
   if (!o.args.quiet) err << "bisect-nan: recording the script as written\n";
   RecordedRun first = recorded_run(script_request(o, log.path));
+  if (first.report.run.framework && *first.report.run.framework == "paddle")
+    throw UsageError(
+        "bisect-nan --script: this is a PaddlePaddle script, whose ops the recorder cannot force to fp32 one by one "
+        "(Paddle has no hook below its layers); give candidates to paddle.amp.auto_cast(custom_black_list={...}) "
+        "yourself, or bisect the model's ONNX export (paddle.onnx.export; ampcheck bisect-nan --model "
+        "model.onnx), which names the black list in Paddle's op names. Its recording: ampcheck record -- " +
+        o.script);
   const bool stopped = interrupt_requested() || first.report.interrupted.has_value();
   if (!stopped) {
     if (first.script_failed() && first.report.steps.empty())

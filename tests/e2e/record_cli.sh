@@ -79,4 +79,5 @@ validate "$work/paddle.json"
 expect 0 "recorded in PaddlePaddle" -- "$bin" report "$work/paddle.json" --text
 expect 2 "the recorder said: ampcheck recorder: not recording: forcing ops or modules to fp32" -- \
   "$bin" record --quiet --fp32-ops exp -- "$py" "$paddle_py" healthy 1
+expect 2 "this is a PaddlePaddle script" -- "$bin" bisect-nan --quiet --script "$py $paddle_py log 1"
 exit $((fails > 0))
