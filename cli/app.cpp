@@ -17,6 +17,7 @@
 #include "cli/diff_command.h"
 #include "cli/doctor_command.h"
 #include "cli/exit_codes.h"
+#include "cli/fp8_scale_command.h"
 #include "cli/fp_command.h"
 #include "cli/infer_command.h"
 #include "cli/kernels_command.h"
@@ -70,6 +71,7 @@ int run(int argc, const char* const* argv, std::ostream& given_out, std::ostream
       add_diff_command(app),
       add_report_command(app),
       add_fp_command(app),
+      add_fp8_scale_command(app),
       add_config_command(app),
       add_ops_command(app),
       add_doctor_command(app),
