@@ -48,8 +48,10 @@ def setup(name: str, batch: int, device: str):
     model = make().to(device)
     model.train()
     rng = np.random.default_rng(0)
-    x, y = onnx_models.make_data(kind, classes, rng)
-    x, y = torch.from_numpy(x[:batch]).to(device), torch.from_numpy(y[:batch]).to(device)
+    inputs, y = onnx_models.make_data(kind, classes, rng)
+    # The model's inputs in their export order (input, then attention_mask where it has one).
+    x = tuple(torch.from_numpy(inputs[n][:batch]).to(device) for n in onnx_models.input_names(kind))
+    y = torch.from_numpy(y[:batch]).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     scaler = torch.amp.GradScaler(device)
     return model, x, y, opt, scaler
@@ -58,7 +60,7 @@ def setup(name: str, batch: int, device: str):
 def step(model, x, y, opt, scaler, device):
     opt.zero_grad(set_to_none=True)
     with torch.autocast(device, dtype=torch.float16):
-        loss = F.cross_entropy(model(x), y)
+        loss = F.cross_entropy(model(*x), y)
     scaler.scale(loss).backward()
     scaler.step(opt)
     scaler.update()
