@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>  // std::strtod
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -15,6 +16,7 @@
 #include "cli/usage_error.h"
 #include "engine/amp/fp8_recipe.h"
 #include "engine/dtype/fp8.h"
+#include "engine/memory_budget.h"
 #include "reports/atomic_file.h"
 #include "reports/text_table.h"
 
@@ -58,8 +60,17 @@ std::vector<float> read_amaxes(const Fp8ScaleOptions& o) {
   std::vector<float> amaxes;
   for (const std::string& a : o.amax) add_amaxes(a, "--amax", amaxes);
   if (!o.amax_file.empty()) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(o.amax_file, ec))
+      throw UsageError(fmt::format("--amax-file {}: is a folder; give the file of amaxes", o.amax_file));
     std::ifstream f(o.amax_file, std::ios::binary);
     if (!f) throw UsageError(fmt::format("--amax-file {}: cannot be read (does it exist?)", o.amax_file));
+    // The text and its parsed values: about five times the file's size in memory.
+    const auto size = std::filesystem::file_size(o.amax_file, ec);
+    if (!ec)
+      if (const auto why = over_budget(static_cast<std::uint64_t>(size) * 5))
+        throw UsageError(fmt::format("--amax-file {}: too large to read: {} (--max-memory raises the limit)",
+                                     o.amax_file, *why));
     std::ostringstream s;
     s << f.rdbuf();
     add_amaxes(s.str(), o.amax_file, amaxes);

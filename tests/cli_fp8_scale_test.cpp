@@ -113,6 +113,19 @@ TEST(CliFp8Scale, BadInputIsAUsageErrorNamingTheThing) {
   r = run({"fp8-scale", "--amax-file", "/no/such/amax.txt"});
   EXPECT_EQ(r.code, 2);
   EXPECT_TRUE(has(r.err, "/no/such/amax.txt")) << r.err;
+  r = run({"fp8-scale", "--amax-file", std::filesystem::temp_directory_path().string()});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.err, "is a folder")) << r.err;
+  // A file larger than --max-memory allows is refused before it is read.
+  const auto big = std::filesystem::temp_directory_path() / "ampcheck_fp8_scale_big.txt";
+  {
+    std::ofstream f(big);
+    for (int i = 0; i < 100000; ++i) f << "1.5\n";
+  }
+  r = run({"--max-memory", "64K", "fp8-scale", "--amax-file", big.string()});
+  std::filesystem::remove(big);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.err, "too large to read")) << r.err;
 }
 
 }  // namespace
