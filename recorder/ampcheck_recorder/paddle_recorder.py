@@ -500,30 +500,31 @@ class PaddleRecorder:
         self._patches.append((owner, name, original))
         setattr(owner, name, make(original))
 
-    def _patch_optimizers(self):
-        seen, todo = set(), [paddle.optimizer.Optimizer]
+    def _patch_class_tree(self, root, wraps: dict):
+        """Wraps each method named in `wraps` wherever a class of root's tree (root and all its
+        subclasses, which may override it: Adam defines its own step) defines it."""
+        seen, todo = set(), [root]
         while todo:
             cls = todo.pop()
             if cls in seen:
                 continue
             seen.add(cls)
             todo.extend(cls.__subclasses__())
-            for name in ("step", "minimize"):
-                if name in cls.__dict__:
-                    self._patch(cls, name, self._wrap_optimizer)
-
-    def _patch_scalers(self):
-        seen, todo = set(), [paddle.amp.AmpScaler] if hasattr(paddle.amp, "AmpScaler") else [paddle.amp.GradScaler]
-        while todo:
-            cls = todo.pop()
-            if cls in seen:
-                continue
-            seen.add(cls)
-            todo.extend(cls.__subclasses__())
-            for name, wrap in (("scale", self._wrap_scale), ("minimize", self._wrap_scaler_minimize),
-                               ("step", self._wrap_scaler_step), ("update", self._wrap_scaler_update)):
+            for name, wrap in wraps.items():
                 if name in cls.__dict__:
                     self._patch(cls, name, wrap)
+
+    def _patch_optimizers(self):
+        self._patch_class_tree(paddle.optimizer.Optimizer, {"step": self._wrap_optimizer,
+                                                            "minimize": self._wrap_optimizer})
+
+    def _patch_scalers(self):
+        # GradScaler derives from AmpScaler (Paddle >= 2.3); older ones have GradScaler alone.
+        root = paddle.amp.AmpScaler if hasattr(paddle.amp, "AmpScaler") else paddle.amp.GradScaler
+        self._patch_class_tree(root, {"scale": self._wrap_scale,
+                                      "minimize": lambda original: self._wrap_scaler_stepping(original, True),
+                                      "step": lambda original: self._wrap_scaler_stepping(original, False),
+                                      "update": self._wrap_scaler_update})
 
     def _wrap_optimizer(self, original):
         rec = self
@@ -570,23 +571,9 @@ class PaddleRecorder:
         scaler._ampcheck_depth = 0
         self._in_scaler -= 1
 
-    def _wrap_scaler_minimize(self, original):
-        rec = self
-
-        def wrapper(scaler, optimizer, *args, **kwargs):
-            if not rec._enter_scaler(scaler):
-                return original(scaler, optimizer, *args, **kwargs)
-            before = _scale_of(scaler)
-            try:
-                result = original(scaler, optimizer, *args, **kwargs)
-            finally:
-                rec._leave_scaler(scaler)
-            rec._note_optimizer(optimizer)
-            rec._scaler_event(scaler, before, bool(scaler._cache_found_inf), optimizer)
-            return result
-        return wrapper
-
-    def _wrap_scaler_step(self, original):
+    def _wrap_scaler_stepping(self, original, updates: bool):
+        """minimize (updates: the step and the scale's update in one call) and step (the
+        update comes with update(), but for a static scale, whose update() does nothing)."""
         rec = self
 
         def wrapper(scaler, optimizer, *args, **kwargs):
@@ -599,10 +586,10 @@ class PaddleRecorder:
                 rec._leave_scaler(scaler)
             rec._note_optimizer(optimizer)
             found = bool(scaler._cache_found_inf)
-            if scaler._use_dynamic_loss_scaling:
-                rec._found_pending, rec._scale_pending = (found, optimizer), before
-            else:  # a static scale: update() does nothing, the step is the whole update
+            if updates or not scaler._use_dynamic_loss_scaling:
                 rec._scaler_event(scaler, before, found, optimizer)
+            else:
+                rec._found_pending, rec._scale_pending = (found, optimizer), before
             return result
         return wrapper
 

@@ -26,27 +26,9 @@ from ampcheck_recorder.paddle_recorder import PaddleRecorder, array_stats  # noq
 warnings.simplefilter("ignore")
 
 
-class Log(paddle.nn.Layer):
-    def forward(self, x):
-        return paddle.log(x)
-
-
-class Sqrt(paddle.nn.Layer):
-    """Finite forward (sqrt(relu(x)) >= 0), +Inf backward wherever relu made an exact 0."""
-
-    def forward(self, x):
-        return paddle.sqrt(paddle.nn.functional.relu(x))
-
-
-class Net(paddle.nn.Layer):
-    def __init__(self, middle):
-        super().__init__()
-        self.fc1 = paddle.nn.Linear(4, 8)
-        self.mid = middle
-        self.fc2 = paddle.nn.Linear(8, 1)
-
-    def forward(self, x):
-        return self.fc2(self.mid(self.fc1(x)))
+# The planted layers (log of a negative value: NaN forward; sqrt(relu(x)): +Inf backward
+# where relu made 0) and the two-Linear net around them, as the recorded script uses them.
+from paddle_train import Log, Net, Sqrt  # noqa: E402
 
 
 def _data(seed, steps):
