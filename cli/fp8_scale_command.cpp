@@ -13,11 +13,11 @@
 #include <sstream>
 
 #include "cli/exit_codes.h"
+#include "cli/output.h"
 #include "cli/usage_error.h"
 #include "engine/amp/fp8_recipe.h"
 #include "engine/dtype/fp8.h"
 #include "engine/memory_budget.h"
-#include "reports/atomic_file.h"
 #include "reports/text_table.h"
 
 namespace ampcheck::cli {
@@ -208,15 +208,7 @@ int run_fp8_scale(const Fp8ScaleOptions& o, std::ostream& out) {
                  r.status == "ok" ? "yes" : r.status == "saturates" ? "SATURATES" : r.status, g(r.scale_after)});
     text += t.render() + "\n" + verdict + "\n";
   }
-  if (o.output.empty()) {
-    out << text;
-  } else {
-    try {
-      reports::write_file_atomically(o.output, text);
-    } catch (const reports::WriteError& e) {
-      throw UsageError(e.what());
-    }
-  }
+  write_output(text, o.output, out);
   return first ? kCheckFailed : kOk;
 }
 

@@ -12,13 +12,13 @@
 #include <sstream>
 
 #include "cli/dtype_option.h"
+#include "cli/output.h"
 #include "cli/usage_error.h"
 #include "engine/device.h"
 #include "engine/dtype/convert.h"
 #include "engine/dtype/dtype.h"
 #include "engine/dtype/fp8.h"
 #include "engine/dtype/fp_value.h"
-#include "reports/atomic_file.h"
 #include "reports/text_table.h"
 
 namespace ampcheck::cli {
@@ -257,15 +257,7 @@ int run_fp(const FpOptions& o, std::ostream& out, std::ostream& err) {
     text = o.json ? values_json(rows, device).dump(2) + "\n" : values_text(rows);
   }
 
-  if (o.output.empty()) {
-    out << text;
-  } else {
-    try {
-      reports::write_file_atomically(o.output, text);
-    } catch (const reports::WriteError& e) {
-      throw UsageError(e.what());
-    }
-  }
+  write_output(text, o.output, out);
   return 0;
 }
 

@@ -15,27 +15,13 @@
 #include <string>
 #include <string_view>
 
+#include "kernels/cuda/cublaslt.h"  // check_lt, lt_handle
 #include "kernels/cuda/runtime.h"
 #include "kernels/fp8_gemm_kernels.h"
 #include "kernels/kernel_note.h"
 
 namespace ampcheck::kernels::cuda {
 namespace {
-
-void check_lt(cublasStatus_t status, const char* call, std::string_view op) {
-  if (status == CUBLAS_STATUS_SUCCESS) return;
-  throw std::runtime_error(std::string(op) + ": " + call + " failed: " + cublasLtGetStatusName(status) + " (" +
-                           cublasLtGetStatusString(status) + ")");
-}
-
-cublasLtHandle_t handle(std::string_view op) {
-  static const cublasLtHandle_t h = [op] {
-    cublasLtHandle_t created = nullptr;
-    check_lt(cublasLtCreate(&created), "cublasLtCreate", op);
-    return created;
-  }();
-  return h;
-}
 
 cudaDataType_t fp8_type(Fp8Format f) { return f == Fp8Format::e4m3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
 const char* fp8_text(Fp8Format f) { return f == Fp8Format::e4m3 ? "e4m3" : "e5m2"; }
@@ -142,7 +128,7 @@ void fp8_gemm(const Fp8GemmDesc& d) {
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     const cublasStatus_t status =
-        cublasLtMatmulAlgoGetHeuristic(handle(op), x.desc, x.a, x.b, x.d, x.d, x.pref, 1, &result, &found);
+        cublasLtMatmulAlgoGetHeuristic(lt_handle(op), x.desc, x.a, x.b, x.d, x.d, x.pref, 1, &result, &found);
     if (status != CUBLAS_STATUS_SUCCESS || found == 0)
       throw std::runtime_error(std::string(op) + ": cuBLASLt has no fp8 GEMM for A " + fp8_text(d.a_format) + " B " +
                                fp8_text(d.b_format) + ", m " + std::to_string(d.m) + " n " + std::to_string(d.n) +
@@ -151,7 +137,7 @@ void fp8_gemm(const Fp8GemmDesc& d) {
     Scratch workspace;
     void* ws = workspace.reserve(result.workspaceSize);
     const float one = 1.0f, zero = 0.0f;
-    check_lt(cublasLtMatmul(handle(op), x.desc, &one, b, x.a, a, x.b, &zero, acc, x.d, acc, x.d, &result.algo, ws,
+    check_lt(cublasLtMatmul(lt_handle(op), x.desc, &one, b, x.a, a, x.b, &zero, acc, x.d, acc, x.d, &result.algo, ws,
                             result.workspaceSize, stream()),
              "cublasLtMatmul", op);
     std::int32_t algo_id = -1;

@@ -27,6 +27,7 @@
 #include <string_view>
 #include <utility>
 
+#include "kernels/cuda/cublaslt.h"  // check_lt, lt_handle
 #include "kernels/cuda/runtime.h"
 #include "kernels/element.h"
 #include "kernels/gemm_kernels.h"
@@ -36,22 +37,6 @@
 namespace ampcheck::kernels::cuda {
 namespace {
 
-// Throws "<op>: <call> failed: <status name> (<status text>)".
-void check_lt(cublasStatus_t status, const char* call, std::string_view op) {
-  if (status == CUBLAS_STATUS_SUCCESS) return;
-  throw std::runtime_error(std::string(op) + ": " + call + " failed: " + cublasLtGetStatusName(status) + " (" +
-                           cublasLtGetStatusString(status) + ")");
-}
-
-// One handle for the process: it holds no per-call state, and creating it costs.
-cublasLtHandle_t handle(std::string_view op) {
-  static const cublasLtHandle_t h = [op] {
-    cublasLtHandle_t created = nullptr;
-    check_lt(cublasLtCreate(&created), "cublasLtCreate", op);
-    return created;
-  }();
-  return h;
-}
 
 const char* dtype_text(DType d) {
   switch (d) {
@@ -182,7 +167,7 @@ Plan make_plan(const Call& c, std::uint32_t align_a, std::uint32_t align_b, std:
     for (const auto& [attr, value] : aligns)
       check_lt(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof value),
                "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT)", op);
-    check_lt(cublasLtMatmulAlgoGetHeuristic(handle(op), p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found),
+    check_lt(cublasLtMatmulAlgoGetHeuristic(lt_handle(op), p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found),
              "cublasLtMatmulAlgoGetHeuristic", op);
   } catch (...) {
     cublasLtMatmulPreferenceDestroy(pref);  // the first failure is the one to report
@@ -250,7 +235,7 @@ void run(const Call& call, std::string_view op, std::string& last_note) {
     const bool f64 = piece.ab == DType::f64;
     const void* alpha = f64 ? static_cast<const void*>(&one64) : static_cast<const void*>(&one32);
     const void* beta = f64 ? static_cast<const void*>(&beta64) : static_cast<const void*>(&beta32);
-    check_lt(cublasLtMatmul(handle(op), plan.desc, alpha, piece.b, plan.a, piece.a, plan.b, beta, piece.c, plan.c,
+    check_lt(cublasLtMatmul(lt_handle(op), plan.desc, alpha, piece.b, plan.a, piece.a, plan.b, beta, piece.c, plan.c,
                             piece.c, plan.c, &plan.algo, ws, plan.workspace, stream()),
              "cublasLtMatmul", op);
     if (plan.note != last_note) {
