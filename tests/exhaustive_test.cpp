@@ -162,21 +162,34 @@ TEST(ExhaustiveF32, ToBf16MatchesIeeeReferenceOnEveryPattern) {
 
 using BufferFn = void (*)(const float*, std::uint16_t*, std::size_t, cpu::Isa);
 
-void check_vector_paths(BufferFn convert, const char* name) {
+// The vector paths this CPU runs (every path but scalar).
+std::vector<cpu::Isa> vector_paths() {
   std::vector<cpu::Isa> paths;
   for (int i = 1; i < cpu::kIsaCount; ++i)
     if (cpu::isa_supported(static_cast<cpu::Isa>(i))) paths.push_back(static_cast<cpu::Isa>(i));
+  return paths;
+}
+
+// The patterns [begin, end), then the same with the sign bit set.
+std::vector<std::uint32_t> both_signs(std::uint32_t begin, std::uint32_t end) {
+  const std::size_t n = end - begin;
+  std::vector<std::uint32_t> in(2 * n);
+  for (std::size_t i = 0; i < n; ++i) {
+    in[i] = begin + static_cast<std::uint32_t>(i);
+    in[n + i] = in[i] | 0x80000000u;
+  }
+  return in;
+}
+
+void check_vector_paths(BufferFn convert, const char* name) {
+  const std::vector<cpu::Isa> paths = vector_paths();
   if (paths.empty()) GTEST_SKIP() << "this CPU runs no vector path (no AVX2+F16C): only the scalar path exists";
 
   Mismatches bad;
   const Plan plan = make_plan();
   parallel_for_ranges(plan, [&](std::uint32_t begin, std::uint32_t end) {
+    const std::vector<std::uint32_t> in = both_signs(begin, end);
     const std::size_t n = end - begin;
-    std::vector<std::uint32_t> in(2 * n);
-    for (std::size_t i = 0; i < n; ++i) {
-      in[i] = begin + static_cast<std::uint32_t>(i);
-      in[n + i] = in[i] | 0x80000000u;
-    }
     const auto* src = reinterpret_cast<const float*>(in.data());
     std::vector<std::uint16_t> want(2 * n), got(2 * n);
     convert(src, want.data(), want.size(), cpu::Isa::scalar);
@@ -203,21 +216,15 @@ TEST(ExhaustiveF32, VectorPathsEqualScalarToBf16OnEveryPattern) {
 // kernels/fp_bits.h on every pattern, both formats, both overflow rules (the scalar
 // definition is held to ml_dtypes and an enumerating reference in fp8_test.cpp).
 TEST(ExhaustiveF32, VectorPathsEqualScalarToFp8OnEveryPattern) {
-  std::vector<cpu::Isa> paths;
-  for (int i = 1; i < cpu::kIsaCount; ++i)
-    if (cpu::isa_supported(static_cast<cpu::Isa>(i))) paths.push_back(static_cast<cpu::Isa>(i));
+  const std::vector<cpu::Isa> paths = vector_paths();
   if (paths.empty()) GTEST_SKIP() << "this CPU runs no vector path (no AVX2): only the scalar path exists";
   using kernels::Fp8Format;
   using kernels::Fp8Overflow;
   Mismatches bad;
   const Plan plan = make_plan();
   parallel_for_ranges(plan, [&](std::uint32_t begin, std::uint32_t end) {
+    const std::vector<std::uint32_t> in = both_signs(begin, end);
     const std::size_t n = end - begin;
-    std::vector<std::uint32_t> in(2 * n);
-    for (std::size_t i = 0; i < n; ++i) {
-      in[i] = begin + static_cast<std::uint32_t>(i);
-      in[n + i] = in[i] | 0x80000000u;
-    }
     const auto* src = reinterpret_cast<const float*>(in.data());
     std::vector<std::uint8_t> want(2 * n), got(2 * n);
     for (Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2})

@@ -66,6 +66,23 @@ Problem make(bool ta, bool tb, i64 m, i64 n, i64 k, Fp8Format fa, Fp8Format fb, 
   return p;
 }
 
+// The problem's shape, formats and scales, with its operands at a and b.
+Fp8GemmDesc desc_of(const Problem& p, const std::uint8_t* a, const std::uint8_t* b) {
+  Fp8GemmDesc d;
+  d.trans_a = p.ta;
+  d.trans_b = p.tb;
+  d.m = p.m;
+  d.n = p.n;
+  d.k = p.k;
+  d.a = a;
+  d.b = b;
+  d.a_format = p.fa;
+  d.b_format = p.fb;
+  d.a_scale_inv = p.sa;
+  d.b_scale_inv = p.sb;
+  return d;
+}
+
 std::vector<float> run_cpu(const Problem& p, DType out, const std::vector<float>& c0, const std::vector<float>* bias) {
   const i64 count = p.m * p.n;
   std::vector<std::uint16_t> c16(static_cast<std::size_t>(count));
@@ -73,18 +90,7 @@ std::vector<float> run_cpu(const Problem& p, DType out, const std::vector<float>
   for (i64 i = 0; i < count; ++i)
     c16[static_cast<std::size_t>(i)] = out == DType::f16 ? kernels::f32_to_f16(c0[static_cast<std::size_t>(i)])
                                                          : kernels::f32_to_bf16(c0[static_cast<std::size_t>(i)]);
-  Fp8GemmDesc d;
-  d.trans_a = p.ta;
-  d.trans_b = p.tb;
-  d.m = p.m;
-  d.n = p.n;
-  d.k = p.k;
-  d.a = p.a.data();
-  d.b = p.b.data();
-  d.a_format = p.fa;
-  d.b_format = p.fb;
-  d.a_scale_inv = p.sa;
-  d.b_scale_inv = p.sb;
+  Fp8GemmDesc d = desc_of(p, p.a.data(), p.b.data());
   d.c = kernels::View{out == DType::f32 ? static_cast<void*>(c32.data()) : static_cast<void*>(c16.data()), out, {p.m, p.n}};
   d.accumulate = !c0.empty() && c0[0] != 0.0f;
   std::vector<float> b32;
@@ -198,18 +204,7 @@ Tensor device_bytes(const std::vector<std::uint8_t>& codes) {
 std::vector<float> run_gpu(const Problem& p, bool split) {
   const Tensor a = device_bytes(p.a), b = device_bytes(p.b);
   Tensor c = Tensor::zeros({p.m, p.n}, DType::f32, Device::cuda);
-  Fp8GemmDesc d;
-  d.trans_a = p.ta;
-  d.trans_b = p.tb;
-  d.m = p.m;
-  d.n = p.n;
-  d.k = p.k;
-  d.a = static_cast<const std::uint8_t*>(a.raw());
-  d.b = static_cast<const std::uint8_t*>(b.raw());
-  d.a_format = p.fa;
-  d.b_format = p.fb;
-  d.a_scale_inv = p.sa;
-  d.b_scale_inv = p.sb;
+  Fp8GemmDesc d = desc_of(p, static_cast<const std::uint8_t*>(a.raw()), static_cast<const std::uint8_t*>(b.raw()));
   d.c = kernels::View{c.raw(), DType::f32, {p.m, p.n}};
   d.split_accumulator = split;
   Fp8GemmKernels::cuda().gemm(d);
