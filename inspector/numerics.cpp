@@ -112,8 +112,8 @@ void merge(TensorStats& into, const TensorStats& more) {
   into.sum_squares += more.sum_squares;
   // Undefined (NaN) extremes mean "no element yet": decided by the counts, not by NaN.
   if (more.finite() > 0) {
-    into.min = had_finite ? std::min(into.min, more.min) : more.min;
-    into.max = had_finite ? std::max(into.max, more.max) : more.max;
+    into.min = had_finite ? kernels::total_min(into.min, more.min) : more.min;
+    into.max = had_finite ? kernels::total_max(into.max, more.max) : more.max;
     into.absmax = had_finite ? std::max(into.absmax, more.absmax) : more.absmax;
   }
   if (more.nonzero_finite() > 0)

@@ -52,9 +52,8 @@ std::optional<RangeLossKind> range_loss_of(double y_low, double y64, DType dtype
   return std::nullopt;
 }
 
-RangeLoss range_loss(const std::vector<double>& low, const std::vector<double>& exact, DType dtype) {
+RangeLoss range_loss(const double* low, const double* exact, std::size_t n, DType dtype) {
   RangeLoss r;
-  const std::size_t n = std::min(low.size(), exact.size());
   for (std::size_t i = 0; i < n; ++i) {
     if (low[i] != 0 && std::isfinite(low[i])) continue;  // the common case: nothing lost
     const auto kind = range_loss_of(low[i], exact[i], dtype);
@@ -67,6 +66,10 @@ RangeLoss range_loss(const std::vector<double>& low, const std::vector<double>& 
     }
   }
   return r;
+}
+
+RangeLoss range_loss(const std::vector<double>& low, const std::vector<double>& exact, DType dtype) {
+  return range_loss(low.data(), exact.data(), std::min(low.size(), exact.size()), dtype);
 }
 
 Tensor recompute_f64(Op op, const std::vector<Tensor>& inputs, const Params& params) {
@@ -84,26 +87,37 @@ Tensor recompute_f64(Op op, const std::vector<Tensor>& inputs, const Params& par
 
 ShadowSample measure_shadow(Op op, const std::vector<Tensor>& inputs, const Params& params,
                             const Tensor& output) {
-  const Tensor y64 = recompute_f64(op, inputs, params);
-  const std::vector<double> low = output.to_f64(), ref = y64.to_f64();
-  if (low.size() != ref.size())
+  // Host f64 tensors read in place: the recompute, the output widened, and the recompute
+  // rounded to the output's dtype and widened back (each one vectorised conversion).
+  const Tensor y64 = recompute_f64(op, inputs, params).to(Device::cpu);
+  const Tensor low_t = output.to(Device::cpu).to(DType::f64);
+  if (low_t.numel() != y64.numel())
     throw std::logic_error("shadow: " + std::string(op_name(op)) + " recomputed " +
-                           std::to_string(ref.size()) + " elements for an output of " +
-                           std::to_string(low.size()));
+                           std::to_string(y64.numel()) + " elements for an output of " +
+                           std::to_string(low_t.numel()));
+  const Tensor rounded_t = y64.to(output.dtype()).to(DType::f64);
+  const double* low = low_t.data<double>();
+  const double* ref = y64.data<double>();
+  const double* rounded = rounded_t.data<double>();
+  const auto n = static_cast<std::size_t>(y64.numel());
+
   ShadowSample s;
-  s.range = range_loss(low, ref, output.dtype());
-  const std::vector<double> rounded = y64.to(output.dtype()).to_f64();
-  double diff = 0, floor = 0, norm = 0;
-  for (std::size_t i = 0; i < ref.size(); ++i) {
-    if (!std::isfinite(low[i]) || !std::isfinite(ref[i])) return ShadowSample{false, 0, 0, 0, s.range};
+  s.range = range_loss(low, ref, n, output.dtype());
+  constexpr std::size_t kLanes = 8;
+  double diff[kLanes] = {}, rounding[kLanes] = {}, norm[kLanes] = {};
+  bool finite = true;
+  for (std::size_t i = 0; i < n; ++i) {
+    finite &= std::isfinite(low[i]) & std::isfinite(ref[i]);
     const double d = low[i] - ref[i], r = rounded[i] - ref[i];
-    diff += d * d;
-    floor += r * r;
-    norm += ref[i] * ref[i];
+    diff[i % kLanes] += d * d;
+    rounding[i % kLanes] += r * r;
+    norm[i % kLanes] += ref[i] * ref[i];
     s.max_abs_error = std::max(s.max_abs_error, std::abs(d));
   }
-  s.relative_error = relative(diff, norm);
-  s.rounding_floor = relative(floor, norm);
+  if (!finite) return ShadowSample{false, 0, 0, 0, s.range};
+  const auto fold = [](const double* l) { return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])); };
+  s.relative_error = relative(fold(diff), fold(norm));
+  s.rounding_floor = relative(fold(rounding), fold(norm));
   return s;
 }
 

@@ -11,6 +11,9 @@
 //   max_abs_error   max |y_low - y64|.
 //   rounding_floor  ||round(y64) - y64||_2 / ||y64||_2 with round() the engine's own
 //                   conversion to y_low's dtype (nearest even); 0/0 as above.
+// The squared norms are f64 sums in eight lanes (element i into lane i % 8, the lanes
+// folded ((0+1)+(2+3))+((4+5)+(6+7))), as the numerics statistics sum: a fixed order that
+// does not wait on one chain of additions, the same bits on every machine.
 // Our kernels compute in f32 and round once, so an elementwise op sits at the floor; an
 // op well above it lost precision inside (a long f32 sum with cancellation, say).
 //
@@ -74,6 +77,7 @@ struct RangeLoss {
 std::optional<RangeLossKind> range_loss_of(double y_low, double y64, DType dtype);
 // Every element of a call; `low` and `exact` have the same length.
 RangeLoss range_loss(const std::vector<double>& low, const std::vector<double>& exact, DType dtype);
+RangeLoss range_loss(const double* low, const double* exact, std::size_t n, DType dtype);
 
 // The exact result of one forward call: `op` run in f64 on f64 copies of the floating
 // `inputs` (i64 and undefined inputs as they are) with `params`: the engine's forward,

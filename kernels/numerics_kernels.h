@@ -6,9 +6,11 @@
 //
 // The classification of one value is written once below for the host and (under nvcc)
 // the device, so both backends count the same elements into the same bins. Counts are
-// exact on both; the double sums are added in element order within fixed chunks on the
-// CPU (the same bits for any thread count) and as block sums in a fixed order on CUDA
-// (the same bits from run to run on one GPU, not the CPU's).
+// exact on both; on the CPU the double sums run in eight lanes (element i of a chunk into
+// lane i % 8, the lanes folded pairwise) within fixed chunks merged in chunk order, so the
+// scalar and vector paths and any thread count give the same bits; on CUDA they are block
+// sums in a fixed order (the same bits from run to run on one GPU, not the CPU's). Minima
+// and maxima follow totalOrder (-0 below +0), which no order of the elements changes.
 #pragma once
 
 #include <cmath>  // llround, which element.h's store_element uses
@@ -83,6 +85,11 @@ struct NumericsSummary {
   std::int64_t finite() const { return count - nan - pos_inf - neg_inf; }
   std::int64_t nonzero_finite() const { return finite() - bins[kZeroBin]; }
 };
+
+// The smaller and the larger of two finite values in IEEE 754's totalOrder: -0 is below
+// +0, so {+0, -0} has min -0 and max +0 whichever comes first.
+AMPCHECK_HD double total_min(double a, double b) { return b < a || (b == a && (bits_of(b) >> 63) != 0) ? b : a; }
+AMPCHECK_HD double total_max(double a, double b) { return b > a || (b == a && (bits_of(b) >> 63) == 0) ? b : a; }
 
 // The histogram bin of a finite double (kZeroBin for +-0): its binary exponent, exact
 // for subnormals too. Zero is a select, not a branch (ReLU outputs are half zeros: a

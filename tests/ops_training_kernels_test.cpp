@@ -21,6 +21,7 @@
 #include "engine/optim/optimizer.h"
 #include "engine/parallel.h"
 #include "engine/tensor.h"
+#include "kernels/cpu/numerics.h"  // stats on a chosen path
 #include "kernels/cuda/cuda.h"  // probe
 #include "kernels/numerics_kernels.h"
 #include "tests/gpu_test_util.h"
@@ -327,6 +328,81 @@ TEST(NumericsKernels, CpuStatsAreTheSameBitsForAnyThreadCount) {
   EXPECT_EQ(std::memcmp(&one.sum, &two.sum, sizeof one.sum), 0);
   EXPECT_EQ(std::memcmp(&one.sum_squares, &two.sum_squares, sizeof one.sum), 0);
   expect_same_counts(one, two, "1 vs 2 threads");
+}
+
+// The bits of each double field, so that -0 and +0 (and NaN payloads) differ.
+void expect_same_bits(const NumericsSummary& got, const NumericsSummary& want, const std::string& what) {
+  expect_same_counts(got, want, what);
+  const std::pair<double, double> fields[] = {{got.sum, want.sum}, {got.sum_squares, want.sum_squares},
+                                              {got.min, want.min}, {got.max, want.max},
+                                              {got.absmax, want.absmax}, {got.min_nonzero_abs, want.min_nonzero_abs}};
+  for (std::size_t k = 0; k < std::size(fields); ++k)
+    EXPECT_EQ(std::memcmp(&fields[k].first, &fields[k].second, sizeof(double)), 0)
+        << what << " field " << k << ": " << fields[k].first << " vs " << fields[k].second;
+}
+
+TEST(NumericsKernels, CpuStatsAreTheSameBitsOnEveryPath) {
+  using kernels::cpu::GemmIsa;
+  std::vector<GemmIsa> paths;
+  for (const GemmIsa isa : {GemmIsa::avx2, GemmIsa::avx512})
+    if (kernels::cpu::gemm_isa_supported(isa)) paths.push_back(isa);
+  if (paths.empty()) GTEST_SKIP() << "this CPU runs only the scalar path";
+  for (const std::size_t n : {std::size_t{7}, std::size_t{1029}, std::size_t{40000}, std::size_t{40003}}) {
+    const std::vector<double> values = mixed_values(n, 13);
+    for (const DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+      const Tensor t = Tensor::from(values, {static_cast<std::int64_t>(n)}, dtype);
+      const NumericsSummary scalar = kernels::cpu::stats(view_of(t), GemmIsa::scalar);
+      for (const GemmIsa isa : paths)
+        expect_same_bits(kernels::cpu::stats(view_of(t), isa), scalar,
+                         std::string(name(dtype)) + " n=" + std::to_string(n) + " " +
+                             std::string(kernels::cpu::gemm_isa_name(isa)));
+      // The f64 path (stats of f64 data) is the same rule: the same summary for the same values.
+      expect_same_bits(NumericsKernels::cpu().stats(view_of(t.to(DType::f64))), scalar,
+                       std::string(name(dtype)) + " as f64, n=" + std::to_string(n));
+    }
+  }
+}
+
+// The documented order of the sums (kernels/numerics_kernels.h): within chunks of 2^14
+// elements, element i into lane i % 8, the lanes folded ((0+1)+(2+3))+((4+5)+(6+7)), the
+// chunks added in order; NaN and Inf left out.
+TEST(NumericsKernels, CpuSumsRunInEightLanesPerChunkFoldedPairwise) {
+  const std::vector<double> values = mixed_values(50001, 14);
+  const Tensor t = Tensor::from(values, {static_cast<std::int64_t>(values.size())}, DType::f32);
+  const std::vector<double> exact = t.to_f64();
+  double sum = 0, squares = 0;
+  constexpr std::size_t kChunk = 1 << 14;
+  for (std::size_t c = 0; c < exact.size(); c += kChunk) {
+    double ls[8] = {}, lq[8] = {};
+    for (std::size_t i = c; i < std::min(exact.size(), c + kChunk); ++i) {
+      if (!std::isfinite(exact[i])) continue;
+      ls[(i - c) % 8] += exact[i];
+      lq[(i - c) % 8] += exact[i] * exact[i];
+    }
+    const auto fold = [](const double* l) { return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])); };
+    sum += fold(ls);
+    squares += fold(lq);
+  }
+  const NumericsSummary s = NumericsKernels::cpu().stats(view_of(t));
+  EXPECT_EQ(std::memcmp(&s.sum, &sum, sizeof sum), 0) << s.sum << " vs " << sum;
+  EXPECT_EQ(std::memcmp(&s.sum_squares, &squares, sizeof sum), 0) << s.sum_squares << " vs " << squares;
+}
+
+TEST(NumericsKernels, CpuMinAndMaxOfSignedZerosFollowTotalOrderInAnyOrder) {
+  for (const DType dtype : {DType::f64, DType::f32, DType::f16, DType::bf16}) {
+    for (const bool negative_first : {false, true}) {
+      // The two zeros in different chunks, and both in the first.
+      std::vector<double> values(40000, 0.0);
+      values[negative_first ? 5 : 30000] = -0.0;
+      values[negative_first ? 6 : 3] = -0.0;
+      const Tensor t = Tensor::from(values, {40000}, dtype);
+      const NumericsSummary s = NumericsKernels::cpu().stats(view_of(t));
+      EXPECT_TRUE(s.min == 0.0 && std::signbit(s.min)) << name(dtype) << " min " << s.min;
+      EXPECT_TRUE(s.max == 0.0 && !std::signbit(s.max)) << name(dtype) << " max " << s.max;
+      const kernels::ValueScan scan = NumericsKernels::cpu().scan(view_of(t));
+      EXPECT_TRUE(std::signbit(scan.min) && !std::signbit(scan.max)) << name(dtype);
+    }
+  }
 }
 
 TEST(NumericsKernels, CpuScanCountsNonFiniteValuesAndFindsTheFirstLargest) {

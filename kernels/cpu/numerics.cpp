@@ -5,17 +5,19 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
 #if defined(__x86_64__)
-#include <immintrin.h>  // AVX-512F compares into masks
+#include <immintrin.h>  // the AVX2 tally
 #endif
 
 #include "kernels/cpu/convert.h"    // convert: the vectorised exact/rounding conversions
 #include "kernels/cpu/parallel.h"   // parallel_for: chunks fixed by n and grain only
 #include "kernels/cpu/tensor_io.h"  // load, source
 #include "kernels/cpu/gemm.h"       // active_gemm_isa: the AVX-512 path where the CPU has it
+#include "kernels/cpu/numerics.h"
 #include "kernels/cpu/vectorize.h"  // vectorized: the all-finite scan
 #include "kernels/numerics_kernels.h"
 
@@ -27,42 +29,27 @@ namespace {
 constexpr std::int64_t kGrain = std::int64_t{1} << 14;
 constexpr std::int64_t kBlock = 1024;
 
-// What depends on the order of the elements: the f64 sums, the extremes (the first of +0
-// and -0 is kept), and the NaN/Inf counts, which skip an element for the rest. Both
-// statistics passes feed every element through add() in element order.
-struct OrderedTally {
-  double lo = INFINITY, hi = -INFINITY, absmax = 0.0, min_nonzero = INFINITY;
-  double sum = 0.0, sum_squares = 0.0;
+// The f64 sums in kLanes lanes: element i of a chunk (chunks start at multiples of
+// kGrain, blocks at multiples of kBlock, both multiples of kLanes) goes into lane i % 8,
+// and the lanes fold pairwise in a fixed order. The scalar loops and the vector paths add
+// each lane's elements in the same order, so every path gives the same bits; the vector
+// paths hold lanes 0-3 and 4-7 in two registers. A float, a 16-bit float and its square
+// are exact in f64, so a multiply-add and a multiply then add give the same lane sums.
+constexpr int kLanes = 8;
+static_assert(kGrain % kLanes == 0 && kBlock % kLanes == 0);
 
-  // False (after counting it in s) for NaN and Inf, which nothing else counts.
-  bool add(double x, NumericsSummary& s) {
-    if (((bits_of(x) >> 52) & 0x7ff) == 0x7ff) {  // NaN and Inf take the rare path
-      if (std::isnan(x))
-        ++s.nan;
-      else
-        ++(x > 0 ? s.pos_inf : s.neg_inf);
-      return false;
-    }
-    sum += x;
-    sum_squares += x * x;
-    lo = x < lo ? x : lo;
-    hi = x > hi ? x : hi;
-    const double a = std::fabs(x);
-    absmax = a > absmax ? a : absmax;
-    min_nonzero = a != 0.0 && a < min_nonzero ? a : min_nonzero;
-    return true;
-  }
+struct LaneSums {
+  double sum[kLanes] = {}, squares[kLanes] = {};
+
+  static double fold(const double (&l)[kLanes]) { return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])); }
   void finish(NumericsSummary& s) const {
-    s.sum = sum;
-    s.sum_squares = sum_squares;
-    s.min = lo;
-    s.max = hi;
-    s.absmax = absmax;
-    s.min_nonzero_abs = min_nonzero;
+    s.sum = fold(sum);
+    s.sum_squares = fold(squares);
   }
 };
 
-// Elements [begin, end) of v, in one thread, in element order.
+// Elements [begin, end) of v, in one thread (f64 and integer data): the same lanes and
+// totalOrder extremes as the float paths below.
 NumericsSummary stats_of_range(const View& v, std::int64_t begin, std::int64_t end) {
   const NarrowBounds f16 = f16_bounds();
   const NarrowBounds bf16 = bf16_bounds();
@@ -71,7 +58,7 @@ NumericsSummary stats_of_range(const View& v, std::int64_t begin, std::int64_t e
 
   NumericsSummary s;
   s.count = end - begin;
-  OrderedTally t;
+  LaneSums lanes;
   NarrowCounts c16, cbf;
   double values[kBlock];
   for (std::int64_t b = begin; b < end; b += kBlock) {
@@ -79,9 +66,21 @@ NumericsSummary stats_of_range(const View& v, std::int64_t begin, std::int64_t e
     convert(base + static_cast<std::size_t>(b) * size, v.dtype, values, DType::f64, m);  // exact
     for (std::size_t i = 0; i < m; ++i) {
       const double x = values[i];
-      if (!t.add(x, s)) continue;
+      if (((bits_of(x) >> 52) & 0x7ff) == 0x7ff) {  // NaN and Inf count apart from the rest
+        if (std::isnan(x))
+          ++s.nan;
+        else
+          ++(x > 0 ? s.pos_inf : s.neg_inf);
+        continue;
+      }
+      lanes.sum[i % kLanes] += x;
+      lanes.squares[i % kLanes] += x * x;
+      s.min = total_min(s.min, x);
+      s.max = total_max(s.max, x);
       const double a = std::fabs(x);
       const bool nonzero = a != 0.0;
+      s.absmax = a > s.absmax ? a : s.absmax;
+      s.min_nonzero_abs = nonzero && a < s.min_nonzero_abs ? a : s.min_nonzero_abs;
       ++s.bins[exponent_bin(x)];
       count_narrow(a, nonzero, f16, c16);
       count_narrow(a, nonzero, bf16, cbf);
@@ -89,7 +88,7 @@ NumericsSummary stats_of_range(const View& v, std::int64_t begin, std::int64_t e
   }
   s.f16 = c16;
   s.bf16 = cbf;
-  t.finish(s);
+  lanes.finish(s);
   return s;
 }
 
@@ -114,8 +113,8 @@ void merge(NumericsSummary& into, const NumericsSummary& more) {
   into.sum += more.sum;
   into.sum_squares += more.sum_squares;
   if (more.finite() > 0) {
-    into.min = had_finite ? std::min(into.min, more.min) : more.min;
-    into.max = had_finite ? std::max(into.max, more.max) : more.max;
+    into.min = had_finite ? total_min(into.min, more.min) : more.min;
+    into.max = had_finite ? total_max(into.max, more.max) : more.max;
     into.absmax = had_finite ? std::max(into.absmax, more.absmax) : more.absmax;
   }
   if (more.nonzero_finite() > 0)
@@ -152,118 +151,220 @@ void count_narrow_scalar(const float* x, std::int64_t m, const FloatBounds& h, c
   }
 }
 
-#if defined(__x86_64__)
-__attribute__((target("avx512f"))) void count_narrow_avx512(const float* x, std::int64_t m, const FloatBounds& h,
-                                                           const FloatBounds& b, std::int64_t* count) {
-  const __m512 bounds[8] = {_mm512_set1_ps(h.max), _mm512_set1_ps(h.overflow), _mm512_set1_ps(h.underflow),
-                            _mm512_set1_ps(h.min_normal_tie), _mm512_set1_ps(b.max), _mm512_set1_ps(b.overflow),
-                            _mm512_set1_ps(b.underflow), _mm512_set1_ps(b.min_normal_tie)};
-  const __m512 largest = _mm512_set1_ps(std::numeric_limits<float>::max()), zero = _mm512_setzero_ps();
-  std::int64_t i = 0;
-  for (; i + 16 <= m; i += 16) {
-    const __m512 a = _mm512_abs_ps(_mm512_loadu_ps(x + i));
-    const __mmask16 finite = _mm512_cmp_ps_mask(a, largest, _CMP_LE_OQ);
-    const __mmask16 nonzero = _mm512_mask_cmp_ps_mask(finite, a, zero, _CMP_NEQ_OQ);
-    for (int d = 0; d < 2; ++d) {
-      const __m512 max = bounds[4 * d], overflow = bounds[4 * d + 1], underflow = bounds[4 * d + 2],
-                   tie = bounds[4 * d + 3];
-      const __mmask16 above_max = _mm512_mask_cmp_ps_mask(finite, a, max, _CMP_GT_OQ);
-      const __mmask16 over = _mm512_mask_cmp_ps_mask(finite, a, overflow, _CMP_GE_OQ);
-      const __mmask16 low = _mm512_mask_cmp_ps_mask(nonzero, a, underflow, _CMP_LE_OQ);
-      const __mmask16 below_tie = _mm512_mask_cmp_ps_mask(finite, a, tie, _CMP_LT_OQ);
-      count[4 * d] += __builtin_popcount(over);
-      count[4 * d + 1] += __builtin_popcount(above_max & static_cast<__mmask16>(~over));
-      count[4 * d + 2] += __builtin_popcount(low);
-      count[4 * d + 3] += __builtin_popcount(below_tie & nonzero & static_cast<__mmask16>(~low));
-    }
+// What the float paths gather of a chunk. The extremes are
+// integer keys of the float bits: a finite float's key (its bits, the magnitude bits
+// flipped when negative, as a signed integer) orders as totalOrder does, so min/max are
+// integer min/max in any order; |x|'s bits order as |x| does. The histogram is four
+// sub-histograms (element i into bins[i % 4], so runs of elements in one bin do not each
+// wait for the previous increment) plus a slot kBins the vector path sends NaN and Inf to.
+struct FloatTally {
+  static constexpr int kSlots = NumericsSummary::kBins + 1;
+  LaneSums lanes;
+  std::int32_t min_key = std::numeric_limits<std::int32_t>::max();
+  std::int32_t max_key = std::numeric_limits<std::int32_t>::min();
+  std::int32_t absmax = 0;                                                 // bits of |x|
+  std::int32_t min_nonzero = std::numeric_limits<std::int32_t>::max();  // bits of |x|, x != 0
+  std::int64_t nan = 0, pos_inf = 0, neg_inf = 0;
+  std::int64_t bins[4][kSlots] = {};
+  std::int64_t narrow[8] = {};  // f16 overflow, rounds to max, underflow, subnormal; then bf16's
+
+  static float of_key(std::int32_t key) {
+    const std::uint32_t u = static_cast<std::uint32_t>(key < 0 ? key ^ 0x7fffffff : key);
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    return f;
   }
-  count_narrow_scalar(x + i, m - i, h, b, count);
+  void finish(NumericsSummary& s) const {
+    s.nan = nan;
+    s.pos_inf = pos_inf;
+    s.neg_inf = neg_inf;
+    for (int k = 0; k < NumericsSummary::kBins; ++k) s.bins[k] = bins[0][k] + bins[1][k] + bins[2][k] + bins[3][k];
+    s.f16 = {narrow[0], narrow[1], narrow[2], narrow[3]};
+    s.bf16 = {narrow[4], narrow[5], narrow[6], narrow[7]};
+    lanes.finish(s);
+    if (max_key != std::numeric_limits<std::int32_t>::min()) {  // a finite element
+      s.min = of_key(min_key);
+      s.max = of_key(max_key);
+      s.absmax = of_key(absmax);
+    }
+    if (min_nonzero != std::numeric_limits<std::int32_t>::max()) s.min_nonzero_abs = of_key(min_nonzero);
+  }
+};
+
+// The bin of a finite float's bits, exponent_bin's for its value: a normal float's bin
+// is its exponent field + 23 (field 1 is 2^-126, bin -126 - kMinExponent + 1); a
+// subnormal m * 2^-149 has floor(log2 m) - 149, bin 32 - clz(m); zero bin 0.
+int float_bin(std::uint32_t magnitude) {
+  const auto field = static_cast<int>(magnitude >> 23);
+  if (field != 0) return field + 23;
+  return magnitude == 0 ? NumericsSummary::kZeroBin : 32 - __builtin_clz(magnitude);
 }
 
-// The same counts eight floats at a time (the Zen 3 and Haswell machines' path).
-__attribute__((target("avx2,popcnt"))) void count_narrow_avx2(const float* x, std::int64_t m, const FloatBounds& h,
-                                                             const FloatBounds& b, std::int64_t* count) {
+// Elements [i, m) of a block (x[0] at lane 0) into t, one at a time.
+void tally_scalar(const float* x, std::int64_t i, std::int64_t m, const FloatBounds& h, const FloatBounds& b,
+                  FloatTally& t) {
+  count_narrow_scalar(x + i, m - i, h, b, t.narrow);
+  for (; i < m; ++i) {
+    std::uint32_t u;
+    std::memcpy(&u, &x[i], sizeof u);
+    const std::uint32_t a = u & 0x7fffffffu;
+    if (a >= 0x7f800000u) {  // NaN and Inf count apart from the rest
+      if (a > 0x7f800000u)
+        ++t.nan;
+      else
+        ++(u == a ? t.pos_inf : t.neg_inf);
+      continue;
+    }
+    const double d = x[i];
+    t.lanes.sum[i % kLanes] += d;
+    t.lanes.squares[i % kLanes] += d * d;
+    const auto key = static_cast<std::int32_t>(u == a ? u : u ^ 0x7fffffffu);
+    t.min_key = key < t.min_key ? key : t.min_key;
+    t.max_key = key > t.max_key ? key : t.max_key;
+    const auto mag = static_cast<std::int32_t>(a);
+    t.absmax = mag > t.absmax ? mag : t.absmax;
+    t.min_nonzero = mag != 0 && mag < t.min_nonzero ? mag : t.min_nonzero;
+    ++t.bins[i & 3][float_bin(a)];
+  }
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,popcnt"))) inline int count(__m256i mask) {
+  return __builtin_popcount(static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(mask))));
+}
+
+// tally_scalar eight elements at a time, the same bits: lanes 0-3 and 4-7 of the sums in
+// two registers each, the keys and the bins in integer lanes (a subnormal's bin from the
+// exponent of its mantissa converted to float, exact below 2^24), the bins then counted
+// one by one. Runs on the AVX2 and the AVX-512 machines.
+__attribute__((target("avx2,popcnt"))) void tally_avx2(const float* x, std::int64_t m, const FloatBounds& h,
+                                                      const FloatBounds& b, FloatTally& t) {
   const __m256 bounds[8] = {_mm256_set1_ps(h.max), _mm256_set1_ps(h.overflow), _mm256_set1_ps(h.underflow),
                             _mm256_set1_ps(h.min_normal_tie), _mm256_set1_ps(b.max), _mm256_set1_ps(b.overflow),
                             _mm256_set1_ps(b.underflow), _mm256_set1_ps(b.min_normal_tie)};
-  const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  const __m256 largest = _mm256_set1_ps(std::numeric_limits<float>::max()), zero = _mm256_setzero_ps();
+  __m256d s0 = _mm256_loadu_pd(t.lanes.sum), s1 = _mm256_loadu_pd(t.lanes.sum + 4);
+  __m256d q0 = _mm256_loadu_pd(t.lanes.squares), q1 = _mm256_loadu_pd(t.lanes.squares + 4);
+  const __m256i int_max = _mm256_set1_epi32(std::numeric_limits<std::int32_t>::max());
+  const __m256i int_min = _mm256_set1_epi32(std::numeric_limits<std::int32_t>::min());
+  const __m256i magnitude = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+  const __m256i zero = _mm256_setzero_si256();
+  __m256i lo = int_max, hi = int_min, absmax = zero, min_nonzero = int_max;
+  alignas(32) std::int32_t bin[8];
   std::int64_t i = 0;
   for (; i + 8 <= m; i += 8) {
-    __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + i), magnitude);
-    a = _mm256_and_ps(a, _mm256_cmp_ps(a, largest, _CMP_LE_OQ));  // NaN and Inf: 0, as the scalar loop
-    const unsigned nonzero = static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(a, zero, _CMP_NEQ_OQ)));
-    for (int d = 0; d < 2; ++d) {
-      const unsigned over = static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(a, bounds[4 * d + 1], _CMP_GE_OQ)));
-      const unsigned above_max = static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(a, bounds[4 * d], _CMP_GT_OQ)));
-      const unsigned low = nonzero & static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(a, bounds[4 * d + 2], _CMP_LE_OQ)));
-      const unsigned above_underflow = static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(a, bounds[4 * d + 2], _CMP_GT_OQ)));
-      const unsigned below_tie = static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(a, bounds[4 * d + 3], _CMP_LT_OQ)));
-      count[4 * d] += __builtin_popcount(over);
-      count[4 * d + 1] += __builtin_popcount(above_max & ~over);
-      count[4 * d + 2] += __builtin_popcount(low);
-      count[4 * d + 3] += __builtin_popcount(above_underflow & below_tie);
+    const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i));
+    const __m256i a = _mm256_and_si256(u, magnitude);
+    const __m256i finite = _mm256_cmpgt_epi32(inf, a);
+    if (_mm256_movemask_ps(_mm256_castsi256_ps(finite)) != 0xff) {
+      const __m256i negative = _mm256_cmpgt_epi32(zero, u);
+      const __m256i is_inf = _mm256_cmpeq_epi32(a, inf);
+      t.nan += count(_mm256_cmpgt_epi32(a, inf));
+      t.pos_inf += count(_mm256_andnot_si256(negative, is_inf));
+      t.neg_inf += count(_mm256_and_si256(negative, is_inf));
     }
+    const __m256 v = _mm256_castsi256_ps(_mm256_and_si256(u, finite));  // NaN and Inf add +0
+    const __m256d v0 = _mm256_cvtps_pd(_mm256_castps256_ps128(v)), v1 = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+    s0 = _mm256_add_pd(s0, v0);
+    s1 = _mm256_add_pd(s1, v1);
+    q0 = _mm256_add_pd(q0, _mm256_mul_pd(v0, v0));
+    q1 = _mm256_add_pd(q1, _mm256_mul_pd(v1, v1));
+
+    const __m256i key = _mm256_xor_si256(u, _mm256_and_si256(_mm256_srai_epi32(u, 31), magnitude));
+    lo = _mm256_min_epi32(lo, _mm256_blendv_epi8(int_max, key, finite));
+    hi = _mm256_max_epi32(hi, _mm256_blendv_epi8(int_min, key, finite));
+    absmax = _mm256_max_epi32(absmax, _mm256_and_si256(a, finite));
+    const __m256i nonzero = _mm256_andnot_si256(_mm256_cmpeq_epi32(a, zero), finite);
+    min_nonzero = _mm256_min_epi32(min_nonzero, _mm256_blendv_epi8(int_max, a, nonzero));
+
+    // The narrow counts of |x| (NaN and Inf as 0, which counts nothing), count_narrow_scalar's.
+    const __m256 mag = _mm256_castsi256_ps(_mm256_and_si256(a, finite));
+    const unsigned nz = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(nonzero)));
+    for (int d = 0; d < 2; ++d) {
+      const unsigned over = static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(mag, bounds[4 * d + 1], _CMP_GE_OQ)));
+      const unsigned above_max = static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(mag, bounds[4 * d], _CMP_GT_OQ)));
+      const unsigned low = nz & static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(mag, bounds[4 * d + 2], _CMP_LE_OQ)));
+      const unsigned above_underflow =
+          static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(mag, bounds[4 * d + 2], _CMP_GT_OQ)));
+      const unsigned below_tie = static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(mag, bounds[4 * d + 3], _CMP_LT_OQ)));
+      t.narrow[4 * d] += __builtin_popcount(over);
+      t.narrow[4 * d + 1] += __builtin_popcount(above_max & ~over);
+      t.narrow[4 * d + 2] += __builtin_popcount(low);
+      t.narrow[4 * d + 3] += __builtin_popcount(above_underflow & below_tie);
+    }
+
+    const __m256i field = _mm256_srli_epi32(a, 23);
+    const __m256i normal_bin = _mm256_add_epi32(field, _mm256_set1_epi32(23));
+    const __m256i subnormal_bin = _mm256_sub_epi32(
+        _mm256_srli_epi32(_mm256_castps_si256(_mm256_cvtepi32_ps(a)), 23), _mm256_set1_epi32(126));
+    __m256i bin_of = _mm256_blendv_epi8(subnormal_bin, normal_bin, _mm256_cmpgt_epi32(field, zero));
+    bin_of = _mm256_and_si256(bin_of, _mm256_xor_si256(_mm256_cmpeq_epi32(a, zero), _mm256_set1_epi32(-1)));  // zero: bin 0
+    bin_of = _mm256_blendv_epi8(_mm256_set1_epi32(NumericsSummary::kBins), bin_of, finite);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(bin), bin_of);
+    for (int k = 0; k < 8; ++k) ++t.bins[k & 3][bin[k]];
   }
-  count_narrow_scalar(x + i, m - i, h, b, count);
+  _mm256_storeu_pd(t.lanes.sum, s0);
+  _mm256_storeu_pd(t.lanes.sum + 4, s1);
+  _mm256_storeu_pd(t.lanes.squares, q0);
+  _mm256_storeu_pd(t.lanes.squares + 4, q1);
+  alignas(32) std::int32_t r[4][8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(r[0]), lo);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(r[1]), hi);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(r[2]), absmax);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(r[3]), min_nonzero);
+  for (int k = 0; k < 8; ++k) {
+    t.min_key = std::min(t.min_key, r[0][k]);
+    t.max_key = std::max(t.max_key, r[1][k]);
+    t.absmax = std::max(t.absmax, r[2][k]);
+    t.min_nonzero = std::min(t.min_nonzero, r[3][k]);
+  }
+  tally_scalar(x, i, m, h, b, t);
 }
 #endif
 
-void count_narrow_block(const float* x, std::int64_t m, const FloatBounds& h, const FloatBounds& b,
-                        std::int64_t* count) {
-#if defined(__x86_64__)
-  if (active_gemm_isa() == GemmIsa::avx512) return count_narrow_avx512(x, m, h, b, count);
-  if (active_gemm_isa() == GemmIsa::avx2) return count_narrow_avx2(x, m, h, b, count);
-#endif
-  count_narrow_scalar(x, m, h, b, count);
-}
-
-// Elements [begin, end) of f32, f16 or bf16 data: stats_of_range's summary bit for bit,
-// in two passes over each block. The first, vectorized, counts what rounding into f16
-// and bf16 would do (integer counts, so their order is free); non-finite values count
-// there as zeros, which count nothing. The second, scalar, keeps in element order what
-// depends on it: the f64 sums (each float is exact in f64, and so is its square), the
-// extremes (the first of +0 and -0 is kept) and the NaN/Inf counts; and the exponent
-// histogram, in four sub-histograms so that runs of elements in one bin do not each wait
-// for the previous increment.
-NumericsSummary stats_of_floats(const View& v, std::int64_t begin, std::int64_t end) {
+// Elements [begin, end) of f32, f16 or bf16 data on one path (AVX-512 machines take the
+// AVX2 one), in one pass over each block: stats_of_range's summary of the same values,
+// bit for bit, on every path.
+NumericsSummary stats_of_floats(const View& v, std::int64_t begin, std::int64_t end, GemmIsa isa) {
   const FloatBounds f16(f16_bounds()), bf16(bf16_bounds());
-  NumericsSummary s;
-  s.count = end - begin;
-  OrderedTally t;
-  std::int64_t narrow[8] = {};  // f16 overflow, rounds to max, underflow, subnormal; then bf16's
-  std::int64_t bins[4][NumericsSummary::kBins] = {};
+  FloatTally t;
   float buf[kBlock];
   for (std::int64_t b = begin; b < end; b += kBlock) {
     const std::int64_t m = std::min(kBlock, end - b);
     const float* x = source(v, b, m, buf);  // f32 in place; f16 and bf16 widened exactly
-    count_narrow_block(x, m, f16, bf16, narrow);
-    for (std::int64_t i = 0; i < m; ++i) {
-      const double d = x[i];
-      if (t.add(d, s)) ++bins[i & 3][exponent_bin(d)];
+#if defined(__x86_64__)
+    if (isa != GemmIsa::scalar) {
+      tally_avx2(x, m, f16, bf16, t);
+      continue;
     }
+#endif
+    tally_scalar(x, 0, m, f16, bf16, t);
   }
-  for (int k = 0; k < NumericsSummary::kBins; ++k) s.bins[k] = bins[0][k] + bins[1][k] + bins[2][k] + bins[3][k];
-  s.f16 = {narrow[0], narrow[1], narrow[2], narrow[3]};
-  s.bf16 = {narrow[4], narrow[5], narrow[6], narrow[7]};
+  NumericsSummary s;
+  s.count = end - begin;
   t.finish(s);
   return s;
 }
 
-NumericsSummary stats(const View& v) {
+}  // namespace
+
+NumericsSummary stats(const View& v, GemmIsa isa) {
   const std::int64_t n = v.numel();
   std::vector<NumericsSummary> partials(static_cast<std::size_t>((n + kGrain - 1) / kGrain));
   const bool floats = v.dtype == DType::f32 || v.dtype == DType::f16 || v.dtype == DType::bf16;
   parallel_for(n, kGrain, [&](std::int64_t begin, std::int64_t end) {
     partials[static_cast<std::size_t>(begin / kGrain)] =
-        floats ? stats_of_floats(v, begin, end) : stats_of_range(v, begin, end);
+        floats ? stats_of_floats(v, begin, end, isa) : stats_of_range(v, begin, end);
   });
   NumericsSummary s;
   for (const NumericsSummary& p : partials) merge(s, p);  // chunk order: thread-independent
   return s;
 }
 
-// One thread, element order (the first of equal extremes is kept, as a single loop keeps it).
+namespace {
+
+NumericsSummary stats_on_active_path(const View& v) { return stats(v, active_gemm_isa()); }
+
+// One thread, element order (the first of equal magnitudes is `largest`; min and max in totalOrder).
 ValueScan scan(const View& v) {
   ValueScan r;
   bool any_finite = false;
@@ -289,8 +390,8 @@ ValueScan scan(const View& v) {
         r.min = r.max = x;
         r.absmax = a;
       } else {
-        r.min = std::min(r.min, x);
-        r.max = std::max(r.max, x);
+        r.min = total_min(r.min, x);
+        r.max = total_max(r.max, x);
         r.absmax = std::max(r.absmax, a);
       }
       if (x == 0) {
@@ -409,7 +510,7 @@ SwampCounts swamped(const View& weight_before, const View& update, DType param_d
 namespace ampcheck::kernels {
 
 const NumericsKernels& NumericsKernels::cpu() {
-  static const NumericsKernels k{&cpu::stats, &cpu::scan, &cpu::all_finite, &cpu::any_nonzero, &cpu::swamped};
+  static const NumericsKernels k{&cpu::stats_on_active_path, &cpu::scan, &cpu::all_finite, &cpu::any_nonzero, &cpu::swamped};
   return k;
 }
 

@@ -45,8 +45,8 @@ struct CombineExtremes {
   __device__ Extremes operator()(const Extremes& a, const Extremes& b) const {
     return {a.sum + b.sum,
             a.sum_squares + b.sum_squares,
-            b.min < a.min ? b.min : a.min,
-            b.max > a.max ? b.max : a.max,
+            total_min(a.min, b.min),
+            total_max(a.max, b.max),
             b.absmax > a.absmax ? b.absmax : a.absmax,
             b.min_nonzero < a.min_nonzero ? b.min_nonzero : a.min_nonzero};
   }
@@ -87,8 +87,8 @@ __global__ void stats_blocks(const void* p, DType d, std::int64_t n, NarrowBound
     }
     e.sum += x;
     e.sum_squares += x * x;
-    e.min = x < e.min ? x : e.min;
-    e.max = x > e.max ? x : e.max;
+    e.min = total_min(e.min, x);
+    e.max = total_max(e.max, x);
     const double a = fabs(x);
     e.absmax = a > e.absmax ? a : e.absmax;
     const bool nonzero = a != 0.0;
@@ -179,8 +179,8 @@ struct CombineScan {
             a.neg_inf + b.neg_inf,
             a.zero + b.zero,
             a.finite_nonzero + b.finite_nonzero,
-            b.min < a.min ? b.min : a.min,
-            b.max > a.max ? b.max : a.max,
+            total_min(a.min, b.min),
+            total_max(a.max, b.max),
             b.absmax > a.absmax ? b.absmax : a.absmax,
             later ? b.largest_abs : a.largest_abs,
             later ? b.largest_index : a.largest_index,
@@ -200,8 +200,8 @@ __global__ void scan_blocks(const void* p, DType d, std::int64_t n, ScanPart* pa
       ++(x > 0 ? s.pos_inf : s.neg_inf);
     } else {
       const double a = fabs(x);
-      s.min = x < s.min ? x : s.min;
-      s.max = x > s.max ? x : s.max;
+      s.min = total_min(s.min, x);
+      s.max = total_max(s.max, x);
       s.absmax = a > s.absmax ? a : s.absmax;
       if (a == 0) {
         ++s.zero;
