@@ -39,7 +39,7 @@ using namespace ampcheck;
   std::fprintf(stderr,
                "ampcheck_bench_peer_step: %s\nusage: ampcheck_bench_peer_step --model NAME|FILE [--level O0|O1|O2] "
                "[--dtype float16|bfloat16] [--scaler dynamic|none] [--threads N] [--seed N] [--device cpu|cuda] "
-               "[--data FILE] [--loss cross_entropy|mse] [--batch N] [--inspect off|trace|stats|full]\n",
+               "[--data FILE] [--loss cross_entropy|mse] [--batch N] [--inspect off|trace|stats|full] [--inspect-every N]\n",
                why.c_str());
   std::exit(2);
 }
@@ -47,13 +47,14 @@ using namespace ampcheck;
 struct Options {
   models::RunOptions run;
   inspector::Mode inspect = inspector::Mode::off;
+  std::int64_t inspect_every = 1;  // full mode's sampling, as `ampcheck run --inspect-every`
 };
 
 Options parse(int argc, char** argv) {
   std::map<std::string, std::string> args{{"--model", "mlp"},     {"--level", "O0"},  {"--dtype", "float16"},
                                           {"--scaler", "dynamic"}, {"--threads", "0"}, {"--seed", "0"},
                                           {"--device", "cpu"},      {"--data", ""},     {"--loss", ""},
-                                          {"--batch", "0"},        {"--inspect", "off"}};
+                                          {"--batch", "0"},        {"--inspect", "off"},  {"--inspect-every", "1"}};
   for (int i = 1; i < argc; i += 2) {
     if (!args.count(argv[i])) usage(std::string("unknown option ") + argv[i]);
     if (i + 1 >= argc) usage(std::string(argv[i]) + " needs a value");
@@ -63,6 +64,8 @@ Options parse(int argc, char** argv) {
   const auto mode = inspector::parse_mode(args["--inspect"]);
   if (!mode) usage("--inspect " + args["--inspect"] + ": give off, trace, stats or full");
   options.inspect = *mode;
+  options.inspect_every = std::stoll(args["--inspect-every"]);
+  if (options.inspect_every < 1) usage("--inspect-every " + args["--inspect-every"] + ": give 1 or more");
   models::RunOptions& o = options.run;
   o.model = args["--model"];
   o.catalog = samples::builtin_models();
@@ -91,6 +94,8 @@ int main(int argc, char** argv) {
     const Options options = parse(argc, argv);
     inspector::InspectorOptions io;
     io.mode = options.inspect;
+    io.sampler = inspector::Sampler(options.inspect_every);
+    io.shadow_every = options.inspect_every;
     io.trace.max_records = 0;  // as `ampcheck run` without --chrome-trace keeps none
     inspector::Inspector insp(io);
     models::Trainer trainer(options.run);

@@ -26,6 +26,7 @@ namespace {
 struct RunCommandOptions {
   RunArgs args;
   std::string inspect = "full";
+  std::int64_t inspect_every = 1;
   int log_level = -1;  // -1: GLOG_v
   std::string report, html, chrome_trace;
   bool json = false;
@@ -36,6 +37,10 @@ CLI::App* add_options(CLI::App& app, RunCommandOptions& o) {
   CLI::App* run = app.add_subcommand("run", "Train a sample under AMP with the inspector attached, then summarise");
   add_run_args(run, o.args);
   run->add_option("--inspect", o.inspect, "off, trace, stats, full")->capture_default_str();
+  run->add_option("--inspect-every", o.inspect_every,
+                  "full mode on a long run: statistics and local errors on every N-th step only, and on the N steps "
+                  "after each step whose gradients held Inf/NaN (the trace and the NaN/Inf watch see every step)")
+      ->capture_default_str();
   run->add_option("--log-level", o.log_level, "GLOG-style op log at 5 (default: GLOG_v)");
   run->add_option("--report", o.report, "write the JSON report here (docs/report-format.md)");
   run->add_option("--html", o.html, "write the HTML report (one self-contained file) here");
@@ -58,6 +63,10 @@ int run_run(const RunCommandOptions& o, std::ostream& out, std::ostream& err) {
   if (!mode) throw UsageError("--inspect \"" + o.inspect + "\" is not a mode; use off, trace, stats or full");
   if (!o.chrome_trace.empty() && *mode == inspector::Mode::off)
     throw UsageError("--chrome-trace needs the op trace: use --inspect trace or above");
+  if (o.inspect_every < 1)
+    throw UsageError(fmt::format("--inspect-every {} is not a step count: give 1 (every step) or more", o.inspect_every));
+  if (o.inspect_every > 1 && *mode != inspector::Mode::full)
+    throw UsageError("--inspect-every samples full mode's statistics and local errors: use it with --inspect full");
   if (o.seeds < 1 || o.seeds > kMaxSeeds)
     throw UsageError(fmt::format("--seeds {} is out of range: give 1 (this seed only) to {}", o.seeds, kMaxSeeds));
   check_output("--report", o.report);
@@ -65,6 +74,7 @@ int run_run(const RunCommandOptions& o, std::ostream& out, std::ostream& err) {
   check_output("--chrome-trace", o.chrome_trace);
   RunSetup setup;
   setup.mode = *mode;
+  setup.inspect_every = o.inspect_every;
   setup.glog_level = o.log_level >= 0 ? o.log_level : inspector::glog_level_from_env();
   setup.glog = &err;
   setup.keep_spans = !o.chrome_trace.empty();
@@ -178,6 +188,8 @@ void mark_interrupted(reports::Report& report, std::int64_t steps_run, std::int6
 InstrumentedRun instrumented_run(const RunArgs& args, const Resolved& resolved, const RunSetup& setup, std::ostream& err) {
   inspector::InspectorOptions io;
   io.mode = setup.mode;
+  io.sampler = inspector::Sampler(setup.inspect_every);
+  io.shadow_every = setup.inspect_every;
   io.glog_level = setup.glog_level;
   io.glog = setup.glog;
   io.nan.max_skipped_fraction = setup.max_skipped_fraction;
@@ -212,6 +224,7 @@ InstrumentedRun instrumented_run(const RunArgs& args, const Resolved& resolved, 
   InstrumentedRun r;
   reports::Report& rep = r.report;
   rep.run = run_info(setup.command, args, resolved, result, std::string(inspector::mode_name(setup.mode)));
+  if (setup.inspect_every > 1) rep.run.inspect_every = setup.inspect_every;
   for (std::size_t i = 0; i < result.steps.size(); ++i) {
     const models::StepResult& s = result.steps[i];
     rep.steps.push_back({static_cast<std::int64_t>(i) + 1, s.loss, s.loss_scale, s.found_inf, s.skipped});

@@ -33,6 +33,9 @@ struct InstrumentedRun {
 struct RunSetup {
   std::string command = "run";
   inspector::Mode mode = inspector::Mode::full;
+  // Full mode: statistics and local errors every N-th step, and on the N steps after each
+  // step whose gradients held Inf/NaN (inspector::InspectorOptions); 1: every step.
+  std::int64_t inspect_every = 1;
   int glog_level = 0;
   std::ostream* glog = nullptr;
   bool keep_spans = false;

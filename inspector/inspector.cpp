@@ -37,6 +37,14 @@ std::int64_t Occurrences::of(const OpEvent& e) {
   return std::max<std::int64_t>(0, forwards - 1 - backward_[key]++);
 }
 
+// ---- Escalation ----
+void Inspector::Escalation::on_step_begin(std::int64_t step) {
+  if (!pending_) return;
+  pending_ = false;
+  numerics_.also_take(step, step + every_ - 1);
+  shadow_.also_measure(step, step + every_ - 1);
+}
+
 // ---- NumericsRecorder ----
 NumericsRecorder::NumericsRecorder(Sampler sampler) { table_.sampler = sampler; }
 
@@ -104,6 +112,7 @@ Inspector::Inspector(InspectorOptions options) : options_(std::move(options)) {
   if (m >= Mode::full) {
     numerics_ = std::make_unique<NumericsRecorder>(options_.sampler);
     shadow_ = std::make_unique<ShadowError>(ShadowOptions{options_.shadow_every});
+    escalation_ = std::make_unique<Escalation>(*numerics_, *shadow_, options_.sampler.every_n());
   }
 }
 
@@ -119,7 +128,8 @@ void Inspector::attach() {
   }
   const bool cupti = kernels_ && kernels_->running();
   if (cupti) add_observer(&kernels_->enter());
-  for (Observer* o : std::initializer_list<Observer*>{trace_.get(), glog_.get(), nan_.get(), numerics_.get(), shadow_.get()})
+  for (Observer* o : std::initializer_list<Observer*>{trace_.get(), glog_.get(), nan_.get(), escalation_.get(),
+                                                      numerics_.get(), shadow_.get()})
     if (o) add_observer(o);
   if (cupti) add_observer(&kernels_->leave());
   attached_ = true;
@@ -132,7 +142,8 @@ void Inspector::detach() {
     remove_observer(&kernels_->leave());
     kernels_->stop();  // the last records: everything the trace will get
   }
-  for (Observer* o : std::initializer_list<Observer*>{trace_.get(), glog_.get(), nan_.get(), numerics_.get(), shadow_.get()})
+  for (Observer* o : std::initializer_list<Observer*>{trace_.get(), glog_.get(), nan_.get(), escalation_.get(),
+                                                      numerics_.get(), shadow_.get()})
     if (o) remove_observer(o);
   attached_ = false;
 }

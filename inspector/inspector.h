@@ -45,6 +45,7 @@ class NumericsRecorder : public Observer {
   void on_step_begin(std::int64_t step) override;
 
   const NumericsTable& table() const { return table_; }
+  void also_take(std::int64_t first, std::int64_t last) { table_.sampler.also_take(first, last); }
   // Per parameter: updates seen, and the fraction of elements with a nonzero gradient
   // whose stored value did not change (w + dw rounded back to w), averaged over updates.
   struct Swamping {
@@ -62,7 +63,10 @@ class NumericsRecorder : public Observer {
 
 struct InspectorOptions {
   Mode mode = Mode::stats;
-  Sampler sampler;              // numerics: every N steps, first K steps
+  // Full mode's sampled steps: the numerics every N steps among the first K, the shadow
+  // every shadow_every steps; and both on the N (numerics) steps that follow each step
+  // whose gradients the loss scaler found Inf/NaN in.
+  Sampler sampler;
   std::int64_t shadow_every = 1;
   NanWatchOptions nan;
   OpTraceOptions trace;
@@ -105,6 +109,22 @@ class Inspector {
   std::unique_ptr<NanWatch> nan_;
   std::unique_ptr<NumericsRecorder> numerics_;
   std::unique_ptr<ShadowError> shadow_;
+  // Sampling's second rule (above): at the step after a scaler update that found Inf/NaN,
+  // the numerics and the shadow take that step and the N - 1 after it.
+  class Escalation : public Observer {
+   public:
+    Escalation(NumericsRecorder& numerics, ShadowError& shadow, std::int64_t every)
+        : numerics_(numerics), shadow_(shadow), every_(every) {}
+    void on_scaler_update(const amp::ScalerEvent& e) override { pending_ = pending_ || e.found_inf; }
+    void on_step_begin(std::int64_t step) override;
+
+   private:
+    NumericsRecorder& numerics_;
+    ShadowError& shadow_;
+    std::int64_t every_;
+    bool pending_ = false;
+  };
+  std::unique_ptr<Escalation> escalation_;
   std::unique_ptr<KernelWatch> kernels_;
   bool kernels_started_ = false;
   std::string kernels_not_traced_;

@@ -157,6 +157,7 @@ Sampler::Sampler(std::int64_t every_n, std::int64_t first_k) : every_n_(every_n)
 
 bool Sampler::take(std::int64_t step) const {
   if (step < 0) return false;
+  if (window_ && step >= window_->first && step <= window_->second) return true;
   if (first_k_ >= 0 && step >= first_k_) return false;
   return step % every_n_ == 0;
 }

@@ -23,7 +23,9 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "engine/tensor.h"
 
@@ -120,17 +122,21 @@ Readiness readiness(const TensorStats& stats);
 double swamped_fraction(const Tensor& weight_before, const Tensor& update, DType param_dtype);
 
 // Which steps are observed: every `every_n`-th step (0, N, 2N, ...) among the first
-// `first_k` steps (all steps when first_k < 0). Steps count from 0.
+// `first_k` steps (all steps when first_k < 0), and every step of the last window given
+// to also_take (the inspector gives the N steps after a step whose gradients held
+// Inf/NaN: around a failure each step is worth its cost). Steps count from 0.
 class Sampler {
  public:
   Sampler(std::int64_t every_n = 1, std::int64_t first_k = -1);  // throws for every_n < 1
   bool take(std::int64_t step) const;
   std::int64_t every_n() const { return every_n_; }
   std::int64_t first_k() const { return first_k_; }
+  void also_take(std::int64_t first, std::int64_t last) { window_ = {first, last}; }
 
  private:
   std::int64_t every_n_;
   std::int64_t first_k_;
+  std::optional<std::pair<std::int64_t, std::int64_t>> window_;  // [first, last]
 };
 
 // Statistics aggregated by a caller-chosen key such as "fc1.linear#3/output".

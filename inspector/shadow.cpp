@@ -153,7 +153,7 @@ void ShadowError::on_op_end(const OpEvent& e) {
     step_ = e.step;
     seen_step_ = true;
   }
-  if (e.step % options_.every_n != 0) return;
+  if (e.step % options_.every_n != 0 && !(window_ && e.step >= window_->first && e.step <= window_->second)) return;
   // Every forward call of the pair counts, measured or not, so an occurrence index names
   // the same call on every step whatever dtype it ran in.
   const std::int64_t occurrence = occurrences_[{e.module, e.op}]++;
@@ -224,6 +224,7 @@ void ShadowError::clear() {
   occurrences_.clear();
   seen_step_ = false;
   step_ = 0;
+  window_.reset();
   measured_ = nonfinite_ = casts_skipped_ = 0;
 }
 

@@ -150,6 +150,8 @@ class ShadowError : public Observer {
   std::int64_t nonfinite() const { return nonfinite_; }      // calls skipped: NaN/Inf
   std::int64_t casts_skipped() const { return casts_skipped_; }
   const ShadowOptions& options() const { return options_; }
+  // Every step of [first, last] is measured, whatever every_n says (Sampler::also_take).
+  void also_measure(std::int64_t first, std::int64_t last) { window_ = {first, last}; }
   void clear();
 
  private:
@@ -159,6 +161,7 @@ class ShadowError : public Observer {
   std::map<std::pair<std::string, Op>, std::int64_t> occurrences_;  // this step's
   std::int64_t step_ = 0;
   bool seen_step_ = false;
+  std::optional<std::pair<std::int64_t, std::int64_t>> window_;  // [first, last]
   std::int64_t measured_ = 0, nonfinite_ = 0, casts_skipped_ = 0;
 };
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "reports/advice.h"
-#include "reports/text.h"  // recorded_text, script_failure_text, shares_text
+#include "reports/text.h"  // recorded_text, script_failure_text, shares_text, sampling_text
 
 namespace ampcheck::reports {
 namespace {
@@ -474,7 +474,7 @@ std::string header(const Report& r) {
       {"batch", integer(run.batch)},
       {"seed", fmt::format("{}", run.seed)},
       {"optimizer", fmt::format("{} (lr {})", run.optimizer, num(run.lr, 6))},
-      {"inspect", run.inspect},
+      {"inspect", run.inspect_every ? run.inspect + ": " + sampling_text(run) : run.inspect},
       {"semantics", amp.semantics},
       {"config file", amp.config_file.empty() ? "(none)" : amp.config_file},
       {"custom white list", list_or_none(amp.custom_white_list)},

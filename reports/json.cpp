@@ -92,6 +92,7 @@ constexpr void fields(V& v, S& s) {
   v("lr", s.lr);
   v("optimizer", s.optimizer);
   v("inspect", s.inspect);
+  v("inspect_every", s.inspect_every);  // 1.7; optional (full mode, sampled)
   v("amp", s.amp);
   v("versions", s.versions);
   v("device_memory", s.device_memory);

@@ -29,7 +29,7 @@ inline constexpr int kSchemaMajor = 1;
 // probing, zero_gradients, NanEvent::lost, OpInstance::range_loss; 1.4: Report::kernels,
 // OpInstance::gpu_kernels (CUDA runs with CUPTI); 1.5: Report::distributed (data-parallel
 // runs under mpirun).
-inline constexpr int kSchemaMinor = 6;
+inline constexpr int kSchemaMinor = 7;
 
 // What wrote the report. Nothing of the machine it ran on: the same build gives the same
 // bytes on every x86-64 CPU (the CPU paths differ in speed only).
@@ -87,6 +87,10 @@ struct RunInfo {
   double lr = 0;
   std::string optimizer;          // "adam"
   std::string inspect;            // off, trace, stats, full
+  // 1.7: full mode's sampled steps (run --inspect-every N, N > 1): the statistics and the
+  // local error took steps N, 2N, 3N, ... and the N steps after each step whose
+  // gradients held Inf/NaN (steps[].found_inf). Absent: every step.
+  std::optional<std::int64_t> inspect_every;
   AmpSettings amp;
   Versions versions;
   std::optional<DeviceMemory> device_memory;  // CUDA runs

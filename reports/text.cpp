@@ -394,6 +394,14 @@ std::string distributed_section(const Report& r) {
   return s;
 }
 
+std::string sampling_text(const RunInfo& run) {
+  if (!run.inspect_every) return {};
+  const std::int64_t n = *run.inspect_every;
+  return fmt::format("statistics and local errors on steps {}, {}, {}, ... and on the {} steps after each step whose "
+                     "gradients held Inf/NaN",
+                     n, 2 * n, 3 * n, n);
+}
+
 std::string recorded_text(const RunInfo& run) {
   if (!run.framework) return {};
   const std::string& f = *run.framework;
@@ -575,6 +583,7 @@ std::string to_text(const Report& r, std::size_t top) {
                                           : fmt::format(" ({} rows per rank, fixed by the export)", *run.fixed_batch);
   s += fmt::format("  {} {}, {} semantics, {} steps, batch {}, {} lr {}, seed {}, device {}\n", run.level, run.dtype,
                    run.amp.semantics, run.steps, batch, run.optimizer, number(run.lr), run.seed, run.device);
+  if (const std::string sampled = sampling_text(run); !sampled.empty()) s += "  " + sampled + "\n";
   if (const auto& m = run.device_memory)
     s += fmt::format("  GPU memory: peak {:.1f} MiB in tensors, {:.1f} MiB reserved; {} cudaMalloc calls, cache hits {} of {}\n",
                      static_cast<double>(m->peak_allocated_bytes) / (1 << 20),

@@ -44,6 +44,11 @@ std::string script_failure_text(const RunInfo& run);
 // seen"; "" when it did not.
 std::string recorder_error_text(const RunInfo& run);
 
+// Full mode's sampling (run --inspect-every N): "statistics and local errors on steps 10,
+// 20, 30, ... and on the 10 steps after each step whose gradients held Inf/NaN"; "" when
+// every step was measured.
+std::string sampling_text(const RunInfo& run);
+
 // The fraction of a tensor's elements that are NaN/Inf or overflow / underflow in fp16
 // (0 when empty): how the text ranks tensors.
 double f16_out_of_range(const Numerics& n);

@@ -99,6 +99,59 @@ TEST(CliRun, BadOptionsAreNamedWithExitCode2) {
 }
 
 
+// --inspect-every N: full mode measures local errors on steps N, 2N, ... (the report's
+// step numbers, from 1) and on the N steps after each step whose gradients held Inf/NaN;
+// the report and the summary say so. The steps expected are worked out from the report's
+// own loss-scale history by that rule.
+TEST(CliRun, InspectEveryMeasuresEveryNthStepAndTheStepsAfterEachInf) {
+  const auto counts = [](const reports::Report& r) {
+    std::vector<std::int64_t> c;
+    for (const reports::OpInstance& o : r.ops)
+      if (o.local_error) c.push_back(o.local_error->count + o.local_error->nonfinite);
+    return c;
+  };
+  const auto expected = [](const reports::Report& r, std::int64_t every) {
+    std::int64_t n = 0;
+    for (const reports::StepRecord& t : r.steps) {
+      bool after_inf = false;
+      for (const reports::StepRecord& s : r.steps) after_inf = after_inf || (s.found_inf && t.step > s.step && t.step <= s.step + every);
+      n += t.step % every == 0 || after_inf;
+    }
+    return n;
+  };
+  const Result every = run({"run", "--model", "mlp", "--level", "O2", "--steps", "30", "--json"});
+  ASSERT_EQ(every.code, 0) << every.err;
+  const reports::Report all = reports::from_json(every.out, "all");
+  EXPECT_FALSE(all.run.inspect_every.has_value());
+  ASSERT_FALSE(counts(all).empty());
+  EXPECT_EQ(counts(all), std::vector<std::int64_t>(counts(all).size(), 30));
+  const Result sampled = run({"run", "--model", "mlp", "--level", "O2", "--steps", "30", "--inspect-every", "10", "--json"});
+  ASSERT_EQ(sampled.code, 0) << sampled.err;
+  const reports::Report some = reports::from_json(sampled.out, "sampled");
+  EXPECT_EQ(some.run.inspect_every, std::optional<std::int64_t>{10});
+  EXPECT_EQ(some.steps.size(), 30u);  // the loss-scale history is whole
+  EXPECT_EQ(counts(some), std::vector<std::int64_t>(counts(all).size(), expected(some, 10)));
+  EXPECT_TRUE(has(reports::to_text(some), "statistics and local errors on steps 10, 20, 30, ... and on the 10 steps after "
+                                          "each step whose gradients held Inf/NaN"))
+      << reports::to_text(some);
+
+  // The probing scaler's first steps overflow one after another: each opens a window.
+  const Result probing = run({"run", "--model", "scaler_probing", "--steps", "60", "--inspect-every", "10", "--json"});
+  ASSERT_TRUE(probing.code == 0 || probing.code == 1) << probing.err;
+  const reports::Report p = reports::from_json(probing.out, "probing");
+  const std::int64_t want = expected(p, 10);
+  ASSERT_GT(want, 6) << "the probing run's first steps should have overflowed";
+  ASSERT_LT(want, 60);
+  for (const std::int64_t c : counts(p)) EXPECT_EQ(c, want);
+
+  const Result zero = run({"run", "--inspect-every", "0"});
+  EXPECT_EQ(zero.code, 2);
+  EXPECT_TRUE(has(zero.err, "--inspect-every 0 is not a step count")) << zero.err;
+  const Result stats = run({"run", "--inspect", "stats", "--inspect-every", "5"});
+  EXPECT_EQ(stats.code, 2);
+  EXPECT_TRUE(has(stats.err, "use it with --inspect full")) << stats.err;
+}
+
 // The reports a run writes, in-process: the JSON reads back through the reader, two runs
 // in one process give the same bytes (steps count per run), and the text the run
 // printed is the saved report's text.
