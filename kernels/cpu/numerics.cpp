@@ -420,10 +420,14 @@ bool exponents_finite(const View& v, Bits mask) {
     const std::int64_t e = std::min<std::int64_t>(n, i + 4096);
     Bits lowest = mask;
     vectorized([&] {
+      // A local minimum: `lowest` itself is a Bits the loads could alias, which kept the
+      // loop scalar (one element per compare-and-move).
+      Bits low = mask;
       for (std::int64_t j = i; j < e; ++j) {
         const Bits t = static_cast<Bits>(~p[j] & mask);
-        lowest = t < lowest ? t : lowest;
+        low = t < low ? t : low;
       }
+      lowest = low;
     });
     if (lowest == 0) return false;
   }
