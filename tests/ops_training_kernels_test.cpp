@@ -388,6 +388,30 @@ TEST(NumericsKernels, CpuSumsRunInEightLanesPerChunkFoldedPairwise) {
   EXPECT_EQ(std::memcmp(&s.sum_squares, &squares, sizeof sum), 0) << s.sum_squares << " vs " << squares;
 }
 
+// The float dtypes' scan (the statistics' vectorised pass and a search for the largest)
+// against the element-by-element scan of the same values stored as f64.
+TEST(NumericsKernels, CpuScanOfFloatsIsTheElementScanOfTheSameValues) {
+  for (const std::size_t n : {std::size_t{9}, std::size_t{40003}}) {
+    std::vector<double> values = mixed_values(n, 15);
+    values[n - 1] = -7e4;  // ties in magnitude with an earlier 7e4: the first is `largest`
+    values[n / 2] = 7e4;
+    for (const DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+      const Tensor t = Tensor::from(values, {static_cast<std::int64_t>(n)}, dtype);
+      const kernels::ValueScan got = NumericsKernels::cpu().scan(view_of(t));
+      const kernels::ValueScan want = NumericsKernels::cpu().scan(view_of(t.to(DType::f64)));
+      const std::string what = std::string(name(dtype)) + " n=" + std::to_string(n);
+      EXPECT_EQ(got.nan, want.nan) << what;
+      EXPECT_EQ(got.pos_inf, want.pos_inf) << what;
+      EXPECT_EQ(got.neg_inf, want.neg_inf) << what;
+      EXPECT_EQ(got.zero, want.zero) << what;
+      EXPECT_EQ(got.finite_nonzero, want.finite_nonzero) << what;
+      const std::pair<double, double> fields[] = {{got.min, want.min}, {got.max, want.max}, {got.absmax, want.absmax},
+                                                  {got.largest, want.largest}};
+      for (const auto& [g, w] : fields) EXPECT_EQ(std::memcmp(&g, &w, sizeof g), 0) << what << ": " << g << " vs " << w;
+    }
+  }
+}
+
 TEST(NumericsKernels, CpuMinAndMaxOfSignedZerosFollowTotalOrderInAnyOrder) {
   for (const DType dtype : {DType::f64, DType::f32, DType::f16, DType::bf16}) {
     for (const bool negative_first : {false, true}) {

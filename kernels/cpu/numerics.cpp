@@ -364,8 +364,9 @@ namespace {
 
 NumericsSummary stats_on_active_path(const View& v) { return stats(v, active_gemm_isa()); }
 
-// One thread, element order (the first of equal magnitudes is `largest`; min and max in totalOrder).
-ValueScan scan(const View& v) {
+// One thread, element order (the first of equal magnitudes is `largest`; min and max in
+// totalOrder): f64 and integer data.
+ValueScan scan_elements(const View& v) {
   ValueScan r;
   bool any_finite = false;
   double largest_abs = 0;
@@ -404,6 +405,39 @@ ValueScan scan(const View& v) {
         r.largest = x;
       }
     }
+  }
+  return r;
+}
+
+// f32, f16 and bf16 data: the counts and extremes are the statistics' (vectorised, over
+// the thread pool), then `largest` is the first element whose magnitude is absmax, found
+// by a search that stops there. scan_elements' result for the same values.
+ValueScan scan(const View& v) {
+  if (v.dtype != DType::f32 && v.dtype != DType::f16 && v.dtype != DType::bf16) return scan_elements(v);
+  const NumericsSummary s = stats(v, active_gemm_isa());
+  ValueScan r;
+  r.nan = s.nan;
+  r.pos_inf = s.pos_inf;
+  r.neg_inf = s.neg_inf;
+  r.zero = s.bins[NumericsSummary::kZeroBin];
+  r.finite_nonzero = s.nonzero_finite();
+  if (s.finite() > 0) {
+    r.min = s.min;
+    r.max = s.max;
+    r.absmax = s.absmax;
+  }
+  if (r.finite_nonzero == 0) return r;
+  const auto target = static_cast<float>(s.absmax);  // a float's magnitude: exact
+  float buf[kBlock];
+  const std::int64_t n = v.numel();
+  for (std::int64_t b = 0; b < n; b += kBlock) {
+    const std::int64_t m = std::min(kBlock, n - b);
+    const float* x = source(v, b, m, buf);
+    for (std::int64_t i = 0; i < m; ++i)
+      if (std::fabs(x[i]) == target) {
+        r.largest = x[i];
+        return r;
+      }
   }
   return r;
 }
