@@ -107,7 +107,7 @@ ShadowSample measure_shadow(Op op, const std::vector<Tensor>& inputs, const Para
   double diff[kLanes] = {}, rounding[kLanes] = {}, norm[kLanes] = {};
   bool finite = true;
   for (std::size_t i = 0; i < n; ++i) {
-    finite &= std::isfinite(low[i]) & std::isfinite(ref[i]);
+    if (!std::isfinite(low[i]) || !std::isfinite(ref[i])) finite = false;
     const double d = low[i] - ref[i], r = rounded[i] - ref[i];
     diff[i % kLanes] += d * d;
     rounding[i % kLanes] += r * r;
