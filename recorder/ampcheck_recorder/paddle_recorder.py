@@ -503,13 +503,13 @@ class PaddleRecorder:
     def _patch_class_tree(self, root, wraps: dict):
         """Wraps each method named in `wraps` wherever a class of root's tree (root and all its
         subclasses, which may override it: Adam defines its own step) defines it."""
-        seen, todo = set(), [root]
-        while todo:
-            cls = todo.pop()
+        seen, pending = set(), [root]
+        while pending:
+            cls = pending.pop()
             if cls in seen:
                 continue
             seen.add(cls)
-            todo.extend(cls.__subclasses__())
+            pending.extend(cls.__subclasses__())
             for name, wrap in wraps.items():
                 if name in cls.__dict__:
                     self._patch(cls, name, wrap)
