@@ -7,6 +7,7 @@
 
 #include "engine/amp/policy.h"
 #include "engine/dtype/convert.h"  // round_to
+#include "kernels/numerics_kernels.h"  // fold_lanes: the statistics' order of sums
 
 namespace ampcheck::inspector {
 namespace {
@@ -103,7 +104,7 @@ ShadowSample measure_shadow(Op op, const std::vector<Tensor>& inputs, const Para
 
   ShadowSample s;
   s.range = range_loss(low, ref, n, output.dtype());
-  constexpr std::size_t kLanes = 8;
+  constexpr auto kLanes = static_cast<std::size_t>(kernels::kSumLanes);
   double diff[kLanes] = {}, rounding[kLanes] = {}, norm[kLanes] = {};
   bool finite = true;
   for (std::size_t i = 0; i < n; ++i) {
@@ -115,9 +116,8 @@ ShadowSample measure_shadow(Op op, const std::vector<Tensor>& inputs, const Para
     s.max_abs_error = std::max(s.max_abs_error, std::abs(d));
   }
   if (!finite) return ShadowSample{false, 0, 0, 0, s.range};
-  const auto fold = [](const double* l) { return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])); };
-  s.relative_error = relative(fold(diff), fold(norm));
-  s.rounding_floor = relative(fold(rounding), fold(norm));
+  s.relative_error = relative(kernels::fold_lanes(diff), kernels::fold_lanes(norm));
+  s.rounding_floor = relative(kernels::fold_lanes(rounding), kernels::fold_lanes(norm));
   return s;
 }
 
@@ -136,6 +136,7 @@ ShadowError::ShadowError(ShadowOptions options) : options_(options) {
   if (options_.every_n < 1)
     throw std::invalid_argument("shadow: every_n must be at least 1, got " +
                                 std::to_string(options_.every_n));
+  sampler_ = Sampler(options_.every_n);
 }
 
 void ShadowError::on_step_begin(std::int64_t step) {
@@ -153,7 +154,7 @@ void ShadowError::on_op_end(const OpEvent& e) {
     step_ = e.step;
     seen_step_ = true;
   }
-  if (e.step % options_.every_n != 0 && !(window_ && e.step >= window_->first && e.step <= window_->second)) return;
+  if (!sampler_.take(e.step)) return;
   // Every forward call of the pair counts, measured or not, so an occurrence index names
   // the same call on every step whatever dtype it ran in.
   const std::int64_t occurrence = occurrences_[{e.module, e.op}]++;
@@ -224,7 +225,7 @@ void ShadowError::clear() {
   occurrences_.clear();
   seen_step_ = false;
   step_ = 0;
-  window_.reset();
+  sampler_ = Sampler(options_.every_n);
   measured_ = nonfinite_ = casts_skipped_ = 0;
 }
 

@@ -59,6 +59,7 @@
 #include <vector>
 
 #include "engine/hooks.h"
+#include "inspector/numerics.h"  // Sampler
 
 namespace ampcheck::inspector {
 
@@ -151,7 +152,7 @@ class ShadowError : public Observer {
   std::int64_t casts_skipped() const { return casts_skipped_; }
   const ShadowOptions& options() const { return options_; }
   // Every step of [first, last] is measured, whatever every_n says (Sampler::also_take).
-  void also_measure(std::int64_t first, std::int64_t last) { window_ = {first, last}; }
+  void also_measure(std::int64_t first, std::int64_t last) { sampler_.also_take(first, last); }
   void clear();
 
  private:
@@ -161,7 +162,7 @@ class ShadowError : public Observer {
   std::map<std::pair<std::string, Op>, std::int64_t> occurrences_;  // this step's
   std::int64_t step_ = 0;
   bool seen_step_ = false;
-  std::optional<std::pair<std::int64_t, std::int64_t>> window_;  // [first, last]
+  Sampler sampler_;  // every_n's steps and also_measure's window
   std::int64_t measured_ = 0, nonfinite_ = 0, casts_skipped_ = 0;
 };
 

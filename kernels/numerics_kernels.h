@@ -86,6 +86,11 @@ struct NumericsSummary {
   std::int64_t nonzero_finite() const { return finite() - bins[kZeroBin]; }
 };
 
+// The CPU sums' fixed order (above): element i of a chunk into lane i % kSumLanes, the
+// lanes folded ((0+1)+(2+3))+((4+5)+(6+7)). The inspector's shadow sums its norms the same way.
+inline constexpr int kSumLanes = 8;
+AMPCHECK_HD double fold_lanes(const double* l) { return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])); }
+
 // The smaller and the larger of two finite values in IEEE 754's totalOrder: -0 is below
 // +0, so {+0, -0} has min -0 and max +0 whichever comes first.
 AMPCHECK_HD double total_min(double a, double b) { return b < a || (b == a && (bits_of(b) >> 63) != 0) ? b : a; }

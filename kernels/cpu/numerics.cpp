@@ -35,16 +35,16 @@ constexpr std::int64_t kBlock = 1024;
 // each lane's elements in the same order, so every path gives the same bits; the vector
 // paths hold lanes 0-3 and 4-7 in two registers. A float, a 16-bit float and its square
 // are exact in f64, so a multiply-add and a multiply then add give the same lane sums.
-constexpr int kLanes = 8;
+constexpr int kLanes = kSumLanes;
+static_assert(kLanes == 8, "the AVX2 tally holds the lanes in two registers of four");
 static_assert(kGrain % kLanes == 0 && kBlock % kLanes == 0);
 
 struct LaneSums {
   double sum[kLanes] = {}, squares[kLanes] = {};
 
-  static double fold(const double (&l)[kLanes]) { return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])); }
   void finish(NumericsSummary& s) const {
-    s.sum = fold(sum);
-    s.sum_squares = fold(squares);
+    s.sum = fold_lanes(sum);
+    s.sum_squares = fold_lanes(squares);
   }
 };
 
