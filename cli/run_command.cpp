@@ -58,6 +58,10 @@ constexpr int kMaxSeeds = 100;
 int run_run(const RunCommandOptions& o, std::ostream& out, std::ostream& err) {
   if (o.args.nproc > 1 && !dist::launched_by_mpi()) return launch_under_mpi(o.args.nproc, err);
   const Resolved resolved = resolve(o.args);
+  if (o.inspect_every > resolved.options.steps)
+    throw UsageError(fmt::format("--inspect-every {} is more than the run's {} steps: no step but those after an "
+                                 "Inf/NaN would be measured; give at most {}",
+                                 o.inspect_every, resolved.options.steps, resolved.options.steps));
   if (!o.args.quiet) err << resolved.device_notice;
   const auto mode = inspector::parse_mode(o.inspect);
   if (!mode) throw UsageError("--inspect \"" + o.inspect + "\" is not a mode; use off, trace, stats or full");

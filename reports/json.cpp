@@ -958,6 +958,12 @@ Report from_json(std::string_view text, std::string_view source) {
   report.schema_version = version->get<std::string>();  // as read; to_json writes its own
   const Reader reader(source, parsed->second);
   reader.read(doc, "", report);
+  // run --inspect-every's N: the text multiplies it (N, 2N, 3N), so a hostile one is refused.
+  constexpr std::int64_t kMaxInspectEvery = 1'000'000'000'000;
+  if (const auto& every = report.run.inspect_every; every && (*every < 2 || *every > kMaxInspectEvery))
+    reader.fail("run.inspect_every", fmt::format("expected the N of run --inspect-every N, from 2 to {}, got {} (is "
+                                                 "the file damaged? write it again with ampcheck run --report)",
+                                                 kMaxInspectEvery, *every));
   return report;
 }
 

@@ -150,6 +150,9 @@ TEST(CliRun, InspectEveryMeasuresEveryNthStepAndTheStepsAfterEachInf) {
   const Result stats = run({"run", "--inspect", "stats", "--inspect-every", "5"});
   EXPECT_EQ(stats.code, 2);
   EXPECT_TRUE(has(stats.err, "use it with --inspect full")) << stats.err;
+  const Result beyond = run({"run", "--steps", "30", "--inspect-every", "31"});
+  EXPECT_EQ(beyond.code, 2);
+  EXPECT_TRUE(has(beyond.err, "--inspect-every 31 is more than the run's 30 steps")) << beyond.err;
 }
 
 // The reports a run writes, in-process: the JSON reads back through the reader, two runs

@@ -86,6 +86,14 @@ TEST(ReportJson, FullModeSamplingComesBackAndIsAbsentWhenEveryStepWasMeasured) {
   EXPECT_EQ(doc["run"]["inspect_every"], 10);
   const Report r = from_json(to_json(original), "run.json");
   EXPECT_EQ(r.run.inspect_every, std::optional<std::int64_t>{10});
+  // A damaged or hostile N (the text multiplies it) is refused, naming the field.
+  for (const std::int64_t bad : {std::int64_t{1}, std::int64_t{-3}, std::numeric_limits<std::int64_t>::max()}) {
+    ordered_json hostile = ordered_json::parse(to_json(original));
+    hostile["run"]["inspect_every"] = bad;
+    EXPECT_NE(read_error(hostile.dump()).find("run.inspect_every: expected the N of run --inspect-every N"),
+              std::string::npos)
+        << bad << ": " << read_error(hostile.dump());
+  }
 }
 
 TEST(ReportJson, NonFiniteDoublesAreStringsAndComeBackInClass) {
