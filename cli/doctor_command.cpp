@@ -80,6 +80,16 @@ std::string isa_note() {
                                               : " (the fastest this CPU runs)";
 }
 
+// Where the default thread count comes from: the CPUs this process may use.
+std::string cpus_note() {
+  if (std::getenv("AMPCHECK_NUM_THREADS") != nullptr) return " (AMPCHECK_NUM_THREADS)";
+  const CpuBudget& b = cpu_budget();
+  std::string note = fmt::format(" (the CPUs this process may use: {} online", b.online);
+  if (b.affinity > 0) note += fmt::format(", {} in its affinity mask", b.affinity);
+  note += b.quota > 0 ? fmt::format(", cgroup quota {}", b.quota) : std::string(", no cgroup quota");
+  return note + ")";
+}
+
 std::string doctor_text() {
   const CpuFeatures& cpu = cpu_features();
   const CudaInfo& cuda = cuda_info();
@@ -91,7 +101,7 @@ std::string doctor_text() {
   for (const Feature& f : feature_list(cpu)) line(f.name, yes_no(f.present));
   line("conversions", std::string(conversion_isa_name()) + isa_note() +
                           ": f32 <-> f16/bf16 buffers");
-  line("threads", std::to_string(num_threads()));
+  line("threads", std::to_string(num_threads()) + cpus_note());
   line("GEMM", cpu_gemm_description() + isa_note());
 
   s += "\nCUDA\n";
@@ -135,6 +145,7 @@ std::string doctor_json() {
                     {"multiprocessors", g.multiprocessors},
                     {"tensor_cores", {{"fp16", tc.fp16}, {"bf16", tc.bf16}, {"fp8", tc.fp8}}}});
   }
+  const CpuBudget& budget = cpu_budget();
   auto or_null = [](bool present, ordered_json v) -> ordered_json {
     return present ? std::move(v) : ordered_json(nullptr);
   };
@@ -147,6 +158,11 @@ std::string doctor_json() {
         {"features", features},
         {"conversion_path", conversion_isa_name()},
         {"threads", num_threads()},
+        {"cpus",
+         {{"online", budget.online},
+          {"affinity", or_null(budget.affinity > 0, budget.affinity)},
+          {"cgroup_quota", or_null(budget.quota > 0, budget.quota)},
+          {"available", budget.available()}}},
         {"gemm_path", kernels::cpu::gemm_isa_name(cpu_gemm_isa())},
         {"gemm", cpu_gemm_description()}}},
       {"cuda",

@@ -5,6 +5,8 @@
 #include "kernels/cpu/parallel.h"
 
 namespace ampcheck {
+using kernels::cpu::cpu_budget;
+using kernels::cpu::CpuBudget;
 using kernels::cpu::num_threads;
 using kernels::cpu::parallel_for;
 using kernels::cpu::set_num_threads;

@@ -13,6 +13,12 @@
 #include <thread>
 
 #include <malloc.h>  // mallopt (glibc)
+#include <sched.h>   // sched_getaffinity
+#include <unistd.h>  // sysconf
+#include <cinttypes>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <vector>
 
 namespace ampcheck::kernels::cpu {
@@ -42,6 +48,9 @@ class Pool {
     std::lock_guard<std::mutex> run(run_mu_);
     stop_workers();
     threads_ = std::max(1, threads);
+    // More threads than CPUs to run them: a spinning thread would hold a CPU that a
+    // thread with a chunk to finish is waiting for (libgomp throttles its spin likewise).
+    spin_ = threads_ <= cpu_budget().available();
     stop_ = false;
     for (int i = 1; i < threads_; ++i) workers_.emplace_back([this] { work(); });
   }
@@ -111,7 +120,8 @@ class Pool {
   // than many regions take), so workers and the caller spin a short while first, as
   // OpenMP runtimes do, and only then block.
   template <typename Ready>
-  static void spin_until(Ready ready) {
+  void spin_until(Ready ready) const {
+    if (!spin_) return;
     const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
     for (int i = 0; !ready(); ++i) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -158,6 +168,7 @@ class Pool {
   std::atomic<std::uint64_t> generation_{0};
   std::atomic<bool> stop_{false};
   int threads_ = 1;
+  bool spin_ = true;  // threads_ fit the CPUs this process may use
   std::exception_ptr error_;
 };
 
@@ -166,7 +177,20 @@ int default_threads() {
     const int n = std::atoi(env);
     if (n > 0) return n;
   }
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return cpu_budget().available();
+}
+
+std::string read_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// Quota / period in CPUs, rounded up; 0 where there is no quota.
+int cpus_of_quota(std::int64_t quota, std::int64_t period) {
+  if (quota <= 0 || period <= 0) return 0;
+  return static_cast<int>(std::min<std::int64_t>((quota + period - 1) / period, 1 << 20));
 }
 
 // The kernels allocate their work buffers per call (a convolution's column matrix is
@@ -191,6 +215,110 @@ Pool& pool() {
 }
 
 }  // namespace
+
+int cpus_of_cgroup_v2_max(const char* line) {
+  char quota[32] = {};
+  std::int64_t period = 0;
+  char rest = 0;
+  if (std::sscanf(line, "%31s %" SCNd64 " %c", quota, &period, &rest) != 2) return 0;
+  char* end = nullptr;
+  const long long q = std::strtoll(quota, &end, 10);
+  if (end == quota || *end != '\0') return 0;  // "max": no quota
+  return cpus_of_quota(q, period);
+}
+
+int cgroup_quota_cpus(std::string_view proc_self_cgroup, std::string_view mountinfo,
+                      const std::function<std::string(const std::string&)>& first_line) {
+  // Mounts: cgroup2's, and each v1 hierarchy's with the cpu controller, with the cgroup
+  // path at the mount's root (a container sees its own cgroup as "/" or as a path).
+  struct Mount {
+    std::string root, point;
+  };
+  std::vector<Mount> v2, v1_cpu;
+  std::stringstream mounts{std::string(mountinfo)};
+  for (std::string line; std::getline(mounts, line);) {
+    // "id parent major:minor root mount-point options [optional...] - fstype source super-options"
+    std::stringstream f(line);
+    std::string id, parent, dev, root, point, options, word;
+    if (!(f >> id >> parent >> dev >> root >> point >> options)) continue;
+    while (f >> word && word != "-") {}
+    std::string fstype, source, super;
+    if (!(f >> fstype >> source >> super)) continue;
+    if (fstype == "cgroup2") v2.push_back({root, point});
+    if (fstype == "cgroup") {
+      std::stringstream opts(super);
+      for (std::string o; std::getline(opts, o, ',');)
+        if (o == "cpu") v1_cpu.push_back({root, point});
+    }
+  }
+  int best = 0;
+  auto take = [&best](int cpus) {
+    if (cpus > 0 && (best == 0 || cpus < best)) best = cpus;
+  };
+  // The cgroup's directory under a mount and each parent's up to the mount itself (a
+  // parent's limit binds its children).
+  auto each_level = [](const Mount& m, std::string path, auto&& visit) {
+    if (m.root != "/" && path.rfind(m.root, 0) == 0) path = path.substr(m.root.size());
+    if (path.empty() || path[0] != '/') path = "/" + path;
+    for (;;) {
+      visit(m.point + (path == "/" ? "" : path));
+      if (path == "/") return;
+      const auto slash = path.rfind('/');
+      path = slash == 0 ? "/" : path.substr(0, slash);
+    }
+  };
+  std::stringstream groups{std::string(proc_self_cgroup)};
+  for (std::string entry; std::getline(groups, entry);) {
+    // "hierarchy-id:controllers:path"; cgroup v2's is "0::path".
+    const auto first = entry.find(':');
+    const auto second = first == std::string::npos ? first : entry.find(':', first + 1);
+    if (second == std::string::npos) continue;
+    const std::string id = entry.substr(0, first), controllers = entry.substr(first + 1, second - first - 1);
+    const std::string path = entry.substr(second + 1);
+    if (id == "0" && controllers.empty()) {
+      for (const Mount& m : v2)
+        each_level(m, path, [&](const std::string& dir) { take(cpus_of_cgroup_v2_max(first_line(dir + "/cpu.max").c_str())); });
+      continue;
+    }
+    std::stringstream names(controllers);
+    bool cpu = false;
+    for (std::string c; std::getline(names, c, ',');) cpu = cpu || c == "cpu";
+    if (!cpu) continue;
+    for (const Mount& m : v1_cpu)
+      each_level(m, path, [&](const std::string& dir) {
+        std::int64_t quota = 0, period = 0;
+        if (std::sscanf(first_line(dir + "/cpu.cfs_quota_us").c_str(), "%" SCNd64, &quota) == 1 &&
+            std::sscanf(first_line(dir + "/cpu.cfs_period_us").c_str(), "%" SCNd64, &period) == 1)
+          take(cpus_of_quota(quota, period));
+      });
+  }
+  return best;
+}
+
+int CpuBudget::available() const {
+  int n = affinity > 0 ? affinity : online;
+  if (quota > 0) n = std::min(n, quota);
+  return std::max(1, n);
+}
+
+const CpuBudget& cpu_budget() {
+  static const CpuBudget budget = [] {
+    CpuBudget b;
+    b.online = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0) b.affinity = CPU_COUNT(&set);
+    auto whole = [](const char* path) {
+      std::ifstream in(path);
+      std::stringstream text;
+      text << in.rdbuf();
+      return text.str();
+    };
+    b.quota = cgroup_quota_cpus(whole("/proc/self/cgroup"), whole("/proc/self/mountinfo"), read_line);
+    return b;
+  }();
+  return budget;
+}
 
 void set_num_threads(int n) {
   pool().resize(n);

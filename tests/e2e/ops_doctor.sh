@@ -22,6 +22,14 @@ expect 0 'ampcheck GEMM, scalar path' -- env AMPCHECK_CPU_ISA=scalar "$bin" doct
 expect 0 '"ampcheck_doctor": 1' -- "$bin" doctor --json
 expect 0 'scalar (set by AMPCHECK_CPU_ISA)' -- env AMPCHECK_CPU_ISA=scalar "$bin" doctor
 expect 2 '--bogus' -- "$bin" doctor --bogus
+# The default thread count is the CPUs the process may use: pinned to one CPU by taskset
+# (as a container's cpuset would), one thread, whatever the machine has online.
+if command -v taskset >/dev/null; then
+  expect 0 ' 1 (the CPUs this process may use: ' -- taskset -c 0 "$bin" doctor
+  expect 0 ', 1 in its affinity mask' -- taskset -c 0 "$bin" doctor
+  expect 0 '"affinity": 1,' -- taskset -c 0 "$bin" doctor --json
+  expect 0 ' 3 (AMPCHECK_NUM_THREADS)' -- env AMPCHECK_NUM_THREADS=3 taskset -c 0 "$bin" doctor
+fi
 # Without a GPU the doctor says so plainly and still exits 0.
 if [[ ! -e /dev/nvidia0 ]]; then
   expect 0 "no CUDA device: " -- "$bin" doctor
