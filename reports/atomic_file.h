@@ -18,7 +18,7 @@ class WriteError : public std::runtime_error {
 // check their outputs before a long run rather than fail at its end.
 void check_writable_target(const std::filesystem::path& path);
 
-// Writes `content` to `path` atomically (same-directory temp file, flush, rename).
+// Writes `content` to `path` atomically (same-directory temp file, flush, close, rename).
 // Throws WriteError naming the path and the system's reason; the target is untouched
 // on failure and the temporary file removed.
 void write_file_atomically(const std::filesystem::path& path, std::string_view content);
