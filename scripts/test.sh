@@ -22,8 +22,11 @@ if [[ " $* " != *" --sanitize "* ]]; then
     python_tests=yes
     pyenv_log=$(mktemp /tmp/ampcheck-pyenv.XXXXXX)
     pyenv_start=$(date +%s)
-    # Mostly network and disk: it overlaps the compilation, niced so that it does not slow it.
-    nice -n 10 bash "$root/scripts/pyenv.sh" > "$pyenv_log.python" 2> "$pyenv_log" &
+    # Mostly network and disk: it overlaps the compilation and the C++ tests, niced and in
+    # the idle I/O class so that its gigabytes of writes do not slow them.
+    idle_io=()
+    command -v ionice >/dev/null && ionice -c 3 true 2>/dev/null && idle_io=(ionice -c 3)
+    "${idle_io[@]}" nice -n 10 bash "$root/scripts/pyenv.sh" > "$pyenv_log.python" 2> "$pyenv_log" &
     pyenv_pid=$!
     trap 'kill "$pyenv_pid" 2>/dev/null || true' EXIT
   fi
