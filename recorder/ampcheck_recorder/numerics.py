@@ -68,11 +68,12 @@ class Fp8Bounds:
 
 
 # E4M3 (fn): max 448 = 1.75 * 2^8, its next step 480 has no code: a tie at 464 rounds to
-# 448 (even mantissa). E5M2: max 57344 = 1.75 * 2^15 (odd mantissa), a tie at 59392 rounds
+# 448 (even mantissa). E5M2: max 57344 = 1.75 * 2^15 (odd mantissa; two mantissa bits, so
+# its step is 2^13), a tie at 61440 rounds
 # up to Inf. PyTorch's .to(float8_e4m3fn) saturates (1000 -> 448), .to(float8_e5m2) does not.
 FP8_BOUNDS = {d: b for d, b in (
     (getattr(torch, "float8_e4m3fn", None), Fp8Bounds("float8_e4m3fn", 448.0, 464.0, False, 2.0 ** -10, True)),
-    (getattr(torch, "float8_e5m2", None), Fp8Bounds("float8_e5m2", 57344.0, 59392.0, True, 2.0 ** -17, False)),
+    (getattr(torch, "float8_e5m2", None), Fp8Bounds("float8_e5m2", 57344.0, 61440.0, True, 2.0 ** -17, False)),
 ) if d is not None}
 
 

@@ -163,3 +163,27 @@ def test_values_that_a_cast_to_e4m3_saturates_or_flushes_are_counted_and_named(v
     assert (c["first_beyond_step"], c["first_underflow_step"]) == (1, 1)
     text = report["summary"]["verdict_text"]
     assert "fp8: 6 value(s) saturated to +-448 in casts to float8_e4m3fn (first in '1', step 1)" in text, text
+
+
+def test_the_range_bounds_are_torchs_own_casts():
+    """The recorder's counts of values that leave fp8's range or flush to 0, against what
+    torch's cast does to each value: a sweep across both ends of each format, ties
+    included. E5M2's cast does not saturate, so leaving its range is an Inf; E4M3's
+    saturates, so there the top end is checked on the values that do not round to 448."""
+    from ampcheck_recorder import numerics as nx
+
+    for dtype, b in nx.FP8_BOUNDS.items():
+        step = b.max / 7.0 / 2.0 ** (2 if dtype == torch.float8_e5m2 else 3)  # a quarter / an eighth of a binade
+        top = torch.arange(b.max - 4 * step, b.max + 4 * step, step / 64.0, dtype=torch.float32)
+        bottom = torch.arange(0.0, 8 * b.underflow, b.underflow / 64.0, dtype=torch.float32)[1:]
+        values = torch.cat([top, -top, bottom, -bottom])
+        cast = values.to(dtype).float()
+        flushed = int(((cast == 0) & (values != 0)).sum())
+        if b.saturates:
+            # E4M3's 448 would be followed by 480 (1.111 * 2^8, the NaN code): nearer to it,
+            # a value has left the range; the tie at 464 goes to the even 448.
+            beyond = int((values.abs() > (b.max + 480.0) / 2).sum())
+        else:
+            beyond = int(torch.isinf(cast).sum())
+        assert nx.fp8_cast_counts(values, b) == (beyond, flushed), (b.name, beyond, flushed)
+        assert beyond > 0 and flushed > 0
