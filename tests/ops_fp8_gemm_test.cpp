@@ -22,6 +22,7 @@
 #include "engine/tensor.h"
 #include "kernels/cuda/cuda.h"
 #include "kernels/fp8_gemm_kernels.h"
+#include "kernels/fp8_kernels.h"
 #include "kernels/fp_bits.h"
 #include "tests/gpu_test_util.h"
 
@@ -250,6 +251,62 @@ TEST_F(Fp8GemmCuda, CuBlasLtEqualsTheCpuExactlyOnExactSumsAndWithinToleranceOthe
                 << "ta " << ta << " tb " << tb << " split " << split << " at " << i << "," << j;
           }
       }
+}
+
+
+// The casts before the GEMM: the GPU's codes, amax and cast statistics are the CPU's, bit
+// for bit (elementwise with the shared rules; integer counts and a max), in f32 and bf16
+// inputs, over values from far below E5M2's subnormals to beyond E4M3's range.
+class Fp8CastsCuda : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!testing::has_gpu()) GTEST_SKIP() << "no usable GPU: " << kernels::cuda::probe().why_none;
+  }
+};
+
+TEST_F(Fp8CastsCuda, TheCodesAmaxAndStatisticsAreTheCpus) {
+  std::mt19937 rng(33);
+  std::uniform_real_distribution<double> exponent(-30.0, 20.0);
+  std::vector<float> x(100003);
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x[i] = static_cast<float>((rng() % 2 ? -1.0 : 1.0) * std::exp2(exponent(rng)));
+  x[5] = 0.0f;
+  x[77] = -INFINITY;
+  x[1000] = std::nanf("");
+  const i64 n = static_cast<i64>(x.size());
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    const Tensor host = Tensor::from(x, {n}).to(dtype);
+    const Tensor device = host.to(Device::cuda);
+    for (const Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2})
+      for (const float scale : {1.0f, 1.0f / 448.0f, 4096.0f}) {
+        std::vector<std::uint8_t> cpu_codes(x.size());
+        kernels::Fp8QuantizeDesc d;
+        d.x = kernels::View{const_cast<void*>(host.raw()), dtype, {n}};
+        d.codes = cpu_codes.data();
+        d.format = f;
+        d.scale = scale;
+        const float cpu_amax = kernels::Fp8Kernels::cpu().quantize(d);
+        Tensor gpu_codes = Tensor::zeros({(n + 3) / 4}, DType::f32, Device::cuda);
+        d.x = kernels::View{const_cast<void*>(device.raw()), dtype, {n}};
+        d.codes = static_cast<std::uint8_t*>(gpu_codes.raw());
+        const float gpu_amax = kernels::Fp8Kernels::cuda().quantize(d);
+        EXPECT_EQ(kernels::bits_of(gpu_amax), kernels::bits_of(cpu_amax));
+        const Tensor back = gpu_codes.to(Device::cpu);
+        EXPECT_EQ(std::memcmp(back.raw(), cpu_codes.data(), cpu_codes.size()), 0) << "scale " << scale;
+
+        const kernels::Fp8CastStats c = kernels::Fp8Kernels::cpu().cast_stats(kernels::View{const_cast<void*>(host.raw()), dtype, {n}}, scale, f);
+        const kernels::Fp8CastStats g = kernels::Fp8Kernels::cuda().cast_stats(kernels::View{const_cast<void*>(device.raw()), dtype, {n}}, scale, f);
+        EXPECT_EQ(g.count, c.count);
+        EXPECT_EQ(g.nan, c.nan);
+        EXPECT_EQ(g.inf, c.inf);
+        EXPECT_EQ(g.zero, c.zero);
+        EXPECT_EQ(g.saturated, c.saturated);
+        EXPECT_EQ(g.flushed, c.flushed);
+        EXPECT_EQ(g.binade, c.binade);
+        EXPECT_EQ(kernels::bits_of(g.amax), kernels::bits_of(c.amax));
+        EXPECT_GT(c.saturated + c.flushed, 0);
+      }
+  }
 }
 
 }  // namespace
