@@ -35,6 +35,7 @@ std::vector<Input> inputs_of(Op op) {
   using enum Input;
   switch (op) {
     case Op::linear:
+    case Op::fp8_linear:
     case Op::conv2d:
     case Op::layer_norm: return {activation, parameter, parameter};  // x, weight, bias
     case Op::batch_norm: return {activation, parameter, parameter, parameter, parameter};  // + running stats

@@ -36,6 +36,7 @@ enum class Tolerance : std::uint8_t {
   transcendental,  // exp/log/tanh/erf/pow: each math library's own last-bit errors
   reduction,       // sums in another order (a CUB tree against the CPU's chunks)
   gemm,            // GEMM/conv sums in the library's order (cuBLAS, cuDNN algorithms)
+  fp8_gemm,        // the same casts to fp8, then cuBLASLt's fp8 sums (Hopper's fast accumulation)
 };
 std::string_view tolerance_name(Tolerance t);
 Tolerance tolerance(Op op, Direction d);

@@ -136,7 +136,8 @@ MatrixShape matrix_shape(Op op, const std::vector<Shape>& shapes, const Shape& o
     if (M % 8 != 0 && M > 1) m.unaligned.push_back(fmt::format("M={}", M));
   };
   switch (op) {
-    case Op::linear: {
+    case Op::linear:
+    case Op::fp8_linear: {
       if (shapes.size() < 2 || shapes[0].empty() || shapes[1].size() != 2) return m;
       const std::int64_t K = shapes[0].back(), N = shapes[1][0];
       gemm(K > 0 ? numel(shapes[0]) / K : 0, N, K);

@@ -7,6 +7,8 @@
 // The rules that are decisions rather than IEEE arithmetic live in kernels/elementwise.h.
 #include <gtest/gtest.h>
 
+#include <memory>
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -63,6 +65,12 @@ std::vector<NanCase> table() {
        {kNan}, {}, {{0, 1}, {kInf, 1}}},
       {Op::linear, "linear = x W^T + b: a NaN feature makes the row NaN; dW = G^T x carries it, dx = G W does not",
        [](const V& x) { return linear(x[0], x[1], x[2]); },
+       {grad({kNan, 1}, {1, 2}), grad({1, 0, 0, 1}, {2, 2}), grad({0, 0}, {2})},
+       {kNan, kNan}, {}, {{1, 1}, {kNan, 1, kNan, 1}, {1, 1}}},
+      {Op::fp8_linear,
+       "TransformerEngine's fp8 Linear: casts that keep NaN (the NaN code), then linear's IEEE sums: as linear (in f64, "
+       "linear itself)",
+       [](const V& x) { return fp8_linear(x[0], x[1], x[2], std::make_shared<Fp8LinearMeta>()); },
        {grad({kNan, 1}, {1, 2}), grad({1, 0, 0, 1}, {2, 2}), grad({0, 0}, {2})},
        {kNan, kNan}, {}, {{1, 1}, {kNan, 1, kNan, 1}, {1, 1}}},
       {Op::bmm, "as matmul, per batch",

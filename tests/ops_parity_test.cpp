@@ -38,7 +38,7 @@ struct Family {
 };
 const std::vector<Family>& families() {
   static const std::vector<Family> f = {
-      {"gemm", {Op::matmul, Op::linear, Op::bmm}},
+      {"gemm", {Op::matmul, Op::linear, Op::bmm, Op::fp8_linear}},
       {"conv_pool", {Op::conv2d, Op::max_pool2d, Op::avg_pool2d, Op::adaptive_avg_pool2d}},
       {"norm", {Op::batch_norm, Op::layer_norm}},
       {"activation", {Op::relu, Op::gelu, Op::silu, Op::sigmoid, Op::tanh, Op::hardswish, Op::hardsigmoid}},

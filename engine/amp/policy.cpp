@@ -111,6 +111,7 @@ std::string_view paddle_op_name(Op op) {
   switch (op) {
     case Op::matmul: return "matmul_v2";
     case Op::linear: return "matmul_v2";  // paddle.nn.Linear runs matmul_v2 + elementwise_add
+    case Op::fp8_linear: return "fp8_fp8_half_gemm_fused";  // paddle.linalg's fp8 GEMM
     case Op::bmm: return "bmm";
     case Op::conv2d: return "conv2d";
     case Op::batch_norm: return "batch_norm";
@@ -174,6 +175,7 @@ std::string_view torch_op_name(Op op) {
     case Op::cross_entropy: return "cross_entropy_loss";
     case Op::concat: return "cat";
     case Op::cast: return "_to_copy";
+    case Op::fp8_linear: return "_scaled_mm";  // the fp8 GEMM TransformerEngine and torchao reach
     case Op::matmul:
     case Op::linear:
     case Op::bmm:

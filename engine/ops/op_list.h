@@ -17,6 +17,7 @@
   X(matmul, 2, lower)                \
   X(linear, -1, lower)               \
   X(bmm, 2, lower)                   \
+  X(fp8_linear, -1, follow)          \
   X(conv2d, -1, lower)               \
   /* normalisation */                \
   X(batch_norm, 5, follow)           \

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "engine/ops/registry.h"
@@ -21,6 +22,9 @@ namespace ampcheck {
 // (broadcast), with a 2-D right-hand side shared across the batch.
 Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});  // x W^T + b
+// TransformerEngine's fp8 Linear (engine/ops/fp8_linear.cpp): x and W cast to fp8 with the
+// meta's scales, the fp8 GEMM, the amaxes written back into the meta.
+Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, std::shared_ptr<Fp8LinearMeta> meta);
 Tensor bmm(const Tensor& a, const Tensor& b);  // [B,M,K] x [B,K,N]
 
 // ---- convolution and pooling, NCHW ----

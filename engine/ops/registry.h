@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -13,6 +14,7 @@
 
 #include "engine/ops/op_list.h"
 #include "engine/tensor.h"
+#include "kernels/fp8_format.h"
 
 namespace ampcheck {
 
@@ -54,11 +56,22 @@ struct CrossEntropyParams { double label_smoothing = 0; };
 struct DropoutParams { double p = 0.5; bool training = true; std::uint64_t seed = 0, offset = 0; };
 struct FillParams { double value = 0; };            // masked_fill
 struct CastParams { DType dtype = DType::f32; };
+// An fp8 Linear's scaling state for one GEMM, as TransformerEngine keeps it in fp8_meta:
+// the formats and scales its casts use this step (set by the module from its recipe) and
+// the amaxes those casts measure (written by the op: the input's and the weight's in the
+// forward, the output gradient's in the backward; each the max over the step's calls).
+struct Fp8LinearMeta {
+  kernels::Fp8Format input_format = kernels::Fp8Format::e4m3, weight_format = kernels::Fp8Format::e4m3,
+                     grad_format = kernels::Fp8Format::e5m2;
+  float input_scale = 1.0f, weight_scale = 1.0f, grad_scale = 1.0f;
+  float input_amax = 0.0f, weight_amax = 0.0f, grad_amax = 0.0f;
+};
+struct Fp8LinearParams { std::shared_ptr<Fp8LinearMeta> meta; };
 
 using Params = std::variant<NoParams, ScalarParams, ClampParams, GeluParams, ReduceParams,
                             DimParams, ShapeParams, PermuteParams, SliceParams, ConvParams,
                             PoolParams, BatchNormParams, LayerNormParams, CrossEntropyParams,
-                            DropoutParams, FillParams, CastParams>;
+                            DropoutParams, FillParams, CastParams, Fp8LinearParams>;
 
 // Intermediate values a forward keeps for its backward (a mask, the batch statistics).
 struct Saved {

@@ -1,0 +1,204 @@
+// fp8_linear (engine/ops/fp8_linear.cpp), TransformerEngine's Linear in fp8, against a
+// reference written here from its definition: each operand cast with its scale by the
+// scalar casts of kernels/fp_bits.h (checked against ml_dtypes on every binary32 input),
+// the products of the codes summed in binary64, times the binary32 product of the inverse
+// scales; the op's binary32 sums must lie within their rounding bound of it. The amaxes
+// each cast writes into the module's meta, the f64 form (linear itself), the refusals.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/autograd.h"
+#include "engine/ops/ops.h"
+#include "engine/random.h"
+#include "kernels/fp_bits.h"
+
+namespace ampcheck {
+namespace {
+
+using kernels::Fp8Format;
+using i64 = std::int64_t;
+
+double cast(double x, float scale, Fp8Format f) {
+  const std::uint32_t y = kernels::bits_of(static_cast<float>(x) * scale);
+  const std::uint8_t c = f == Fp8Format::e4m3 ? kernels::f32_to_e4m3_bits(y, kernels::Fp8Overflow::saturate)
+                                              : kernels::f32_to_e5m2_bits(y, kernels::Fp8Overflow::saturate);
+  return kernels::float_of(f == Fp8Format::e4m3 ? kernels::e4m3_bits_to_f32_bits(c) : kernels::e5m2_bits_to_f32_bits(c));
+}
+
+struct Case {
+  i64 rows = 6, in = 40, out = 24;
+  std::vector<double> x, w, b, g;
+  std::shared_ptr<Fp8LinearMeta> meta = std::make_shared<Fp8LinearMeta>();
+};
+
+Case make_case(std::uint64_t seed) {
+  Case c;
+  Generator gen(seed);
+  c.x = Tensor::uniform({c.rows, c.in}, gen, -1.0, 1.0, DType::f64).to_f64();
+  c.w = Tensor::uniform({c.out, c.in}, gen, -0.5, 0.5, DType::f64).to_f64();
+  c.b = Tensor::uniform({c.out}, gen, -1.0, 1.0, DType::f64).to_f64();
+  c.g = Tensor::uniform({c.rows, c.out}, gen, -0.01, 0.01, DType::f64).to_f64();
+  // f32 values (the tensors are f32): the reference reads the same numbers.
+  for (auto* v : {&c.x, &c.w, &c.b, &c.g})
+    for (double& e : *v) e = static_cast<float>(e);
+  c.meta->input_scale = 256.0f;
+  c.meta->weight_scale = 600.0f;  // not a power of two: the inverse is rounded
+  c.meta->grad_scale = 16384.0f;
+  return c;
+}
+
+// sum_k a[i, k] b[k, j] over casts, as the fp8 GEMM defines it, with the bound of its
+// binary32 fma chain: each of k additions rounds by at most 2^-24 of the running sum, so
+// by at most k 2^-24 sum |products|; then the scale product and the result round once.
+struct Ref {
+  double value, bound;
+};
+Ref fp8_dot(const std::vector<double>& a8, const std::vector<double>& b8, i64 k, float a_scale, float b_scale,
+            double add) {
+  double s = 0, mag = 0;
+  for (i64 p = 0; p < k; ++p) {
+    s += a8[static_cast<std::size_t>(p)] * b8[static_cast<std::size_t>(p)];
+    mag += std::fabs(a8[static_cast<std::size_t>(p)] * b8[static_cast<std::size_t>(p)]);
+  }
+  const double scale = static_cast<float>(1.0f / a_scale) * static_cast<float>(1.0f / b_scale);
+  const double v = scale * s + add;
+  return {v, std::ldexp(static_cast<double>(k + 2) * mag * scale + 2 * std::fabs(v), -24)};
+}
+
+TEST(Fp8Linear, ForwardAndBackwardAreTheFp8GemmsOfTheScaledCastsAndTheAmaxesAreWritten) {
+  for (const bool hybrid : {true, false}) {
+    Case c = make_case(hybrid ? 7 : 8);
+    c.meta->grad_format = hybrid ? Fp8Format::e5m2 : Fp8Format::e4m3;
+    if (!hybrid) c.meta->grad_scale = 8192.0f;
+    const Fp8LinearMeta m = *c.meta;
+    Tensor x = Tensor::from(c.x, {c.rows, c.in}).set_requires_grad(true);
+    Tensor w = Tensor::from(c.w, {c.out, c.in}).set_requires_grad(true);
+    Tensor b = Tensor::from(c.b, {c.out}).set_requires_grad(true);
+    const Tensor y = fp8_linear(x, w, b, c.meta);
+    ASSERT_EQ(y.dtype(), DType::f32);
+    y.backward(Tensor::from(c.g, {c.rows, c.out}));
+
+    // The casts of every operand, by the scalar definition.
+    auto casts = [](const std::vector<double>& v, float s, Fp8Format f) {
+      std::vector<double> r;
+      for (double e : v) r.push_back(cast(e, s, f));
+      return r;
+    };
+    const auto x8 = casts(c.x, m.input_scale, m.input_format), w8 = casts(c.w, m.weight_scale, m.weight_format);
+    const auto g8 = casts(c.g, m.grad_scale, m.grad_format);
+    auto row = [](const std::vector<double>& v, i64 r, i64 n) {
+      return std::vector<double>(v.begin() + r * n, v.begin() + (r + 1) * n);
+    };
+    auto column = [](const std::vector<double>& v, i64 col, i64 rows, i64 n) {
+      std::vector<double> r;
+      for (i64 i = 0; i < rows; ++i) r.push_back(v[static_cast<std::size_t>(i * n + col)]);
+      return r;
+    };
+    const std::vector<double> got_y = y.to_f64(), got_dx = x.grad().to_f64(), got_dw = w.grad().to_f64();
+    const std::vector<double> got_db = b.grad().to_f64();
+    for (i64 i = 0; i < c.rows; ++i)
+      for (i64 j = 0; j < c.out; ++j) {
+        const Ref r = fp8_dot(row(x8, i, c.in), row(w8, j, c.in), c.in, m.input_scale, m.weight_scale,
+                              c.b[static_cast<std::size_t>(j)]);
+        EXPECT_NEAR(got_y[static_cast<std::size_t>(i * c.out + j)], r.value, r.bound) << "y " << i << "," << j;
+      }
+    for (i64 i = 0; i < c.rows; ++i)
+      for (i64 j = 0; j < c.in; ++j) {
+        const Ref r = fp8_dot(row(g8, i, c.out), column(w8, j, c.out, c.in), c.out, m.grad_scale, m.weight_scale, 0);
+        EXPECT_NEAR(got_dx[static_cast<std::size_t>(i * c.in + j)], r.value, r.bound) << "dx " << i << "," << j;
+      }
+    for (i64 o = 0; o < c.out; ++o)
+      for (i64 j = 0; j < c.in; ++j) {
+        const Ref r = fp8_dot(column(g8, o, c.rows, c.out), column(x8, j, c.rows, c.in), c.rows, m.grad_scale,
+                              m.input_scale, 0);
+        EXPECT_NEAR(got_dw[static_cast<std::size_t>(o * c.in + j)], r.value, r.bound) << "dW " << o << "," << j;
+      }
+    for (i64 o = 0; o < c.out; ++o) {  // the unquantized gradient's column sums
+      double s = 0, mag = 0;
+      for (i64 i = 0; i < c.rows; ++i) {
+        s += c.g[static_cast<std::size_t>(i * c.out + o)];
+        mag += std::fabs(c.g[static_cast<std::size_t>(i * c.out + o)]);
+      }
+      EXPECT_NEAR(got_db[static_cast<std::size_t>(o)], s, std::ldexp(mag * static_cast<double>(c.rows), -24));
+    }
+    // The quantization is visible: the fp8 result is not the exact one.
+    double off = 0;
+    for (i64 j = 0; j < c.out; ++j) {
+      double exact = c.b[static_cast<std::size_t>(j)];
+      for (i64 p = 0; p < c.in; ++p) exact += c.x[static_cast<std::size_t>(p)] * c.w[static_cast<std::size_t>(j * c.in + p)];
+      off = std::max(off, std::fabs(exact - got_y[static_cast<std::size_t>(j)]));
+    }
+    EXPECT_GT(off, 1e-4);
+
+    // The amaxes of the step's casts: max |value| of each operand.
+    auto amax = [](const std::vector<double>& v) {
+      double a = 0;
+      for (double e : v) a = std::max(a, std::fabs(e));
+      return a;
+    };
+    EXPECT_EQ(static_cast<double>(c.meta->input_amax), amax(c.x));
+    EXPECT_EQ(static_cast<double>(c.meta->weight_amax), amax(c.w));
+    EXPECT_EQ(static_cast<double>(c.meta->grad_amax), amax(c.g));
+  }
+}
+
+// A second call in the same step keeps the larger amax (one GEMM called twice: TE's
+// casts write into the same slot with max).
+TEST(Fp8Linear, TheAmaxesOfTwoCallsInAStepAreTheirMaximum) {
+  auto meta = std::make_shared<Fp8LinearMeta>();
+  const Tensor w = Tensor::from(std::vector<double>{0.5, -0.25}, {1, 2});
+  fp8_linear(Tensor::from(std::vector<double>{3, -1}, {1, 2}), w, {}, meta);
+  fp8_linear(Tensor::from(std::vector<double>{1, -2}, {1, 2}), w, {}, meta);
+  EXPECT_EQ(meta->input_amax, 3.0f);
+  EXPECT_EQ(meta->weight_amax, 0.5f);
+  EXPECT_EQ(meta->grad_amax, 0.0f);  // no backward yet
+}
+
+// In f64 the op is the exact linear it approximates, forward and backward, and writes no
+// amax: the shadow's reference.
+TEST(Fp8Linear, InF64ItIsLinearItselfAndWritesNoAmax) {
+  Case c = make_case(9);
+  auto run = [&](bool fp8) {
+    Tensor x = Tensor::from(c.x, {c.rows, c.in}, DType::f64).set_requires_grad(true);
+    Tensor w = Tensor::from(c.w, {c.out, c.in}, DType::f64).set_requires_grad(true);
+    Tensor b = Tensor::from(c.b, {c.out}, DType::f64).set_requires_grad(true);
+    const Tensor y = fp8 ? fp8_linear(x, w, b, c.meta) : linear(x, w, b);
+    y.backward(Tensor::from(c.g, {c.rows, c.out}, DType::f64));
+    return std::vector<std::vector<double>>{y.to_f64(), x.grad().to_f64(), w.grad().to_f64(), b.grad().to_f64()};
+  };
+  EXPECT_EQ(run(true), run(false));
+  EXPECT_EQ(c.meta->input_amax, 0.0f);
+  EXPECT_EQ(c.meta->weight_amax, 0.0f);
+  EXPECT_EQ(c.meta->grad_amax, 0.0f);
+}
+
+TEST(Fp8Linear, RefusesWhatNoFp8GemmRunsNamingTheOp) {
+  const Tensor x = Tensor::ones({2, 16}), w = Tensor::ones({16, 16});
+  auto message = [&](const std::shared_ptr<Fp8LinearMeta>& meta) {
+    try {
+      fp8_linear(x, w, {}, meta);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message(nullptr).find("fp8_linear: no scaling state"), std::string::npos) << message(nullptr);
+  auto both_e5m2 = std::make_shared<Fp8LinearMeta>();
+  both_e5m2->input_format = both_e5m2->weight_format = Fp8Format::e5m2;
+  EXPECT_NE(message(both_e5m2).find("both in E5M2 have no fp8 GEMM"), std::string::npos) << message(both_e5m2);
+  try {
+    fp8_linear(Tensor::ones({2, 15}), w, {}, std::make_shared<Fp8LinearMeta>());
+    FAIL() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("fp8_linear: x [2, 15] and weight [16, 16]"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ampcheck
