@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "engine/autograd.h"
+#include "engine/nn/layers.h"
+#include "engine/optim/optimizer.h"
 #include "engine/ops/ops.h"
 #include "engine/random.h"
 #include "kernels/fp_bits.h"
@@ -198,6 +200,99 @@ TEST(Fp8Linear, RefusesWhatNoFp8GemmRunsNamingTheOp) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("fp8_linear: x [2, 15] and weight [16, 16]"), std::string::npos) << e.what();
   }
+}
+
+
+// ---- the module: TE's delayed scaling around the op ------------------------------------
+
+// The scales of each step's casts come from the amaxes of the steps before: the input's
+// scale at step t is 448 / max(amax of the input over steps t-L .. t-1) (margin 0, history
+// L = 4, "max"), 1 before any amax, where the amaxes are those of the batches this test
+// feeds (worked out here from the data, not read back from the layer). The weight's scale
+// follows its own amaxes the same way, and the gradient's E5M2 scale 57344 / amax.
+TEST(Fp8LinearModule, EachStepsScalesComeFromTheAmaxHistoryOfTheStepsBefore) {
+  Generator gen(3);
+  amp::DelayedScaling recipe;
+  recipe.amax_history_len = 4;
+  nn::Fp8Linear layer(16, 16, gen, recipe);
+  const std::vector<double> input_amax = {1, 8, 0.5, 0.5, 0.5, 0.5, 2, 0.25};
+  std::vector<float> seen_input, seen_weight, seen_grad;
+  for (std::size_t t = 0; t < input_amax.size(); ++t) {
+    // The batch: values below input_amax[t], one of them exactly it.
+    std::vector<double> x = Tensor::uniform({4, 16}, gen, -0.5, 0.5, DType::f64).to_f64();
+    for (double& v : x) v *= input_amax[t];
+    x[5] = -input_amax[t];
+    const std::vector<double> w = layer.weight.to_f64();
+    double w_amax = 0;
+    for (double v : w) w_amax = std::max(w_amax, std::fabs(static_cast<double>(static_cast<float>(v))));
+    const std::vector<double> g = Tensor::uniform({4, 16}, gen, -0.01, 0.01, DType::f64).to_f64();
+    double g_amax = 0;
+    for (double v : g) g_amax = std::max(g_amax, std::fabs(static_cast<double>(static_cast<float>(v))));
+
+    // The scales this step's casts use.
+    auto expected = [&](const std::vector<float>& history, float fp8_max) {
+      float m = 0;
+      for (std::size_t k = history.size() > 4 ? history.size() - 4 : 0; k < history.size(); ++k) m = std::max(m, history[k]);
+      return m > 0 ? fp8_max / m : 1.0f;
+    };
+    EXPECT_EQ(layer.meta().input_scale, expected(seen_input, 448.0f)) << "step " << t;
+    EXPECT_EQ(layer.meta().weight_scale, expected(seen_weight, 448.0f)) << "step " << t;
+    EXPECT_EQ(layer.meta().grad_scale, expected(seen_grad, 57344.0f)) << "step " << t;
+
+    const Tensor y = layer.forward(Tensor::from(x, {4, 16}));
+    y.backward(Tensor::from(g, {4, 16}));
+    seen_input.push_back(static_cast<float>(input_amax[t]));
+    seen_weight.push_back(static_cast<float>(w_amax));
+    seen_grad.push_back(static_cast<float>(g_amax));
+    EXPECT_EQ(layer.step_amaxes()[0], seen_input.back());
+    const auto done = layer.update_scales();
+    EXPECT_EQ(done[0].step_amax, seen_input.back());
+    EXPECT_EQ(layer.step_amaxes()[0], 0.0f);  // the next step starts a new slot
+    for (Tensor& p : layer.parameters()) p.zero_grad();
+  }
+}
+
+// A regression trained with fp8 layers ends near where the same model in fp32 does (E4M3's
+// rounding leaves a slightly higher floor), and the fp8 run is not the fp32 one.
+TEST(Fp8LinearModule, ARegressionTrainsToTheFp32ModelsLoss) {
+  auto train = [](bool fp8) {
+    Generator gen(11);
+    amp::DelayedScaling recipe;
+    recipe.amax_history_len = 16;
+    std::shared_ptr<nn::Linear> a = fp8 ? std::make_shared<nn::Fp8Linear>(32, 32, gen, recipe)
+                                        : std::make_shared<nn::Linear>(32, 32, gen);
+    std::shared_ptr<nn::Linear> b = fp8 ? std::make_shared<nn::Fp8Linear>(32, 16, gen, recipe)
+                                        : std::make_shared<nn::Linear>(32, 16, gen);
+    std::vector<std::pair<std::string, Tensor>> params;
+    for (const auto& p : a->named_parameters()) params.emplace_back("a." + p.first, p.second);
+    for (const auto& p : b->named_parameters()) params.emplace_back("b." + p.first, p.second);
+    optim::SGD opt(params, 0.5);
+    Generator data(5);
+    const Tensor target_w = Tensor::uniform({16, 32}, data, -0.3, 0.3);
+    std::vector<double> losses;
+    for (int step = 0; step < 300; ++step) {
+      const Tensor x = Tensor::uniform({16, 32}, data, -1, 1);
+      const Tensor target = linear(x, target_w);
+      const Tensor loss = mse_loss(b->forward(relu(a->forward(x))), target);
+      losses.push_back(loss.to_f64()[0]);
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+      if (fp8) {
+        static_cast<nn::Fp8Linear&>(*a).update_scales();
+        static_cast<nn::Fp8Linear&>(*b).update_scales();
+      }
+    }
+    return losses;
+  };
+  const std::vector<double> f32 = train(false), f8 = train(true);
+  const double last32 = f32.back(), last8 = f8.back();
+  EXPECT_LT(last32, 0.05 * f32.front());
+  EXPECT_LT(last8, 0.05 * f8.front());
+  // E4M3 keeps 3 mantissa bits: a noise floor of a few percent of each operand; measured
+  // 0.0122 against fp32's 0.0108 after 300 steps (from 0.33).
+  EXPECT_LT(last8, 1.25 * last32);
+  EXPECT_NE(f8, f32);
 }
 
 }  // namespace

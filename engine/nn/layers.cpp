@@ -4,6 +4,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace ampcheck::nn {
 namespace {
@@ -12,7 +13,9 @@ Tensor uniform_bound(const Shape& shape, double bound, Generator& gen) {
 }
 }  // namespace
 
-Linear::Linear(std::int64_t in, std::int64_t out, Generator& gen, bool with_bias) : Module("Linear") {
+Linear::Linear(std::int64_t in, std::int64_t out, Generator& gen, bool with_bias) : Linear("Linear", in, out, gen, with_bias) {}
+Linear::Linear(std::string type, std::int64_t in, std::int64_t out, Generator& gen, bool with_bias)
+    : Module(std::move(type)) {
   if (in <= 0 || out <= 0)
     throw std::invalid_argument("Linear(" + std::to_string(in) + ", " + std::to_string(out) + "): sizes must be positive");
   const double bound = 1.0 / std::sqrt(static_cast<double>(in));
@@ -20,6 +23,43 @@ Linear::Linear(std::int64_t in, std::int64_t out, Generator& gen, bool with_bias
   if (with_bias) bias = register_parameter("bias", uniform_bound({out}, bound, gen));
 }
 Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
+
+Fp8Linear::Fp8Linear(std::int64_t in, std::int64_t out, Generator& gen, amp::DelayedScaling recipe, bool with_bias)
+    : Linear("Fp8Linear", in, out, gen, with_bias), recipe_(recipe), meta_(std::make_shared<Fp8LinearMeta>()) {
+  if (in % 16 != 0 || out % 16 != 0)
+    throw std::invalid_argument("Fp8Linear(" + std::to_string(in) + ", " + std::to_string(out) +
+                                "): fp8 GEMMs need sizes that are multiples of 16 (cuBLASLt's, and "
+                                "TransformerEngine's check); keep this layer a Linear or pad it");
+  for (amp::DelayedScalingState& s : states_) s = amp::initial_state(recipe_);
+  meta_->input_format = amp::format_for(recipe_.fp8_format, amp::Fp8Role::input);
+  meta_->weight_format = amp::format_for(recipe_.fp8_format, amp::Fp8Role::weight);
+  meta_->grad_format = amp::format_for(recipe_.fp8_format, amp::Fp8Role::grad_output);
+  meta_->input_scale = states_[0].scale;
+  meta_->weight_scale = states_[1].scale;
+  meta_->grad_scale = states_[2].scale;
+}
+
+Tensor Fp8Linear::forward(const Tensor& x) { return fp8_linear(x, weight, bias, meta_); }
+
+std::array<float, 3> Fp8Linear::step_amaxes() const {
+  return {meta_->input_amax, meta_->weight_amax, meta_->grad_amax};
+}
+
+std::array<amp::DelayedScalingUpdate, 3> Fp8Linear::update_scales(const std::optional<std::array<float, 3>>& reduced) {
+  const std::array<float, 3> amax = step_amaxes();
+  const std::array<Fp8Format, 3> formats = {meta_->input_format, meta_->weight_format, meta_->grad_format};
+  std::array<amp::DelayedScalingUpdate, 3> done;
+  for (std::size_t r = 0; r < 3; ++r) {
+    amp::record_amax(states_[r], amax[r]);
+    done[r] = amp::update(states_[r], recipe_, formats[r],
+                          reduced ? std::optional<float>((*reduced)[r]) : std::optional<float>());
+  }
+  meta_->input_scale = states_[0].scale;
+  meta_->weight_scale = states_[1].scale;
+  meta_->grad_scale = states_[2].scale;
+  meta_->input_amax = meta_->weight_amax = meta_->grad_amax = 0.0f;
+  return done;
+}
 
 Conv2d::Conv2d(std::int64_t in, std::int64_t out, std::array<std::int64_t, 2> kernel, Generator& gen,
                Conv2dOptions opts, bool with_bias)

@@ -5,9 +5,13 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
+#include "engine/amp/fp8_recipe.h"
 #include "engine/nn/module.h"
+#include "engine/ops/registry.h"  // Fp8LinearMeta
 #include "engine/random.h"
 
 namespace ampcheck::nn {
@@ -18,6 +22,36 @@ class Linear : public Module {
   Linear(std::int64_t in, std::int64_t out, Generator& gen, bool bias = true);
   Tensor forward(const Tensor& x) override;
   Tensor weight, bias;
+
+ protected:
+  Linear(std::string type, std::int64_t in, std::int64_t out, Generator& gen, bool bias);  // a Linear of another kind
+};
+
+// TransformerEngine's te.Linear under fp8_autocast with a DelayedScaling recipe: Linear's
+// parameters and initialisation; its three GEMMs run in fp8 (engine/ops/fp8_linear.cpp)
+// with one scale per scaled tensor (the input, the weight, the output gradient), kept by
+// the recipe's rule (engine/amp/fp8_recipe.h): each step's casts record their amaxes into
+// meta(), and update_scales() at the end of the step (after the backward) rolls each amax
+// history and sets the next step's scales, as TE's amax_and_scale_update does. Every scale
+// starts at 1 and every history at zeros, as TE's.
+class Fp8Linear : public Linear {
+ public:
+  Fp8Linear(std::int64_t in, std::int64_t out, Generator& gen, amp::DelayedScaling recipe, bool bias = true);
+  Tensor forward(const Tensor& x) override;
+  // The roles in amp::Fp8Role order (input, weight, grad_output). `reduced`: this step's
+  // amaxes after the reduction over the amax reduction group, where there is one (data
+  // parallel runs); without it each rank's own.
+  std::array<amp::DelayedScalingUpdate, 3> update_scales(const std::optional<std::array<float, 3>>& reduced = {});
+  // This step's amaxes so far (what the casts recorded), in role order.
+  std::array<float, 3> step_amaxes() const;
+  const Fp8LinearMeta& meta() const { return *meta_; }
+  const amp::DelayedScalingState& state(amp::Fp8Role role) const { return states_[static_cast<std::size_t>(role)]; }
+  const amp::DelayedScaling& recipe() const { return recipe_; }
+
+ private:
+  amp::DelayedScaling recipe_;
+  std::shared_ptr<Fp8LinearMeta> meta_;
+  std::array<amp::DelayedScalingState, 3> states_;
 };
 
 // weight [out, in/groups, kH, kW] ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in))
