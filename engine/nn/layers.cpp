@@ -136,7 +136,7 @@ Sequential& Sequential::add(ModulePtr m, const std::string& name) {
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor y = x;
-  for (const ModulePtr& m : layers_) y = m->forward(y);
+  for (const ModulePtr& m : layers_) y = (*m)(y);  // in each layer's path: its ops are named by it
   return y;
 }
 

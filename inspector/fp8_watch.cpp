@@ -1,0 +1,177 @@
+#include "inspector/fp8_watch.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <tuple>
+
+#include "engine/dispatch.h"  // dispatch, view_of
+#include "engine/ops/registry.h"
+
+namespace ampcheck::inspector {
+namespace {
+
+using kernels::Fp8Format;
+
+double fp8_max(Fp8Format f) { return f == Fp8Format::e4m3 ? 448.0 : 57344.0; }
+const char* format_name(Fp8Format f) { return f == Fp8Format::e4m3 ? "E4M3" : "E5M2"; }
+
+std::int64_t nonzero_finite(const kernels::Fp8CastStats& s) { return s.count - s.nan - s.inf - s.zero; }
+
+std::string percent(double share) { return fmt::format("{:.3g}%", 100.0 * share); }
+
+}  // namespace
+
+std::string_view fp8_tensor_name(Fp8Tensor t) {
+  switch (t) {
+    case Fp8Tensor::input: return "input";
+    case Fp8Tensor::weight: return "weight";
+    case Fp8Tensor::grad_output: return "grad_output";
+  }
+  return "?";
+}
+
+std::string_view fp8_finding_name(Fp8FindingKind k) {
+  switch (k) {
+    case Fp8FindingKind::zero_amax_infinite_scale: return "zero_amax_infinite_scale";
+    case Fp8FindingKind::saturation: return "saturation";
+    case Fp8FindingKind::underflow: return "underflow";
+  }
+  return "?";
+}
+
+void Fp8Watch::on_op_end(const OpEvent& e) {
+  if (e.op != Op::fp8_linear || e.params == nullptr || e.inputs == nullptr || e.inputs->size() < 2) return;
+  const auto* p = std::get_if<Fp8LinearParams>(e.params);
+  if (p == nullptr || !p->meta) return;
+  const Fp8LinearMeta& m = *p->meta;
+  const Tensor& x = (*e.inputs)[0];
+  if (x.dtype() == DType::f64) return;  // the exact form: no cast ran
+  if (e.phase == Phase::forward) {
+    record(e.module, Fp8Tensor::input, e.step, x, m.input_scale, m.input_format);
+    record(e.module, Fp8Tensor::weight, e.step, (*e.inputs)[1], m.weight_scale, m.weight_format);
+  } else if (e.phase == Phase::backward && e.grad_output != nullptr) {
+    record(e.module, Fp8Tensor::grad_output, e.step, *e.grad_output, m.grad_scale, m.grad_format);
+  }
+}
+
+void Fp8Watch::record(const std::string& layer, Fp8Tensor tensor, std::int64_t step, const Tensor& values, float scale,
+                      Fp8Format format) {
+  const kernels::Fp8CastStats s =
+      dispatch<kernels::Fp8Kernels>("fp8 inspector", {&values}).cast_stats(view_of(values), scale, format);
+  const auto key = std::make_pair(layer, tensor);
+  auto [it, added] = index_.try_emplace(key, histories_.size());
+  if (added) histories_.push_back({layer, tensor, {}});
+  std::vector<Fp8CastStep>& steps = histories_[it->second].steps;
+  if (!steps.empty() && steps.back().step == step) {  // the layer called again in this step
+    kernels::Fp8CastStats& t = steps.back().stats;
+    t.count += s.count;
+    t.nan += s.nan;
+    t.inf += s.inf;
+    t.zero += s.zero;
+    t.saturated += s.saturated;
+    t.flushed += s.flushed;
+    for (std::size_t k = 0; k < t.binade.size(); ++k) t.binade[k] += s.binade[k];
+    t.amax = std::max(t.amax, s.amax);
+    return;
+  }
+  steps.push_back({step, scale, format, s});
+}
+
+std::vector<Fp8Finding> fp8_findings(const Fp8TensorHistory& h, const Fp8WatchOptions& o) {
+  std::vector<Fp8Finding> out;
+  const std::string what = fmt::format("'{}' {}", h.layer, fp8_tensor_name(h.tensor));
+  // One finding per kind: its first step, how many steps, the worst share.
+  auto note = [&](Fp8FindingKind kind, const Fp8CastStep& s, double share) -> Fp8Finding& {
+    for (Fp8Finding& f : out)
+      if (f.kind == kind) {
+        ++f.steps;
+        f.worst_share = std::max(f.worst_share, share);
+        return f;
+      }
+    Fp8Finding f;
+    f.kind = kind;
+    f.layer = h.layer;
+    f.tensor = h.tensor;
+    f.step = s.step;
+    f.steps = 1;
+    f.share = f.worst_share = share;
+    f.amax = s.stats.amax;
+    f.scale = s.scale;
+    out.push_back(f);
+    return out.back();
+  };
+  for (const Fp8CastStep& s : h.steps) {
+    const double values = static_cast<double>(std::max<std::int64_t>(1, s.stats.count));
+    if (!std::isfinite(s.scale)) {
+      note(Fp8FindingKind::zero_amax_infinite_scale, s, static_cast<double>(nonzero_finite(s.stats)) / values);
+      continue;  // everything it cast is +-max or NaN: the other findings say nothing more
+    }
+    if (s.stats.saturated > 0) {
+      const double share = static_cast<double>(s.stats.saturated) / values;
+      const double overshoot = static_cast<double>(s.stats.amax) * static_cast<double>(s.scale) / fp8_max(s.format);
+      if (share >= o.saturation_warning || overshoot >= o.saturation_overshoot) note(Fp8FindingKind::saturation, s, share);
+    }
+    const std::int64_t nonzero = nonzero_finite(s.stats);
+    if (nonzero > 0) {
+      const double flushed = static_cast<double>(s.stats.flushed) / static_cast<double>(nonzero);
+      if (flushed >= o.underflow_warning) note(Fp8FindingKind::underflow, s, flushed);
+    }
+  }
+  for (Fp8Finding& f : out) {
+    const Fp8CastStep& first = *std::find_if(h.steps.begin(), h.steps.end(), [&](const Fp8CastStep& s) { return s.step == f.step; });
+    const double max = fp8_max(first.format);
+    const char* fmt_name = format_name(first.format);
+    switch (f.kind) {
+      case Fp8FindingKind::zero_amax_infinite_scale:
+        f.failure = true;
+        f.text = fmt::format(
+            "{} was cast to {} at step {} with scale {} (amax {:.6g}): a scale computed as fp8_max / amax from an amax "
+            "of 0; every nonzero value becomes +-{} and every zero NaN (0 x Inf). Keep the previous scale when the amax "
+            "is 0 or not finite, as TransformerEngine's update does, or raise the amax to an epsilon "
+            "(Float8CurrentScaling's amax_epsilon)",
+            what, fmt_name, f.step, f.scale, static_cast<double>(f.amax), max);
+        break;
+      case Fp8FindingKind::saturation:
+        f.failure = f.worst_share >= o.saturation_failure;
+        f.text = fmt::format(
+            "{}: {} of its values saturated to +-{} in {} at step {} (amax {:.6g} x scale {:.6g} = {:.6g} > {}), {} "
+            "step(s), at worst {}: the scale from the amax history could not hold this step's amax. A shorter "
+            "amax_history_len or amax_compute_algo=\"most_recent\" follows a jump sooner, margin=k keeps 2^k of "
+            "headroom, Float8CurrentScaling scales each cast by its own amax",
+            what, percent(f.share), max, fmt_name, f.step, static_cast<double>(f.amax), static_cast<double>(f.scale),
+            static_cast<double>(f.amax) * static_cast<double>(f.scale), max, f.steps, percent(f.worst_share));
+        break;
+      case Fp8FindingKind::underflow: {
+        f.failure = f.worst_share >= o.underflow_failure;
+        const int below = kernels::fp8_min_exponent(first.format) - 1;  // half the smallest subnormal
+        f.text = fmt::format(
+            "{}: {} of its nonzero values flushed to 0 in {} at step {} (|x| <= 2^{} / scale = {:.3g}, scale "
+            "{:.6g}), {} step(s), at worst {}{}. A scale held small by an old spike in the amax history recovers "
+            "sooner with a shorter amax_history_len or amax_compute_algo=\"most_recent\"; a tensor whose range "
+            "exceeds {}'s {} binades needs its GEMMs in bf16 (ampcheck bisect-nan finds which layers)",
+            what, percent(f.share), fmt_name, f.step, below, std::ldexp(1.0, below) / static_cast<double>(f.scale),
+            static_cast<double>(f.scale), f.steps, percent(f.worst_share),
+            f.failure ? ": most of its mass lies below the format's smallest subnormal, its signal is lost" : "",
+            fmt_name, kernels::fp8_max_exponent(first.format) - kernels::fp8_min_exponent(first.format) + 1);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<Fp8Finding> Fp8Watch::findings() const {
+  std::vector<Fp8Finding> all;
+  for (const Fp8TensorHistory& h : histories_) {
+    std::vector<Fp8Finding> f = fp8_findings(h, options_);
+    all.insert(all.end(), f.begin(), f.end());
+  }
+  std::stable_sort(all.begin(), all.end(), [](const Fp8Finding& a, const Fp8Finding& b) {
+    return std::make_tuple(!a.failure, a.step) < std::make_tuple(!b.failure, b.step);
+  });
+  return all;
+}
+
+}  // namespace ampcheck::inspector
