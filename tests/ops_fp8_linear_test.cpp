@@ -235,9 +235,9 @@ TEST(Fp8LinearModule, EachStepsScalesComeFromTheAmaxHistoryOfTheStepsBefore) {
       for (std::size_t k = history.size() > 4 ? history.size() - 4 : 0; k < history.size(); ++k) m = std::max(m, history[k]);
       return m > 0 ? fp8_max / m : 1.0f;
     };
-    EXPECT_EQ(layer.meta().input_scale, expected(seen_input, 448.0f)) << "step " << t;
-    EXPECT_EQ(layer.meta().weight_scale, expected(seen_weight, 448.0f)) << "step " << t;
-    EXPECT_EQ(layer.meta().grad_scale, expected(seen_grad, 57344.0f)) << "step " << t;
+    EXPECT_EQ(layer.fp8_meta().input_scale, expected(seen_input, 448.0f)) << "step " << t;
+    EXPECT_EQ(layer.fp8_meta().weight_scale, expected(seen_weight, 448.0f)) << "step " << t;
+    EXPECT_EQ(layer.fp8_meta().grad_scale, expected(seen_grad, 57344.0f)) << "step " << t;
 
     const Tensor y = layer.forward(Tensor::from(x, {4, 16}));
     y.backward(Tensor::from(g, {4, 16}));

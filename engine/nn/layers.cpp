@@ -22,43 +22,65 @@ Linear::Linear(std::string type, std::int64_t in, std::int64_t out, Generator& g
   weight = register_parameter("weight", uniform_bound({out, in}, bound, gen));
   if (with_bias) bias = register_parameter("bias", uniform_bound({out}, bound, gen));
 }
-Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
+Tensor Linear::forward(const Tensor& x) {
+  return fp8_ ? fp8_linear(x, weight, bias, fp8_->meta) : linear(x, weight, bias);
+}
 
-Fp8Linear::Fp8Linear(std::int64_t in, std::int64_t out, Generator& gen, amp::DelayedScaling recipe, bool with_bias)
-    : Linear("Fp8Linear", in, out, gen, with_bias), recipe_(recipe), meta_(std::make_shared<Fp8LinearMeta>()) {
+void Linear::enable_fp8(const amp::DelayedScaling& recipe) {
+  const std::int64_t out = weight.size(0), in = weight.size(1);
   if (in % 16 != 0 || out % 16 != 0)
-    throw std::invalid_argument("Fp8Linear(" + std::to_string(in) + ", " + std::to_string(out) +
-                                "): fp8 GEMMs need sizes that are multiples of 16 (cuBLASLt's, and "
-                                "TransformerEngine's check); keep this layer a Linear or pad it");
-  for (amp::DelayedScalingState& s : states_) s = amp::initial_state(recipe_);
-  meta_->input_format = amp::format_for(recipe_.fp8_format, amp::Fp8Role::input);
-  meta_->weight_format = amp::format_for(recipe_.fp8_format, amp::Fp8Role::weight);
-  meta_->grad_format = amp::format_for(recipe_.fp8_format, amp::Fp8Role::grad_output);
-  meta_->input_scale = states_[0].scale;
-  meta_->weight_scale = states_[1].scale;
-  meta_->grad_scale = states_[2].scale;
+    throw std::invalid_argument("linear layer " + (path().empty() ? std::string() : "'" + path() + "' ") + "[" +
+                                std::to_string(out) + ", " + std::to_string(in) + "]: fp8 GEMMs need sizes that are multiples of 16 (cuBLASLt's, and "
+                                "TransformerEngine's check); keep this layer out of fp8 or pad it");
+  auto s = std::make_shared<Fp8State>();
+  s->recipe = recipe;
+  s->meta = std::make_shared<Fp8LinearMeta>();
+  for (amp::DelayedScalingState& st : s->states) st = amp::initial_state(recipe);
+  s->meta->input_format = amp::format_for(recipe.fp8_format, amp::Fp8Role::input);
+  s->meta->weight_format = amp::format_for(recipe.fp8_format, amp::Fp8Role::weight);
+  s->meta->grad_format = amp::format_for(recipe.fp8_format, amp::Fp8Role::grad_output);
+  s->meta->input_scale = s->states[0].scale;
+  s->meta->weight_scale = s->states[1].scale;
+  s->meta->grad_scale = s->states[2].scale;
+  fp8_ = std::move(s);
 }
 
-Tensor Fp8Linear::forward(const Tensor& x) { return fp8_linear(x, weight, bias, meta_); }
-
-std::array<float, 3> Fp8Linear::step_amaxes() const {
-  return {meta_->input_amax, meta_->weight_amax, meta_->grad_amax};
+const Linear::Fp8State& Linear::fp8_state_or_throw() const {
+  if (!fp8_) throw std::logic_error("linear layer '" + path() + "' does not run in fp8 (enable_fp8 first)");
+  return *fp8_;
+}
+const Fp8LinearMeta& Linear::fp8_meta() const { return *fp8_state_or_throw().meta; }
+const amp::DelayedScalingState& Linear::fp8_state(amp::Fp8Role role) const {
+  return fp8_state_or_throw().states[static_cast<std::size_t>(role)];
 }
 
-std::array<amp::DelayedScalingUpdate, 3> Fp8Linear::update_scales(const std::optional<std::array<float, 3>>& reduced) {
+std::array<float, 3> Linear::step_amaxes() const {
+  const Fp8LinearMeta& m = fp8_meta();
+  return {m.input_amax, m.weight_amax, m.grad_amax};
+}
+
+std::array<amp::DelayedScalingUpdate, 3> Linear::update_scales(const std::optional<std::array<float, 3>>& reduced) {
+  fp8_state_or_throw();
+  Fp8LinearMeta& m = *fp8_->meta;
   const std::array<float, 3> amax = step_amaxes();
-  const std::array<Fp8Format, 3> formats = {meta_->input_format, meta_->weight_format, meta_->grad_format};
+  const std::array<Fp8Format, 3> formats = {m.input_format, m.weight_format, m.grad_format};
   std::array<amp::DelayedScalingUpdate, 3> done;
   for (std::size_t r = 0; r < 3; ++r) {
-    amp::record_amax(states_[r], amax[r]);
-    done[r] = amp::update(states_[r], recipe_, formats[r],
+    amp::record_amax(fp8_->states[r], amax[r]);
+    done[r] = amp::update(fp8_->states[r], fp8_->recipe, formats[r],
                           reduced ? std::optional<float>((*reduced)[r]) : std::optional<float>());
   }
-  meta_->input_scale = states_[0].scale;
-  meta_->weight_scale = states_[1].scale;
-  meta_->grad_scale = states_[2].scale;
-  meta_->input_amax = meta_->weight_amax = meta_->grad_amax = 0.0f;
+  m.input_scale = fp8_->states[0].scale;
+  m.weight_scale = fp8_->states[1].scale;
+  m.grad_scale = fp8_->states[2].scale;
+  m.input_amax = m.weight_amax = m.grad_amax = 0.0f;
   return done;
+}
+
+Fp8Linear::Fp8Linear(std::int64_t in, std::int64_t out, Generator& gen, const amp::DelayedScaling& recipe,
+                     bool with_bias)
+    : Linear("Fp8Linear", in, out, gen, with_bias) {
+  enable_fp8(recipe);
 }
 
 Conv2d::Conv2d(std::int64_t in, std::int64_t out, std::array<std::int64_t, 2> kernel, Generator& gen,

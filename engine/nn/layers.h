@@ -17,41 +17,50 @@
 namespace ampcheck::nn {
 
 // y = x W^T + b; W [out, in] and b [out] ~ U(-1/sqrt(in), 1/sqrt(in))
+//
+// With fp8 on (enable_fp8), TransformerEngine's te.Linear under fp8_autocast with a
+// DelayedScaling recipe: its three GEMMs run in fp8 (engine/ops/fp8_linear.cpp) with one
+// scale per scaled tensor (the input, the weight, the output gradient), kept by the
+// recipe's rule (engine/amp/fp8_recipe.h): each step's casts record their amaxes into
+// fp8_meta(), and update_scales() at the end of the step (after the backward) rolls each
+// amax history and sets the next step's scales, as TE's amax_and_scale_update does. Every
+// scale starts at 1 and every history at zeros, as TE's.
 class Linear : public Module {
  public:
   Linear(std::int64_t in, std::int64_t out, Generator& gen, bool bias = true);
   Tensor forward(const Tensor& x) override;
   Tensor weight, bias;
 
- protected:
-  Linear(std::string type, std::int64_t in, std::int64_t out, Generator& gen, bool bias);  // a Linear of another kind
-};
-
-// TransformerEngine's te.Linear under fp8_autocast with a DelayedScaling recipe: Linear's
-// parameters and initialisation; its three GEMMs run in fp8 (engine/ops/fp8_linear.cpp)
-// with one scale per scaled tensor (the input, the weight, the output gradient), kept by
-// the recipe's rule (engine/amp/fp8_recipe.h): each step's casts record their amaxes into
-// meta(), and update_scales() at the end of the step (after the backward) rolls each amax
-// history and sets the next step's scales, as TE's amax_and_scale_update does. Every scale
-// starts at 1 and every history at zeros, as TE's.
-class Fp8Linear : public Linear {
- public:
-  Fp8Linear(std::int64_t in, std::int64_t out, Generator& gen, amp::DelayedScaling recipe, bool bias = true);
-  Tensor forward(const Tensor& x) override;
+  // Throws std::invalid_argument naming the layer where in or out is not a multiple of 16
+  // (cuBLASLt's fp8 GEMM and TransformerEngine's check).
+  void enable_fp8(const amp::DelayedScaling& recipe);
+  bool fp8() const { return fp8_ != nullptr; }
   // The roles in amp::Fp8Role order (input, weight, grad_output). `reduced`: this step's
   // amaxes after the reduction over the amax reduction group, where there is one (data
-  // parallel runs); without it each rank's own.
+  // parallel runs); without it the layer's own. std::logic_error without fp8.
   std::array<amp::DelayedScalingUpdate, 3> update_scales(const std::optional<std::array<float, 3>>& reduced = {});
   // This step's amaxes so far (what the casts recorded), in role order.
   std::array<float, 3> step_amaxes() const;
-  const Fp8LinearMeta& meta() const { return *meta_; }
-  const amp::DelayedScalingState& state(amp::Fp8Role role) const { return states_[static_cast<std::size_t>(role)]; }
-  const amp::DelayedScaling& recipe() const { return recipe_; }
+  const Fp8LinearMeta& fp8_meta() const;
+  const amp::DelayedScalingState& fp8_state(amp::Fp8Role role) const;
+
+ protected:
+  Linear(std::string type, std::int64_t in, std::int64_t out, Generator& gen, bool bias);  // a Linear of another kind
 
  private:
-  amp::DelayedScaling recipe_;
-  std::shared_ptr<Fp8LinearMeta> meta_;
-  std::array<amp::DelayedScalingState, 3> states_;
+  struct Fp8State {
+    amp::DelayedScaling recipe;
+    std::shared_ptr<Fp8LinearMeta> meta;
+    std::array<amp::DelayedScalingState, 3> states;
+  };
+  const Fp8State& fp8_state_or_throw() const;
+  std::shared_ptr<Fp8State> fp8_;
+};
+
+// A Linear with fp8 on from the start (te.Linear).
+class Fp8Linear : public Linear {
+ public:
+  Fp8Linear(std::int64_t in, std::int64_t out, Generator& gen, const amp::DelayedScaling& recipe, bool bias = true);
 };
 
 // weight [out, in/groups, kH, kW] ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in))
