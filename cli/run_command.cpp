@@ -5,6 +5,9 @@
 
 #include <iostream>
 #include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "cli/exit_codes.h"
 #include "cli/interrupt.h"
@@ -12,6 +15,7 @@
 #include "cli/usage_error.h"
 #include "engine/dist/communicator.h"
 #include "inspector/consensus.h"
+#include "inspector/fp8_watch.h"
 #include "inspector/to_report.h"
 #include "reports/advice.h"  // probing_note, gradient_underflow_text
 #include "reports/chrome_trace.h"
@@ -189,6 +193,35 @@ void mark_interrupted(reports::Report& report, std::int64_t steps_run, std::int6
   s.verdict_text = when + "; in the steps run: " + s.verdict_text;
 }
 
+namespace {
+
+// Which linear layers run in fp8 under which recipe, and which stay out and why.
+std::string fp8_notice(const amp::DelayedScaling& recipe, const std::vector<models::Fp8Layer>& layers) {
+  std::int64_t on = 0;
+  std::string kept;
+  for (const models::Fp8Layer& l : layers) {
+    if (l.fp8) {
+      ++on;
+    } else {
+      kept += fmt::format("{}'{}' ({})", kept.empty() ? "" : ", ", l.layer, l.kept);
+    }
+  }
+  return fmt::format("fp8: {} of {} linear layers in fp8 with {}{}\n", on, layers.size(), amp::to_string(recipe),
+                     kept.empty() ? std::string() : "; kept out: " + kept);
+}
+
+// The fp8 watch's failures are the run's (after a NaN/Inf failure, which they usually explain).
+void fp8_verdict(const inspector::Fp8Watch& watch, InstrumentedRun& r) {
+  for (const inspector::Fp8Finding& f : watch.findings()) {
+    if (!f.failure) continue;
+    r.failure = "fp8: " + f.text + (r.failed && !r.failure.empty() ? "; then " + r.failure : "");
+    r.failed = true;
+    return;
+  }
+}
+
+}  // namespace
+
 InstrumentedRun instrumented_run(const RunArgs& args, const Resolved& resolved, const RunSetup& setup, std::ostream& err) {
   inspector::InspectorOptions io;
   io.mode = setup.mode;
@@ -212,7 +245,14 @@ InstrumentedRun instrumented_run(const RunArgs& args, const Resolved& resolved, 
     throw UsageError(e.what());
   }
   Progress progress(err, args.quiet || setup.progress_label.empty(), setup.progress_label, resolved.options.steps);
+  // fp8: which linear layers run in fp8, and the watch of their casts (with any inspection).
+  std::optional<inspector::Fp8Watch> fp8_watch;
+  if (resolved.options.fp8) {
+    if (!args.quiet) err << fp8_notice(*resolved.options.fp8, trainer->result().fp8_layers);
+    if (setup.mode != inspector::Mode::off) fp8_watch.emplace();
+  }
   insp.attach();
+  if (fp8_watch) add_observer(&*fp8_watch);
   const std::int64_t steps = resolved.options.steps;
   std::int64_t ran = 0;
   while (ran < steps) {
@@ -221,6 +261,7 @@ InstrumentedRun instrumented_run(const RunArgs& args, const Resolved& resolved, 
     if (ran < steps && setup.stop && setup.stop()) break;  // at least one step: a report needs one
   }
   insp.detach();  // the evaluation pass is not part of the training trace
+  if (fp8_watch) remove_observer(&*fp8_watch);
   progress.done();
   trainer->evaluate();
   const models::RunResult& result = trainer->result();
@@ -263,6 +304,7 @@ InstrumentedRun instrumented_run(const RunArgs& args, const Resolved& resolved, 
       }
     }
   }
+  if (fp8_watch) fp8_verdict(*fp8_watch, r);
   if (result.world > 1) {
     // The job's report. The consensus check: every rank's view of every step, on every
     // rank. Then one rank's report for all (the first that failed, else rank 0's), so that
@@ -301,6 +343,14 @@ InstrumentedRun instrumented_run(const RunArgs& args, const Resolved& resolved, 
     if (source != 0) r.failure += " (on rank " + std::to_string(source) + ")";
   }
   set_verdict(rep, insp.trace() != nullptr, r.failed, r.failure);
+  if (fp8_watch) {  // its warnings belong in the line a person reads
+    std::vector<inspector::Fp8Finding> warnings;
+    for (const inspector::Fp8Finding& f : fp8_watch->findings())
+      if (!f.failure) warnings.push_back(f);
+    if (!warnings.empty())
+      rep.summary.verdict_text += fmt::format("; fp8 warning{}: {}{}", warnings.size() == 1 ? "" : "s", warnings.front().text,
+                                              warnings.size() > 1 ? fmt::format(" (and {} more)", warnings.size() - 1) : "");
+  }
   if (rep.kernels) {  // the kernel check's warnings belong in the line a person reads
     const std::int64_t warnings = rep.kernels->warnings();
     if (warnings > 0)

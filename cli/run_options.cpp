@@ -6,11 +6,13 @@
 
 #include <algorithm>
 #include <iostream>
+#include <variant>
 
 #include "ampcheck_build_info.h"  // AMPCHECK_VERSION
 #include "cli/interrupt.h"  // ReportWrite
 #include "cli/usage_error.h"
 #include "engine/amp/config.h"
+#include "engine/amp/fp8_recipe.h"
 #include "engine/device.h"
 #include "engine/dist/communicator.h"
 #include "engine/dtype/convert.h"
@@ -102,6 +104,19 @@ void add_run_args(CLI::App* cmd, RunArgs& a, bool level) {
                   "debug: each rank acts on its own found_inf instead of the reduced one (the consensus check must "
                   "flag the divergence)");
   }
+  if (level) {  // fp8: run and bisect-nan
+    cmd->add_option("--fp8", a.fp8,
+                    "train the model's linear layers in fp8 with a TransformerEngine recipe, its constructor as in "
+                    "your script: 'DelayedScaling(fp8_format=Format.HYBRID, amax_history_len=16, "
+                    "amax_compute_algo=\"max\")' (docs/fp8.md)");
+    cmd->add_option("--fp8-keep", a.fp8_keep,
+                    "with --fp8: linear layers (module paths, or a path's prefix) kept out of fp8, comma separated")
+        ->delimiter(',');
+    cmd->add_option("--fp8-amax-group", a.fp8_amax_group,
+                    "debug, data parallel with --fp8: reduce the amaxes over groups of N consecutive ranks instead of "
+                    "all of them (the wrong group: the consensus check must flag it)")
+        ->check(CLI::Range(0, 4096));
+  }
   if (level)  // run and bisect-nan; compare's levels train side by side, and CUPTI traces one at a time
     cmd->add_option("--cupti", a.cupti,
                     "on a GPU with --inspect trace or above: record which kernels each op really ran (CUPTI), on or off")
@@ -130,6 +145,24 @@ Resolved resolve(const RunArgs& a) {
     throw UsageError("--dp-reduce-dtype \"" + a.dp_reduce_dtype + "\": use float32 (after unscaling) or grad (the "
                      "gradients' own dtype, before)");
   o.reduce_dtype = a.dp_reduce_dtype;
+  if (!a.fp8.empty()) {
+    amp::Fp8Recipe recipe;
+    try {
+      recipe = amp::parse_fp8_recipe(a.fp8);
+    } catch (const amp::Fp8RecipeError& e) {
+      throw UsageError(std::string("--fp8: ") + e.what());
+    }
+    const auto* delayed = std::get_if<amp::DelayedScaling>(&recipe);
+    if (delayed == nullptr)
+      throw UsageError("--fp8 " + amp::to_string(recipe) + ": training runs DelayedScaling; this recipe's scales "
+                       "are computed by `ampcheck fp8-scale`, it does not train yet");
+    o.fp8 = *delayed;
+    o.fp8_keep = a.fp8_keep;
+    o.fp8_amax_group = a.fp8_amax_group;
+  } else if (!a.fp8_keep.empty() || a.fp8_amax_group != 0) {
+    throw UsageError(std::string(!a.fp8_keep.empty() ? "--fp8-keep" : "--fp8-amax-group") +
+                     " applies to an fp8 run: give --fp8 RECIPE too");
+  }
   r.onnx = file.onnx_graph;
   o.steps = a.steps.value_or(file.train.steps);
   o.batch = a.batch.value_or(0);  // 0: the model's (the batch size its export fixed, or its file's)

@@ -38,6 +38,9 @@ struct RunArgs {
   int nproc = 1;                  // --nproc N: start under mpirun with N ranks
   bool dp_no_inf_reduce = false;
   std::string dp_reduce_dtype = "float32";  // --dp-reduce-dtype float32|grad  // debug: each rank acts on its own found_inf (breaks the consensus)
+  std::string fp8;                    // --fp8 RECIPE: TransformerEngine's constructor text
+  std::vector<std::string> fp8_keep;  // --fp8-keep: linear layers kept out of fp8
+  int fp8_amax_group = 0;             // --fp8-amax-group N (debug: the wrong amax reduction group)
   bool quiet = false;
 };
 

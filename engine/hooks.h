@@ -61,6 +61,16 @@ struct ParamUpdate {
 
 // One data-parallel step as one rank saw it (engine/dist/data_parallel.h): its own
 // finding, the decision it acted on, and its parameters' checksum after the step.
+// One fp8 scaled tensor after a step's scale update (an fp8 linear layer's input, weight
+// or output gradient): the amax the update used (after the reduction over the amax group)
+// and the scale it set. Every rank must hold the same (TransformerEngine reduces the amaxes
+// over the data-parallel group so that the replicas quantize alike).
+struct Fp8ScaleRecord {
+  std::string tensor;  // "<layer> <role>"
+  float amax = 0;
+  float scale = 0;
+};
+
 struct DataParallelStep {
   std::int64_t step = 0;
   int rank = 0, world = 1;
@@ -73,6 +83,7 @@ struct DataParallelStep {
   std::uint64_t checksum = 0;    // of every parameter after the update (or the skip)
   std::string overflow;          // the first parameter whose local gradient was non-finite
   bool skipped = false;          // the optimizer step was skipped
+  std::vector<Fp8ScaleRecord> fp8;  // fp8 layers: each scaled tensor after the update
 };
 
 class Observer {

@@ -5,6 +5,8 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <string>
+#include <utility>
 #include <stdexcept>
 
 namespace ampcheck::inspector {
@@ -31,6 +33,12 @@ std::string encode_steps(const std::vector<DataParallelStep>& steps) {
     s << e.step << '\t' << e.rank << '\t' << e.world << '\t' << e.local_found_inf << '\t' << e.found_inf << '\t'
       << e.reduced << '\t' << e.scale << '\t' << e.local_loss << '\t' << e.shard_rows << '\t' << e.checksum << '\t'
       << e.skipped << '\t' << (e.overflow.empty() ? "-" : e.overflow) << '\n';
+  // Each fp8 tensor on a line of its own after its step's (its name, which may hold
+  // spaces, last).
+  for (const DataParallelStep& e : steps)
+    for (const Fp8ScaleRecord& f : e.fp8)
+      s << "fp8\t" << e.step << '\t' << static_cast<double>(f.amax) << '\t' << static_cast<double>(f.scale) << '\t'
+        << f.tensor << '\n';
   return s.str();
 }
 
@@ -39,6 +47,19 @@ std::vector<DataParallelStep> decode_steps(const std::string& text) {
   std::istringstream lines(text);
   std::string line;
   while (std::getline(lines, line)) {
+    if (line.rfind("fp8\t", 0) == 0) {
+      std::istringstream f(line.substr(4));
+      std::int64_t step = 0;
+      std::string amax, scale, name;
+      const bool numbers = static_cast<bool>(f >> step >> amax >> scale);
+      if (numbers) std::getline(f >> std::ws, name);
+      auto owner = std::find_if(out.begin(), out.end(), [&](const DataParallelStep& e) { return e.step == step; });
+      if (!numbers || owner == out.end() || name.empty())
+        throw std::runtime_error("consensus: a rank's fp8 record is malformed: " + line);
+      owner->fp8.push_back({name, static_cast<float>(std::strtod(amax.c_str(), nullptr)),
+                            static_cast<float>(std::strtod(scale.c_str(), nullptr))});
+      continue;
+    }
     std::istringstream f(line);
     DataParallelStep e;
     std::string scale, loss, overflow;
@@ -90,6 +111,40 @@ reports::Distributed consensus(const std::vector<std::vector<DataParallelStep>>&
     if (scales.size() > 1 && d.first_divergence == 0) {
       d.first_divergence = step;
       d.divergence = "the ranks' loss scales differ at step " + std::to_string(step);
+    }
+    // fp8: every rank's scale and amax of each scaled tensor (the same tensors, in the same
+    // order, on every rank: one model). The first that differs is named with the groups of
+    // ranks that agree: amaxes reduced over the wrong group (Megatron-LM PR 442's bug).
+    if (d.first_divergence == 0) {
+      const std::vector<Fp8ScaleRecord>& first = ranks[0][k].fp8;
+      for (std::size_t t = 0; t < first.size() && d.first_divergence == 0; ++t) {
+        std::map<std::pair<float, float>, std::vector<std::int64_t>> groups;
+        bool complete = true;
+        for (std::size_t r = 0; r < ranks.size(); ++r) {
+          const auto& mine = ranks[r][k].fp8;
+          if (mine.size() != first.size() || mine[t].tensor != first[t].tensor) {
+            complete = false;
+            break;
+          }
+          groups[{mine[t].scale, mine[t].amax}].push_back(static_cast<std::int64_t>(r));
+        }
+        if (!complete) {
+          d.first_divergence = step;
+          d.divergence = "the ranks' fp8 layers differ at step " + std::to_string(step) + " (not the same scaled tensors)";
+        } else if (groups.size() > 1) {
+          d.first_divergence = step;
+          std::string parts;
+          for (const auto& [sa, members] : groups) {
+            char buf[96];
+            std::snprintf(buf, sizeof buf, ": scale %.6g from amax %.6g", static_cast<double>(sa.first),
+                          static_cast<double>(sa.second));
+            parts += (parts.empty() ? "" : " vs ") + ("ranks " + list(members) + buf);
+          }
+          d.divergence = "the ranks' fp8 scales of " + first[t].tensor + " differ after step " + std::to_string(step) +
+                         " (" + parts + "): its amax was not reduced over every rank (an amax reduction over the wrong "
+                         "process group); the replicas quantize differently from here on";
+        }
+      }
     }
     if (checksums.size() > 1 && d.first_divergence == 0) {
       d.first_divergence = step;

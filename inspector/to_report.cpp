@@ -9,12 +9,14 @@
 #include <utility>
 
 namespace ampcheck::inspector {
-namespace {
 
-reports::DtypeCounts counts(const DtypeCalls& c) {
+reports::DtypeCounts dtype_counts(const DtypeCalls& c) {
   return {static_cast<std::int64_t>(c.fp16), static_cast<std::int64_t>(c.bf16), static_cast<std::int64_t>(c.fp32),
-          static_cast<std::int64_t>(c.other)};
+          static_cast<std::int64_t>(c.other),
+          c.fp8 != 0 ? std::optional<std::int64_t>(static_cast<std::int64_t>(c.fp8)) : std::nullopt};
 }
+
+namespace {
 
 reports::LowPrecisionCounts counts(const LowPrecisionCounts& c) {
   return {c.overflow, c.rounds_to_max, c.underflow, c.subnormal};
@@ -102,7 +104,7 @@ reports::OpInstance instance(const InstanceStats& s) {
   for (DType d : s.dtypes_in) o.dtypes_in.push_back(dtype_text(d));
   o.compute = dtype_text(s.compute_dtype);
   o.out = dtype_text(s.out_dtype);
-  o.kernel_dtypes = counts(s.kernel_dtypes);
+  o.kernel_dtypes = dtype_counts(s.kernel_dtypes);
   for (const auto& [key, calls] : s.casts) {
     const auto& [input, from, to] = key;
     o.casts.push_back({static_cast<std::int64_t>(input), slot_name(s.op, input), dtype_text(from), dtype_text(to), calls});
@@ -237,7 +239,7 @@ std::vector<reports::TraceSpan> trace_spans(const OpTrace& trace) {
 void fill_report(const Inspector& insp, reports::Report& report) {
   if (const OpTrace* t = insp.trace()) {
     report.op_types.clear();
-    for (const auto& [type, calls] : t->op_stats()) report.op_types.push_back({type, counts(calls)});
+    for (const auto& [type, calls] : t->op_stats()) report.op_types.push_back({type, dtype_counts(calls)});
     report.inserted_casts.clear();
     for (const auto& [key, calls] : t->inserted_casts())
       report.inserted_casts.push_back({dtype_text(key.first), dtype_text(key.second), static_cast<std::int64_t>(calls)});
@@ -252,7 +254,7 @@ void fill_report(const Inspector& insp, reports::Report& report) {
     report.summary.low_precision_calls = 0;
     report.summary.total_calls = 0;
     for (const auto& [type, calls] : t->op_stats()) {
-      report.summary.low_precision_calls += static_cast<std::int64_t>(calls.fp16 + calls.bf16);
+      report.summary.low_precision_calls += static_cast<std::int64_t>(calls.fp16 + calls.bf16 + calls.fp8);
       report.summary.total_calls += static_cast<std::int64_t>(calls.total());
     }
   }

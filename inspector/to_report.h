@@ -14,6 +14,8 @@ namespace ampcheck::inspector {
 void fill_report(const Inspector& inspector, reports::Report& report);
 
 reports::Numerics to_report(const TensorStats& stats);
+// The report's counts of a DtypeCalls (fp8 present only where some call ran in fp8).
+reports::DtypeCounts dtype_counts(const DtypeCalls& c);
 reports::NanEvent to_report(const NanEvent& event);
 reports::LostValue to_report(const LostValue& lost);
 std::string dtype_text(DType d);  // "float16": the names the report uses

@@ -18,6 +18,7 @@
 
 #include "engine/dtype/dtype.h"
 #include "inspector/kernel_watch.h"
+#include "inspector/to_report.h"  // dtype_counts
 
 namespace ampcheck::inspector {
 namespace {
@@ -213,6 +214,7 @@ void OpTrace::on_op_end(const OpEvent& e) {
     return;
   }
   const DType kernel_dtype = kernel_dtype_of(e);
+  const bool fp8_kernel = e.op == Op::fp8_linear && kernel_dtype != DType::f64;  // f64: the exact form
   {
     // The table's row: the op's name, with "_grad" for backward (built on the stack, so a
     // row seen before costs no allocation).
@@ -231,9 +233,9 @@ void OpTrace::on_op_end(const OpEvent& e) {
       }
     }
     if (const auto st = stats_.find(row); st != stats_.end()) {
-      st->second.add(kernel_dtype);
+      st->second.add(kernel_dtype, fp8_kernel);
     } else {
-      stats_.emplace(std::string(row), DtypeCalls{}).first->second.add(kernel_dtype);
+      stats_.emplace(std::string(row), DtypeCalls{}).first->second.add(kernel_dtype, fp8_kernel);
     }
   }
   const std::int64_t k = occurrences_.of(e);
@@ -257,7 +259,7 @@ void OpTrace::on_op_end(const OpEvent& e) {
   }
   in.compute_dtype = compute_of(e.kernel).value_or(kernel_dtype);
   in.out_dtype = e.out_dtype;
-  in.kernel_dtypes.add(kernel_dtype);
+  in.kernel_dtypes.add(kernel_dtype, fp8_kernel);
   if (const auto kn = in.kernels.find(e.kernel); kn != in.kernels.end()) {
     ++kn->second;
   } else {
@@ -340,8 +342,7 @@ void OpTrace::clear() {
 std::string operator_stats_table(const OpTrace& trace) {
   std::vector<reports::OpTypeRow> rows;
   for (const auto& [name, c] : trace.op_stats())
-    rows.push_back({name, {static_cast<std::int64_t>(c.fp16), static_cast<std::int64_t>(c.bf16),
-                           static_cast<std::int64_t>(c.fp32), static_cast<std::int64_t>(c.other)}});
+    rows.push_back({name, dtype_counts(c)});
   std::vector<reports::InsertedCasts> casts;
   for (const auto& [key, count] : trace.inserted_casts())
     casts.push_back({std::string(info(key.first).long_name), std::string(info(key.second).long_name),

@@ -97,9 +97,17 @@ std::string_view paddle_dtype_name(DType d);
 DType kernel_dtype_of(const OpEvent& e);
 
 // Calls of one op type by the dtype of the kernel that ran, PaddlePaddle's four columns.
+// fp8_linear's calls ran fp8 GEMMs (whatever dtype they read and write): counted in
+// `other`, and in `fp8` of those.
 struct DtypeCalls {
   std::uint64_t fp16 = 0, bf16 = 0, fp32 = 0, other = 0;
+  std::uint64_t fp8 = 0;  // of other
   void add(DType d);
+  void add(DType d, bool fp8_kernel) {
+    if (!fp8_kernel) return add(d);
+    ++other;
+    ++fp8;
+  }
   std::uint64_t total() const { return fp16 + bf16 + fp32 + other; }
   bool operator==(const DtypeCalls&) const = default;
 };

@@ -7,6 +7,7 @@
 #include "engine/amp/decorate.h"
 #include "engine/dist/data_parallel.h"
 #include "engine/hooks.h"
+#include "engine/nn/layers.h"
 #include "engine/optim/optimizer.h"
 #include "models/data.h"
 #include "models/onnx_model.h"
@@ -83,6 +84,7 @@ struct Trainer::State {
     data.x.move_to_(o.device);
     data.y.move_to_(o.device);
     for (Tensor& t : data.more) t.move_to_(o.device);
+    if (o.fp8) enable_fp8(*o.fp8, o.fp8_keep);
     result.lr = o.lr > 0 ? o.lr : file.train.lr;
     optimizer = make_optimizer(file.train, *model, result.lr);
     amp::decorate(*model, optimizer.get(), o.amp);
@@ -124,6 +126,57 @@ struct Trainer::State {
     // file named, as every other error of the user's input names it.
     throw OutOfMemory(o.model + ": " + e.what());
   }
+  // The model's linear layers in fp8 but those kept or of sizes fp8 GEMMs do not take.
+  void enable_fp8(const amp::DelayedScaling& recipe, const std::vector<std::string>& keep) {
+    for (const auto& entry : model->named_modules()) {
+      const std::string& path = entry.first;
+      auto* linear = dynamic_cast<nn::Linear*>(entry.second);
+      if (linear == nullptr) continue;
+      Fp8Layer l{path, false, ""};
+      const bool kept = std::any_of(keep.begin(), keep.end(), [&](const std::string& k) {
+        return path == k || (path.size() > k.size() && path.compare(0, k.size(), k) == 0 && path[k.size()] == '.');
+      });
+      const std::int64_t out = linear->weight.size(0), in = linear->weight.size(1);
+      if (kept) {
+        l.kept = "--fp8-keep";
+      } else if (in % 16 != 0 || out % 16 != 0) {
+        l.kept = "[" + std::to_string(out) + ", " + std::to_string(in) + "]: not multiples of 16";
+      } else {
+        linear->enable_fp8(recipe);
+        l.fp8 = true;
+        fp8_linears.push_back(linear);
+      }
+      result.fp8_layers.push_back(l);
+    }
+    for (const std::string& k : keep)
+      if (std::none_of(result.fp8_layers.begin(), result.fp8_layers.end(), [&](const Fp8Layer& l) {
+            return l.layer == k || l.layer.rfind(k + ".", 0) == 0;
+          }))
+        throw std::invalid_argument("--fp8-keep " + k + ": no linear layer of the model is named so or lies under it");
+    if (fp8_linears.empty())
+      throw std::invalid_argument("--fp8: no linear layer of the model can run in fp8 (every one is kept or has a size "
+                                  "that is not a multiple of 16)");
+  }
+  // The end of a step in fp8: every layer's amaxes (reduced over the ranks' group under
+  // mpirun), then each layer's scale update; what each rank used, for the consensus check.
+  std::vector<Fp8ScaleRecord> update_fp8_scales(dist::Communicator& comm) {
+    std::vector<float> amax;
+    for (const nn::Linear* l : fp8_linears)
+      for (const float a : l->step_amaxes()) amax.push_back(a);
+    const bool reduce = comm.size() > 1 && options.fp8->reduce_amax;
+    if (reduce) comm.all_reduce_max(amax.data(), static_cast<std::int64_t>(amax.size()), options.fp8_amax_group);
+    std::vector<Fp8ScaleRecord> records;
+    for (std::size_t i = 0; i < fp8_linears.size(); ++i) {
+      nn::Linear& l = *fp8_linears[i];
+      const std::array<float, 3> mine = {amax[3 * i], amax[3 * i + 1], amax[3 * i + 2]};
+      const auto done = l.update_scales(reduce ? std::optional<std::array<float, 3>>(mine) : std::nullopt);
+      for (std::size_t r = 0; r < 3; ++r)
+        records.push_back({l.path() + " " + std::string(amp::role_name(static_cast<amp::Fp8Role>(r))),
+                           done[r].step_amax, done[r].scale_after});
+    }
+    return records;
+  }
+
   RunOptions options;
   ModelFile file;
   Dataset data;
@@ -133,6 +186,7 @@ struct Trainer::State {
   amp::GradScaler scaler;
   const amp::Policy* active = nullptr;
   RunResult result;
+  std::vector<nn::Linear*> fp8_linears;  // the layers running in fp8, in model order
 };
 
 Trainer::Trainer(const RunOptions& options) : s_(std::make_unique<State>(options)) {}
@@ -177,6 +231,7 @@ StepResult Trainer::step() {
     s.scaler.scale(loss).backward();
     s.scaler.step(*s.optimizer);
     s.scaler.update();
+    if (!s.fp8_linears.empty()) s.update_fp8_scales(comm);
     out.loss = loss.item();
   } else {
     const double share = static_cast<double>(hi - lo) * comm.size() / static_cast<double>(len);
@@ -188,6 +243,7 @@ StepResult Trainer::step() {
     r.data_parallel.push_back(
         dist::data_parallel_update(s.scaler, *s.optimizer, comm, dp, step + 1, local, hi - lo));
     s.scaler.update();
+    if (!s.fp8_linears.empty()) r.data_parallel.back().fp8 = s.update_fp8_scales(comm);
     double global_loss = local * static_cast<double>(hi - lo) / static_cast<double>(len);
     comm.all_reduce_sum(&global_loss, 1);
     out.loss = global_loss;

@@ -6,10 +6,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "engine/amp/fp8_recipe.h"
 #include "engine/amp/grad_scaler.h"
 #include "engine/amp/policy.h"
 #include "engine/hooks.h"
@@ -32,6 +34,23 @@ struct RunOptions {
   // global batch of `batch` rows. A debug switch turns the found_inf reduction off.
   bool reduce_found_inf = true;
   std::string reduce_dtype = "float32";  // dist::DataParallelOptions::reduce_dtype
+  // fp8 (TransformerEngine's fp8_autocast with a DelayedScaling recipe): every linear layer
+  // of the model runs its GEMMs in fp8 (nn::Linear::enable_fp8) but those named in
+  // fp8_keep (a layer's path, or a prefix of paths ending before a '.') and those whose
+  // sizes are not multiples of 16, which stay as the AMP level has them. Each step ends
+  // with the scale update; under mpirun the amaxes are reduced (max) over the ranks first
+  // (the recipe's reduce_amax), over groups of fp8_amax_group consecutive ranks where that
+  // is set (a debug switch: the wrong group, as Megatron-LM PR 442's bug reduced).
+  std::optional<amp::DelayedScaling> fp8;
+  std::vector<std::string> fp8_keep;
+  int fp8_amax_group = 0;
+};
+
+// A linear layer and whether it runs in fp8, and if not, why.
+struct Fp8Layer {
+  std::string layer;
+  bool fp8 = false;
+  std::string kept;  // why not: "--fp8-keep", "[out, in]: not multiples of 16"
 };
 
 // One optimizer step as the scaler saw it.
@@ -57,6 +76,7 @@ struct RunResult {
   std::string scaling;         // the behaviour's name
   int world = 1;               // ranks that trained (dist::world())
   std::vector<DataParallelStep> data_parallel;  // this rank's view of each step, with several ranks
+  std::vector<Fp8Layer> fp8_layers;  // with RunOptions::fp8: every linear layer, in model order
 };
 
 class Trainer {

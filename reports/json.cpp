@@ -117,6 +117,7 @@ constexpr void fields(V& v, S& s) {
   v("bf16", s.bf16);
   v("fp32", s.fp32);
   v("other", s.other);
+  v("fp8", s.fp8);  // 1.8; optional (fp8 runs, and the recorder's)
 }
 template <class V, Is<OpTypeRow> S>
 constexpr void fields(V& v, S& s) {
@@ -964,6 +965,17 @@ Report from_json(std::string_view text, std::string_view source) {
     reader.fail("run.inspect_every", fmt::format("expected the N of run --inspect-every N, from 2 to {}, got {} (is "
                                                  "the file damaged? write it again with ampcheck run --report)",
                                                  kMaxInspectEvery, *every));
+  // fp8 calls are some of the `other` calls.
+  auto check_fp8 = [&reader](const DtypeCounts& c, const std::string& where) {
+    if (c.fp8 && (*c.fp8 < 0 || *c.fp8 > c.other))
+      reader.fail(where + ".fp8", fmt::format("expected the fp8 calls among the {} other calls, got {} (is the file "
+                                              "damaged? write it again with ampcheck run --report)",
+                                              c.other, *c.fp8));
+  };
+  for (std::size_t i = 0; i < report.op_types.size(); ++i)
+    check_fp8(report.op_types[i].calls, fmt::format("op_types[{}].calls", i));
+  for (std::size_t i = 0; i < report.ops.size(); ++i)
+    check_fp8(report.ops[i].kernel_dtypes, fmt::format("ops[{}].kernel_dtypes", i));
   return report;
 }
 

@@ -29,7 +29,7 @@ inline constexpr int kSchemaMajor = 1;
 // probing, zero_gradients, NanEvent::lost, OpInstance::range_loss; 1.4: Report::kernels,
 // OpInstance::gpu_kernels (CUDA runs with CUPTI); 1.5: Report::distributed (data-parallel
 // runs under mpirun).
-inline constexpr int kSchemaMinor = 7;
+inline constexpr int kSchemaMinor = 8;
 
 // What wrote the report. Nothing of the machine it ran on: the same build gives the same
 // bytes on every x86-64 CPU (the CPU paths differ in speed only).
@@ -115,6 +115,7 @@ struct StepRecord {
 // Calls by the dtype of the kernel that ran: PaddlePaddle's collect_operator_stats columns.
 struct DtypeCounts {
   std::int64_t fp16 = 0, bf16 = 0, fp32 = 0, other = 0;
+  std::optional<std::int64_t> fp8;  // 1.8, of other: calls whose kernel ran in fp8 (absent: none)
   std::int64_t total() const { return fp16 + bf16 + fp32 + other; }
   bool operator==(const DtypeCounts&) const = default;
 };

@@ -74,7 +74,7 @@ TEST_F(CliDiff, IdenticalRunsPass) {
 TEST_F(CliDiff, LevelChangeDrifts) {
   reports::Report o1 = testing::sample_report(false, false);
   o1.run.level = "O1";
-  o1.op_types[0].calls = {0, 0, 12, 0};  // linear ran fp32 at O1
+  o1.op_types[0].calls = {0, 0, 12, 0, {}};  // linear ran fp32 at O1
   const std::string base = write("o1.json", o1);
   const Result r = run({base, baseline_});
   EXPECT_EQ(r.code, 1) << r.out << r.err;

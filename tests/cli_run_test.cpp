@@ -103,6 +103,65 @@ TEST(CliRun, BadOptionsAreNamedWithExitCode2) {
 // step numbers, from 1) and on the N steps after each step whose gradients held Inf/NaN;
 // the report and the summary say so. The steps expected are worked out from the report's
 // own loss-scale history by that rule.
+// --fp8: the transformer's linear layers whose sizes are multiples of 16 (the attention's
+// four 32 x 32 projections, the feed-forward's 32 -> 64 -> 32; not the 32 -> 2 head) train in
+// fp8; each of their calls is counted as an fp8 kernel, forward and backward, and among the
+// low-precision calls.
+TEST(CliRun, Fp8TrainsTheLinearLayersThatFp8GemmsTakeAndCountsTheirCalls) {
+  const Result r = run({"run", "--model", "transformer", "--level", "O1", "--dtype", "bfloat16", "--steps", "40",
+                        "--inspect", "trace", "--fp8", "DelayedScaling(amax_history_len=16)", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has(r.err, "fp8: 6 of 7 linear layers in fp8 with DelayedScaling(margin=0, fp8_format=Format.HYBRID, "
+                         "amax_history_len=16"))
+      << r.err;
+  EXPECT_TRUE(has(r.err, "kept out: 'head' ([2, 32]: not multiples of 16)")) << r.err;
+  const reports::Report rep = reports::from_json(r.out, "fp8");
+  std::int64_t fp8_calls = 0, low = 0;
+  for (const reports::OpTypeRow& row : rep.op_types) {
+    low += row.calls.fp16 + row.calls.bf16 + row.calls.fp8.value_or(0);
+    if (row.type == "fp8_linear" || row.type == "fp8_linear_grad") {
+      ASSERT_TRUE(row.calls.fp8.has_value()) << row.type;
+      EXPECT_EQ(*row.calls.fp8, 6 * 40) << row.type;
+      EXPECT_EQ(row.calls.other, 6 * 40) << row.type;
+      EXPECT_EQ(row.calls.total(), 6 * 40) << row.type;
+      fp8_calls += *row.calls.fp8;
+    } else {
+      EXPECT_FALSE(row.calls.fp8.has_value()) << row.type;
+    }
+    if (row.type == "linear") {
+      EXPECT_EQ(row.calls.total(), 40);  // the head
+    }
+  }
+  EXPECT_EQ(fp8_calls, 2 * 6 * 40);
+  EXPECT_EQ(rep.summary.low_precision_calls, low);
+  EXPECT_EQ(rep.summary.verdict, "healthy") << rep.summary.verdict_text;
+  EXPECT_LT(rep.summary.final_loss, rep.summary.initial_loss);
+}
+
+TEST(CliRun, Fp8RefusesWhatItCannotTrainNamingTheFix) {
+  const std::vector<std::string> base = {"run", "--model", "transformer", "--steps", "2", "-q"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = base;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return run(a);
+  };
+  const Result current = with({"--fp8", "Float8CurrentScaling()"});
+  EXPECT_EQ(current.code, 2);
+  EXPECT_TRUE(has(current.err, "training runs DelayedScaling")) << current.err;
+  const Result e5m2 = with({"--fp8", "DelayedScaling(fp8_format=Format.E5M2)"});
+  EXPECT_EQ(e5m2.code, 2);
+  EXPECT_TRUE(has(e5m2.err, "--fp8: ")) << e5m2.err;
+  const Result keep_alone = with({"--fp8-keep", "head"});
+  EXPECT_EQ(keep_alone.code, 2);
+  EXPECT_TRUE(has(keep_alone.err, "--fp8-keep applies to an fp8 run: give --fp8 RECIPE too")) << keep_alone.err;
+  const Result unknown = with({"--fp8", "DelayedScaling()", "--fp8-keep", "encoder.nosuch"});
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_TRUE(has(unknown.err, "--fp8-keep encoder.nosuch: no linear layer of the model is named so")) << unknown.err;
+  const Result all_kept = with({"--fp8", "DelayedScaling()", "--fp8-keep", "encoder"});
+  EXPECT_EQ(all_kept.code, 2);
+  EXPECT_TRUE(has(all_kept.err, "no linear layer of the model can run in fp8")) << all_kept.err;
+}
+
 TEST(CliRun, InspectEveryMeasuresEveryNthStepAndTheStepsAfterEachInf) {
   const auto counts = [](const reports::Report& r) {
     std::vector<std::int64_t> c;

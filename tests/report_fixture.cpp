@@ -55,7 +55,7 @@ reports::Report sample_report(bool with_bisect, bool with_compare) {
 
   r.steps = {{0, 1.0986, 32768, true, true}, {1, 1.0986, 16384, false, false},
              {2, 0.9, 16384, false, false}, {3, 0.8125, 16384, false, false}};
-  r.op_types = {{"linear", {9, 0, 3, 0}}, {"linear_grad", {9, 0, 0, 0}}, {"softmax", {0, 0, 4, 0}}};
+  r.op_types = {{"linear", {9, 0, 3, 0, {}}}, {"linear_grad", {9, 0, 0, 0, {}}}, {"softmax", {0, 0, 4, 0, {}}}};
   r.inserted_casts = {{"float32", "float16", 12}};
 
   reports::OpInstance fc1;
@@ -68,7 +68,7 @@ reports::Report sample_report(bool with_bisect, bool with_compare) {
   fc1.dtypes_in = {"float16", "float16", "float16"};
   fc1.compute = "float32";
   fc1.out = "float16";
-  fc1.kernel_dtypes = {4, 0, 0, 0};
+  fc1.kernel_dtypes = {4, 0, 0, 0, {}};
   fc1.casts = {{0, "Input", "float32", "float16", 4}};
   fc1.kernels = {{"cpu:linear:f32", 4}};
   fc1.numerics = {{"out", numerics(-30, {1, 0, 4, 10, 20, 9, 2}, 6, 2)}};
@@ -85,7 +85,7 @@ reports::Report sample_report(bool with_bisect, bool with_compare) {
   sm.dtypes_in = {"float32"};
   sm.compute = "float32";
   sm.out = "float32";
-  sm.kernel_dtypes = {0, 0, 4, 0};
+  sm.kernel_dtypes = {0, 0, 4, 0, {}};
   sm.casts = {{0, "X", "float16", "float32", 4}};
   sm.kernels = {{"cpu:softmax:f32", 4}};
   sm.numerics = {{"out", numerics(-12, {3, 7, 50}, 0, 0)}};

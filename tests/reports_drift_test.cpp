@@ -65,9 +65,9 @@ TEST(Drift, LevelChangeFailsOnSettingsAndDtypes) {
   // (the fixture) everything but the custom black list runs fp16.
   Report baseline = sample();
   baseline.run.level = "O1";
-  baseline.op_types.push_back({"layer_norm", {0, 0, 4, 0}});
+  baseline.op_types.push_back({"layer_norm", {0, 0, 4, 0, {}}});
   Report current = sample();
-  current.op_types.push_back({"layer_norm", {4, 0, 0, 0}});
+  current.op_types.push_back({"layer_norm", {4, 0, 0, 0, {}}});
   const DriftResult r = compare_reports(baseline, current, DriftRules{});
   EXPECT_TRUE(r.drifted());
   const Finding* level = find(r, "settings_must_match", "run.level");
@@ -127,9 +127,9 @@ TEST(Drift, DtypeChangeToBf16AndOpTypesAppearingOrVanishing) {
   Report baseline = sample();
   Report current = sample();
   current.run.dtype = "bfloat16";
-  current.op_types[0].calls = {0, 9, 3, 0};  // linear: fp16 9 -> bf16 9
+  current.op_types[0].calls = {0, 9, 3, 0, {}};  // linear: fp16 9 -> bf16 9
   current.op_types.erase(current.op_types.begin() + 2);  // softmax gone
-  current.op_types.push_back({"cast", {0, 12, 0, 0}});
+  current.op_types.push_back({"cast", {0, 12, 0, 0, {}}});
   const DriftResult r = compare_reports(baseline, current, DriftRules{});
   for (const char* subject : {"linear", "softmax", "cast"}) {
     const Finding* f = find(r, "dtype_change", subject);
@@ -142,7 +142,7 @@ TEST(Drift, DtypeChangeToBf16AndOpTypesAppearingOrVanishing) {
 
 TEST(Drift, SameDtypeMixWithMoreCallsIsInformative) {
   Report current = sample();
-  current.op_types[0].calls = {18, 0, 6, 0};  // linear: twice the calls, same 3:1 mix
+  current.op_types[0].calls = {18, 0, 6, 0, {}};  // linear: twice the calls, same 3:1 mix
   const DriftResult r = compare_reports(sample(), current, DriftRules{});
   const Finding* f = find(r, "dtype_change", "linear");
   ASSERT_NE(f, nullptr) << dump(r);
@@ -355,7 +355,7 @@ TEST(Drift, FindingsAreOrderedByRuleThenSubject) {
   baseline.nonfinite = {};
   op(baseline, "fc1/linear#0").numerics[0].numerics.f16.overflow = 0;
   Report current = sample();
-  current.op_types[0].calls = {0, 0, 12, 0};
+  current.op_types[0].calls = {0, 0, 12, 0, {}};
   current.summary.final_loss = 2;
   const DriftResult a = compare_reports(baseline, current, DriftRules{});
   const DriftResult b = compare_reports(baseline, current, DriftRules{});

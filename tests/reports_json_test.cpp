@@ -50,7 +50,7 @@ TEST(ReportJson, RoundTripGivesTheSameText) {
 TEST(ReportJson, ReadBackValuesMatchTheReport) {
   const Report original = testing::sample_report();
   const Report r = from_json(to_json(original), "run.json");
-  EXPECT_EQ(r.schema_version, "1.7");
+  EXPECT_EQ(r.schema_version, "1.8");
   EXPECT_EQ(r.run.model_description, original.run.model_description);
   EXPECT_EQ(r.run.seed, 7u);
   EXPECT_EQ(r.run.amp.custom_black_list, std::vector<std::string>{"softmax"});
@@ -96,6 +96,24 @@ TEST(ReportJson, FullModeSamplingComesBackAndIsAbsentWhenEveryStepWasMeasured) {
   }
 }
 
+// 1.8: the fp8 calls of a row, written where there are some and read back; a count that
+// is not among the row's `other` calls is refused naming the field.
+TEST(ReportJson, Fp8CallsComeBackAndAreAbsentWhereNoneRan) {
+  Report original = testing::sample_report();
+  EXPECT_EQ(ordered_json::parse(to_json(original))["op_types"][0]["calls"].count("fp8"), 0u);
+  original.op_types.push_back({"fp8_linear", {0, 0, 0, 6, 6}});
+  const ordered_json doc = ordered_json::parse(to_json(original));
+  EXPECT_EQ(doc["op_types"].back()["calls"]["fp8"], 6);
+  const Report r = from_json(to_json(original), "run.json");
+  EXPECT_EQ(r.op_types.back().calls.fp8, std::optional<std::int64_t>{6});
+  EXPECT_EQ(r.op_types.front().calls.fp8, std::nullopt);
+  ordered_json hostile = doc;
+  hostile["op_types"].back()["calls"]["fp8"] = 7;
+  EXPECT_NE(read_error(hostile.dump()).find(".calls.fp8: expected the fp8 calls among the 6 other calls, got 7"),
+            std::string::npos)
+      << read_error(hostile.dump());
+}
+
 TEST(ReportJson, NonFiniteDoublesAreStringsAndComeBackInClass) {
   Report original = testing::sample_report();
   original.steps[2].loss = -std::numeric_limits<double>::infinity();
@@ -125,7 +143,7 @@ TEST(ReportJson, EqualReportsGiveIdenticalBytes) {
   EXPECT_EQ(a, b);
   EXPECT_EQ(a.substr(0, 2), "{\n");
   EXPECT_EQ(a.substr(a.size() - 2), "}\n");
-  EXPECT_NE(a.find("\n  \"schema_version\": \"1.7\",\n"), std::string::npos);
+  EXPECT_NE(a.find("\n  \"schema_version\": \"1.8\",\n"), std::string::npos);
 }
 
 // 1.2: the spread of `run --seeds N` goes out and comes back whole; a report of 1.1 that

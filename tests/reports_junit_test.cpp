@@ -191,7 +191,7 @@ TEST(Junit, EscapesSubjectsAndDetails) {
   Report baseline = testing::sample_report(false, false);
   Report current = baseline;
   current.run.model = "models/<odd & \"quoted\">.json";
-  current.op_types.push_back({"a<b>", {1, 0, 0, 0}});
+  current.op_types.push_back({"a<b>", {1, 0, 0, 0, {}}});
   const DriftResult r = compare_reports(baseline, current, DriftRules{});
   const auto root = parse(drift_junit(r));  // throws on a raw '<' or '&'
   bool found = false;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <stdexcept>
 
 #ifdef AMPCHECK_HAVE_MPI
@@ -18,6 +19,7 @@ class Single final : public Communicator {
   std::string runtime() const override { return "single"; }
   void all_reduce_sum(float*, std::int64_t) override {}
   void all_reduce_sum(double*, std::int64_t) override {}
+  void all_reduce_max(float*, std::int64_t, int) override {}
   bool all_reduce_or(bool value) override { return value; }
   std::vector<std::string> gather(const std::string& mine, int) override { return {mine}; }
   std::string broadcast(const std::string& value, int) override { return value; }
@@ -50,6 +52,23 @@ class Mpi final : public Communicator {
   std::string runtime() const override { return "mpi"; }
   void all_reduce_sum(float* data, std::int64_t count) override { reduce(data, count, MPI_FLOAT); }
   void all_reduce_sum(double* data, std::int64_t count) override { reduce(data, count, MPI_DOUBLE); }
+  void all_reduce_max(float* data, std::int64_t count, int group) override {
+    MPI_Comm comm = MPI_COMM_WORLD;
+    if (group > 0 && group < size_) {
+      auto it = groups_.find(group);
+      if (it == groups_.end()) {
+        MPI_Comm split = MPI_COMM_NULL;
+        check(MPI_Comm_split(MPI_COMM_WORLD, rank_ / group, rank_, &split), "MPI_Comm_split");
+        it = groups_.emplace(group, split).first;
+      }
+      comm = it->second;
+    }
+    constexpr std::int64_t kPiece = std::int64_t{1} << 30;
+    for (std::int64_t at = 0; at < count; at += kPiece)
+      check(MPI_Allreduce(MPI_IN_PLACE, data + at, static_cast<int>(std::min(kPiece, count - at)), MPI_FLOAT, MPI_MAX,
+                          comm),
+            "MPI_Allreduce (MAX)");
+  }
   bool all_reduce_or(bool value) override {
     int in = value ? 1 : 0, out = 0;
     check(MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce (MAX)");
@@ -96,6 +115,7 @@ class Mpi final : public Communicator {
     }
   }
   int rank_ = 0, size_ = 1;
+  std::map<int, MPI_Comm> groups_;  // split once per group size, kept until MPI_Finalize
 };
 #endif
 

@@ -20,6 +20,10 @@ class Communicator {
   // of the additions is the runtime's and the same on every rank).
   virtual void all_reduce_sum(float* data, std::int64_t count) = 0;
   virtual void all_reduce_sum(double* data, std::int64_t count) = 0;
+  // Element-wise maxima, in place, over the ranks of this one's group: the consecutive
+  // ranks [g * group, (g + 1) * group) for group > 0, every rank for 0 (an fp8 recipe's
+  // amax reduction; a group smaller than the world is the wrong group on purpose).
+  virtual void all_reduce_max(float* data, std::int64_t count, int group = 0) = 0;
   // Whether `value` holds on any rank (a MAX reduction of 0/1).
   virtual bool all_reduce_or(bool value) = 0;
   // Every rank's `mine`, in rank order, on `root`; the others get an empty vector.

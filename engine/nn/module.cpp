@@ -88,6 +88,15 @@ std::vector<std::pair<std::string, const Module*>> Module::named_modules() const
   return out;
 }
 
+std::vector<std::pair<std::string, Module*>> Module::named_modules() {
+  std::vector<std::pair<std::string, Module*>> out{{path_, this}};
+  for (const auto& [name, child] : children_) {
+    auto sub = child->named_modules();
+    out.insert(out.end(), sub.begin(), sub.end());
+  }
+  return out;
+}
+
 std::int64_t Module::parameter_count() const {
   std::int64_t n = 0;
   for (const auto& [name, t] : named_parameters()) n += t.numel();

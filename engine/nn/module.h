@@ -34,6 +34,7 @@ class Module {
   std::vector<Tensor> parameters() const;
   std::vector<std::pair<std::string, Tensor>> named_buffers() const;  // running stats
   std::vector<std::pair<std::string, const Module*>> named_modules() const;  // self first
+  std::vector<std::pair<std::string, Module*>> named_modules();
   std::int64_t parameter_count() const;
 
   // Converts in place the parameters of every module for which keep(module) is false
