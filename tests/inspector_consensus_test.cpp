@@ -5,6 +5,10 @@
 
 #include "inspector/consensus.h"
 
+#include <stdexcept>
+#include <string>
+#include <vector>
+
 namespace ampcheck::inspector {
 namespace {
 
@@ -88,6 +92,49 @@ TEST(Consensus, StepRecordsTravelExactly) {
   EXPECT_EQ(back[0].overflow, "blocks.0.conv.weight");
   EXPECT_EQ(back[1].overflow, "");
   EXPECT_TRUE(back[0].skipped);
+}
+
+// fp8: four ranks whose amaxes were reduced in two groups (ranks 0-1 and 2-3, as
+// Megatron-LM PR 442's bug reduced over the wrong process group): at step 2 rank 2 saw a
+// larger input amax than ranks 0-1, so the groups' scales of that tensor part. Named at
+// that step, with the groups and their scales, before the parameters drift.
+TEST(Consensus, Fp8ScalesThatDifferBetweenRanksAreNamedAtTheirFirstStep) {
+  std::vector<std::vector<DataParallelStep>> ranks(4);
+  for (int r = 0; r < 4; ++r)
+    for (std::int64_t k = 1; k <= 3; ++k) {
+      DataParallelStep e = step(k, r, false, false, 100 + static_cast<std::uint64_t>(k));
+      const bool second_group = r >= 2 && k >= 2;
+      e.fp8 = {{"encoder.ff1 input", second_group ? 4.0f : 2.0f, second_group ? 112.0f : 224.0f},
+               {"encoder.ff1 weight", 0.5f, 896.0f}};
+      ranks[static_cast<std::size_t>(r)].push_back(e);
+    }
+  const auto d = consensus(ranks, "mpi");
+  EXPECT_FALSE(d.in_agreement);
+  EXPECT_EQ(d.first_divergence, 2);
+  EXPECT_NE(d.divergence.find("fp8 scales of encoder.ff1 input differ after step 2"), std::string::npos) << d.divergence;
+  EXPECT_NE(d.divergence.find("ranks 0, 1: scale 224 from amax 2"), std::string::npos) << d.divergence;
+  EXPECT_NE(d.divergence.find("ranks 2, 3: scale 112 from amax 4"), std::string::npos) << d.divergence;
+  EXPECT_NE(d.divergence.find("wrong process group"), std::string::npos) << d.divergence;
+  EXPECT_EQ(consensus_failure(d), d.divergence);
+  // The same records on every rank: in agreement.
+  for (auto& r : ranks)
+    for (auto& e : r) e.fp8[0] = {"encoder.ff1 input", 2.0f, 224.0f};
+  EXPECT_TRUE(consensus(ranks, "mpi").in_agreement);
+}
+
+TEST(Consensus, Fp8RecordsTravelWithTheirStepExactly) {
+  auto e = step(5, 1, false, false, 9);
+  e.fp8 = {{"blocks.0 attn.q input", 0.1f, 4479.99951f}, {"head grad_output", 3.0e-30f, 1.9e34f}};
+  const auto back = decode_steps(encode_steps({e, step(6, 1, false, false, 3)}));
+  ASSERT_EQ(back.size(), 2u);
+  ASSERT_EQ(back[0].fp8.size(), 2u);
+  EXPECT_EQ(back[0].fp8[0].tensor, "blocks.0 attn.q input");
+  EXPECT_EQ(back[0].fp8[0].amax, 0.1f);
+  EXPECT_EQ(back[0].fp8[0].scale, 4479.99951f);
+  EXPECT_EQ(back[0].fp8[1].amax, 3.0e-30f);
+  EXPECT_EQ(back[0].fp8[1].scale, 1.9e34f);
+  EXPECT_TRUE(back[1].fp8.empty());
+  EXPECT_THROW(decode_steps("fp8\t7\t0x1p+0\t0x1p+0\tx\n"), std::runtime_error);  // no step 7 before it
 }
 
 }  // namespace
