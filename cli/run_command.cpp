@@ -27,6 +27,13 @@
 namespace ampcheck::cli {
 namespace {
 
+// Calls whose kernel ran in fp8 (fp8_linear's), over every op type.
+std::int64_t fp8_calls(const reports::Report& report) {
+  std::int64_t n = 0;
+  for (const reports::OpTypeRow& row : report.op_types) n += row.calls.fp8.value_or(0);
+  return n;
+}
+
 struct RunCommandOptions {
   RunArgs args;
   std::string inspect = "full";
@@ -142,7 +149,7 @@ void set_verdict(reports::Report& report, bool inspected_trace, bool failed, con
     s.verdict_text = "FAILED: " + failure;
     if (const std::string advice = reports::static_scale_overflow_text(report); !advice.empty())
       s.verdict_text += "; " + advice;
-  } else if (report.run.level == "O0") {
+  } else if (report.run.level == "O0" && fp8_calls(report) == 0) {
     s.verdict = "reference";
     s.verdict_text = "healthy fp32 reference run";
   } else if (inspected_trace && s.low_precision_calls == 0) {
@@ -150,8 +157,12 @@ void set_verdict(reports::Report& report, bool inspected_trace, bool failed, con
     s.verdict_text = "AMP is NOT on: no op ran in a low-precision dtype";
   } else if (inspected_trace) {
     s.verdict = "healthy";
+    const std::int64_t fp8 = fp8_calls(report);
+    const std::string ran_in = fp8 == 0 ? report.run.dtype
+                               : report.run.level == "O0" ? std::string("fp8")
+                                                          : report.run.dtype + " or fp8 (" + std::to_string(fp8) + " in fp8)";
     s.verdict_text = fmt::format("healthy: AMP is on ({} of {} op calls ran in {}), {} skipped step(s) absorbed by the scaler",
-                                 s.low_precision_calls, s.total_calls, report.run.dtype, s.skipped_steps);
+                                 s.low_precision_calls, s.total_calls, ran_in, s.skipped_steps);
     std::int64_t probing = 0;
     for (const reports::SkippedUpdate& u : nf.skips) probing += reports::is_probing_reading(u.reading);
     if (probing > 0) s.verdict_text += fmt::format(" ({} of them probing for its scale)", probing);

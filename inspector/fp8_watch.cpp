@@ -83,7 +83,16 @@ std::vector<Fp8Finding> fp8_findings(const Fp8TensorHistory& h, const Fp8WatchOp
   std::vector<Fp8Finding> out;
   const std::string what = fmt::format("'{}' {}", h.layer, fp8_tensor_name(h.tensor));
   // One finding per kind: its first step, how many steps, the worst share.
+  // The tensor's first cast ran with the initial scale, before any amax was recorded
+  // (TE's start): what it clamps or flushes is delayed scaling starting up, which the next
+  // step's scale corrects; judged as a failure only from the second step on.
+  std::vector<double> judged(3, 0.0);  // per kind: the worst share after the first step
+  const std::int64_t first_step = h.steps.empty() ? 0 : h.steps.front().step;
   auto note = [&](Fp8FindingKind kind, const Fp8CastStep& s, double share) -> Fp8Finding& {
+    if (s.step != first_step) {
+      double& j = judged[static_cast<std::size_t>(kind)];
+      j = std::max(j, share);
+    }
     for (Fp8Finding& f : out)
       if (f.kind == kind) {
         ++f.steps;
@@ -134,7 +143,7 @@ std::vector<Fp8Finding> fp8_findings(const Fp8TensorHistory& h, const Fp8WatchOp
             what, fmt_name, f.step, f.scale, static_cast<double>(f.amax), max);
         break;
       case Fp8FindingKind::saturation:
-        f.failure = f.worst_share >= o.saturation_failure;
+        f.failure = judged[static_cast<std::size_t>(f.kind)] >= o.saturation_failure;
         f.text = fmt::format(
             "{}: {} of its values saturated to +-{} in {} at step {} (amax {:.6g} x scale {:.6g} = {:.6g} > {}), {} "
             "step(s), at worst {}: the scale from the amax history could not hold this step's amax. A shorter "
@@ -144,7 +153,7 @@ std::vector<Fp8Finding> fp8_findings(const Fp8TensorHistory& h, const Fp8WatchOp
             static_cast<double>(f.amax) * static_cast<double>(f.scale), max, f.steps, percent(f.worst_share));
         break;
       case Fp8FindingKind::underflow: {
-        f.failure = f.worst_share >= o.underflow_failure;
+        f.failure = judged[static_cast<std::size_t>(f.kind)] >= o.underflow_failure;
         const int below = kernels::fp8_min_exponent(first.format) - 1;  // half the smallest subnormal
         f.text = fmt::format(
             "{}: {} of its nonzero values flushed to 0 in {} at step {} (|x| <= 2^{} / scale = {:.3g}, scale "
@@ -158,6 +167,10 @@ std::vector<Fp8Finding> fp8_findings(const Fp8TensorHistory& h, const Fp8WatchOp
         break;
       }
     }
+    if (f.kind != Fp8FindingKind::zero_amax_infinite_scale && f.steps == 1 && f.step == first_step)
+      f.text += fmt::format(" (its first cast, with the initial scale {:.6g} before any amax was recorded: delayed "
+                            "scaling corrects it from the next step)",
+                            static_cast<double>(f.scale));
   }
   return out;
 }
@@ -169,7 +182,7 @@ std::vector<Fp8Finding> Fp8Watch::findings() const {
     all.insert(all.end(), f.begin(), f.end());
   }
   std::stable_sort(all.begin(), all.end(), [](const Fp8Finding& a, const Fp8Finding& b) {
-    return std::make_tuple(!a.failure, a.step) < std::make_tuple(!b.failure, b.step);
+    return std::make_tuple(!a.failure, a.step, -a.worst_share) < std::make_tuple(!b.failure, b.step, -b.worst_share);
   });
   return all;
 }

@@ -9,6 +9,9 @@
 // own device by the same element rule the cast uses.
 //
 // Findings, each named with its layer, tensor, step and numbers:
+// A tensor's first cast runs with the initial scale, before any amax was recorded: what it
+// clamps or flushes there is a warning only (delayed scaling corrects it from the next step).
+//
 //   zero_amax_infinite_scale  a cast ran with a scale that is not finite: what fp8_max /
 //                             amax gives when the amax is 0 (TE's rule keeps the old scale
 //                             instead; a recipe of one's own may not): every nonzero value
@@ -92,7 +95,8 @@ class Fp8Watch : public Observer {
 
   // Every scaled tensor seen, layer by layer in the order first seen.
   const std::vector<Fp8TensorHistory>& histories() const { return histories_; }
-  // The findings over everything seen so far, failures first, then by step.
+  // The findings over everything seen so far: failures first, then by step, then the
+  // largest share first.
   std::vector<Fp8Finding> findings() const;
 
  private:

@@ -131,6 +131,35 @@ TEST(Fp8Watch, E5m2GradientsBelowTheFormatAreALayerLosingItsSignal) {
   EXPECT_NE(u[0].text.find("signal is lost"), std::string::npos) << u[0].text;
 }
 
+// Gradients of 1e-9 everywhere: the first backward casts them with the initial scale 1,
+// before any amax was recorded, and every one flushes; from step 2 the delayed scale,
+// 57344 / 1e-9, holds them. Delayed scaling starting up: a warning that says so, not a
+// failure.
+TEST(Fp8Watch, WhatTheFirstCastLosesWithTheInitialScaleIsAWarningOnly) {
+  Fp8Watch watch;
+  Attach attach(watch);
+  Generator gen(8);
+  amp::DelayedScaling recipe;
+  auto layer = std::make_shared<nn::Fp8Linear>(16, 16, gen, recipe);
+  nn::Sequential net;
+  net.add(layer, "fc");
+  for (int step = 1; step <= 3; ++step) {
+    begin_step(step);
+    const Tensor y = net(Tensor::uniform({2, 16}, gen, -1, 1));
+    y.backward(Tensor::full({2, 16}, 1e-9));
+    layer->update_scales();
+    for (Tensor& p : layer->parameters()) p.zero_grad();
+  }
+  const auto u = of_kind(watch.findings(), Fp8FindingKind::underflow, Fp8Tensor::grad_output);
+  ASSERT_EQ(u.size(), 1u);
+  EXPECT_EQ(u[0].step, 1);
+  EXPECT_EQ(u[0].steps, 1);
+  EXPECT_DOUBLE_EQ(u[0].share, 1.0);
+  EXPECT_FALSE(u[0].failure);
+  EXPECT_NE(u[0].text.find("its first cast, with the initial scale 1 before any amax was recorded"), std::string::npos)
+      << u[0].text;
+}
+
 // A regression trained in fp8 with delayed scaling: nothing failed, and the histories hold
 // one cast per tensor per step.
 TEST(Fp8Watch, AHealthyFp8RunIsNotFailed) {
