@@ -52,7 +52,9 @@ CLI::App* add_options(CLI::App& app, BisectOptions& o) {
   cmd->add_option("--script", o.script,
                   "bisect your own PyTorch script instead of a model: \"python train.py --steps 50\", run under the "
                   "recorder with candidate ops (or modules) forced to fp32 inside autocast (docs/recorder.md)");
-  cmd->add_option("--granularity", o.granularity, "search over op types (custom_black_list) or op instances (module paths)")
+  cmd->add_option("--granularity", o.granularity,
+                  "search over op types (custom_black_list), op instances (module paths), or, with --fp8, the fp8 "
+                  "linear layers to keep out of fp8 (fp8; the default with --fp8)")
       ->capture_default_str();
   cmd->add_option("--max-skipped", o.max_skipped, "healthy runs skip at most this fraction of the updates")
       ->capture_default_str();
@@ -97,6 +99,15 @@ std::vector<std::string> producer_keys(const reports::Report& r, const std::stri
   return keys;
 }
 
+// The layers a trial of an fp8 search points at: those whose fp8 casts failed it, then the
+// modules of the ops that made Inf/NaN, first occurrence each.
+std::vector<std::string> fp8_producers(const InstrumentedRun& run) {
+  std::vector<std::string> keys = run.fp8_failed_layers;
+  for (const std::string& m : producer_keys(run.report, "instance"))
+    if (std::find(keys.begin(), keys.end(), m) == keys.end()) keys.push_back(m);
+  return keys;
+}
+
 // What one trial runs: the training with `set` (op types or module paths) in fp32 on top
 // of the user's own lists. Two runners, one search: the engine's training of a model
 // (custom_black_list / fp32_modules) and the user's script under the recorder
@@ -130,13 +141,14 @@ struct Trials {
     t.reason = run.failure;
     judge_loss(t);
     if (!o.args.quiet && &err == &std::cerr && isatty_stderr())
-      err << fmt::format("bisect trial {}: fp32 [{}] -> {}\n", t.index, fmt::join(set, ", "),
+      err << fmt::format("bisect trial {}: {} [{}] -> {}\n", t.index,
+                         bisect.granularity == "fp8" ? "out of fp8" : "fp32", fmt::join(set, ", "),
                          t.healthy ? "healthy" : "failed");
     bisect.trials.push_back(t);
     Outcome out;
     out.healthy = t.healthy;
-    out.producers = producer_keys(run.report, bisect.granularity);
-    out.low_precision_calls = run.report.summary.low_precision_calls;
+    out.producers = bisect.granularity == "fp8" ? fp8_producers(run) : producer_keys(run.report, bisect.granularity);
+    out.low_precision_calls = bisect.granularity == "fp8" ? fp8_calls(run.report) : run.report.summary.low_precision_calls;
     out.total_calls = run.report.summary.total_calls;
     return cache[set] = out;
   }
@@ -153,8 +165,9 @@ struct Trials {
     const double rel = std::fabs(t.final_loss - reference_loss) / std::fabs(reference_loss);
     if (rel <= o.loss_tolerance) return;
     t.healthy = false;
-    t.reason = fmt::format("final loss {:.4g} is {:.3g} away from the fp32 run's {:.4g} (relative; tolerance {:g})",
-                           t.final_loss, rel, reference_loss, o.loss_tolerance);
+    t.reason = fmt::format("final loss {:.4g} is {:.3g} away from the {} run's {:.4g} (relative; tolerance {:g})",
+                           t.final_loss, rel, bisect.granularity == "fp8" ? "bf16 (no fp8)" : "fp32", reference_loss,
+                           o.loss_tolerance);
   }
   static bool isatty_stderr();
 };
@@ -164,7 +177,9 @@ TrialRunner engine_runner(const BisectOptions& o, const Resolved& base, const st
                           std::ostream& err) {
   return [&o, &base, granularity, &err](const Set& set) {
     Resolved r = base;
-    if (granularity == "type")
+    if (granularity == "fp8")
+      r.options.fp8_keep.insert(r.options.fp8_keep.end(), set.begin(), set.end());
+    else if (granularity == "type")
       r.options.amp.custom_black_list.insert(r.options.amp.custom_black_list.end(), set.begin(), set.end());
     else
       r.options.amp.fp32_modules.insert(r.options.amp.fp32_modules.end(), set.begin(), set.end());
@@ -421,6 +436,27 @@ reports::Suggestion suggestion(const Resolved& base, const reports::Bisect& b) {
   return s;
 }
 
+// An fp8 search's fix: the layers kept out of fp8, as ampcheck's flags and as
+// TransformerEngine code (those modules' forward outside fp8_autocast: their GEMMs in the
+// autocast dtype).
+reports::Suggestion fp8_suggestion(const Resolved& base, const reports::Bisect& b) {
+  reports::Suggestion s;
+  const Set keep = [&] {
+    Set k = base.options.fp8_keep;
+    k.insert(k.end(), b.culprits.begin(), b.culprits.end());
+    return k;
+  }();
+  s.ampcheck = fmt::format("--fp8 '{}' --fp8-keep {}\n", amp::to_string(*base.options.fp8), fmt::join(keep, ","));
+  s.pytorch = fmt::format(
+      "# TransformerEngine: these layers outside fp8 (their GEMMs in the autocast dtype), the rest in fp8\n"
+      "with te.fp8_autocast(enabled=True, fp8_recipe=recipe):\n"
+      "    ...\n"
+      "    with te.fp8_autocast(enabled=False):\n"
+      "        y = layer(x)   # for each of: {}\n",
+      quoted(b.culprits, "'"));
+  return s;
+}
+
 // "; its -Inf masks (mul_scalar in 'Mul', ...) are intended: softmax maps them to 0", or "".
 std::string intended_masks_text(const reports::Report& r) {
   if (r.nonfinite.intended.empty()) return {};
@@ -474,11 +510,13 @@ int finish_bisect(const BisectOptions& o, const reports::Report& report, const s
                                           : fmt::format("the {} trial(s) judged before are above", b.trials.size()));
     else if (b.found && b.culprits.empty()) {
       const std::string probing = reports::probing_note(report);
-      out << "bisect-nan: the run is healthy as configured; nothing to black-list"
+      out << "bisect-nan: the run is healthy as configured; nothing to "
+          << (b.granularity == "fp8" ? "keep out of fp8" : "black-list")
           << (probing.empty() ? "" : "; but " + probing) << intended_masks_text(report) << "\n";
     }
     else if (b.found)
-      out << fmt::format("bisect-nan: fix found in {} runs: run {} in fp32\n", b.runs, fmt::join(b.culprits, ", "));
+      out << fmt::format("bisect-nan: fix found in {} runs: {} {}{}\n", b.runs, b.granularity == "fp8" ? "keep" : "run",
+                         fmt::join(b.culprits, ", "), b.granularity == "fp8" ? " out of fp8" : " in fp32");
     else
       out << "bisect-nan: no fix found: " << why_not << "\n";
   }
@@ -524,7 +562,14 @@ int bisect_from(const BisectOptions& o, const InstrumentedRun& first, const Bise
   // of the lower-precision list, or a module running one.
   std::map<std::string, std::set<std::string>> modules_of_type;
   std::set<std::string> gemm_like;
+  const bool fp8 = o.granularity == "fp8";
   for (const reports::OpInstance& op : report.ops) {
+    if (fp8) {  // the layers whose GEMMs ran in fp8
+      if (op.phase == "forward" && op.kernel_dtypes.fp8.value_or(0) > 0 && !op.module.empty() &&
+          std::find(b.candidates.begin(), b.candidates.end(), op.module) == b.candidates.end())
+        b.candidates.push_back(op.module);
+      continue;
+    }
     if (op.phase != "forward" || src.not_candidates.count(op.type) ||
         op.kernel_dtypes.fp16 + op.kernel_dtypes.bf16 == 0)
       continue;
@@ -539,12 +584,12 @@ int bisect_from(const BisectOptions& o, const InstrumentedRun& first, const Bise
   {
     Outcome as_configured;
     as_configured.healthy = !first.failed;
-    as_configured.producers = producer_keys(report, o.granularity);
-    as_configured.low_precision_calls = report.summary.low_precision_calls;
+    as_configured.producers = fp8 ? fp8_producers(first) : producer_keys(report, o.granularity);
+    as_configured.low_precision_calls = fp8 ? fp8_calls(report) : report.summary.low_precision_calls;
     as_configured.total_calls = report.summary.total_calls;
     trials.cache[{}] = as_configured;
-    // "Almost none": fewer than a tenth of the low-precision calls the run as configured made.
-    trials.min_low_precision_calls = std::max<std::int64_t>(1, report.summary.low_precision_calls / 10);
+    // "Almost none": fewer than a tenth of the low-precision (fp8) calls the run as configured made.
+    trials.min_low_precision_calls = std::max<std::int64_t>(1, as_configured.low_precision_calls / 10);
   }
   std::string why_not;
   if (!first.failed && o.loss_tolerance == 0) {
@@ -566,12 +611,16 @@ int bisect_from(const BisectOptions& o, const InstrumentedRun& first, const Bise
         why_not = "the cause is the loss scaling, not an op's precision, so no black list: " +
                   reports::gradient_underflow_text(report);
       } else if (b.candidates.empty()) {
-        why_not = "no op ran in low precision to black-list";
+        why_not = fp8 ? "no linear layer ran in fp8 to keep out of it" : "no op ran in low precision to black-list";
       } else {
-        Set found = search(b.candidates, producer_keys(report, o.granularity), gemm_like, trials, why_not);
+        Set found = search(b.candidates, fp8 ? fp8_producers(first) : producer_keys(report, o.granularity), gemm_like,
+                           trials, why_not);
         if (!found.empty() && !trials.acceptable(found)) {
           const Outcome& off = trials.run(found);
-          why_not = fmt::format(
+          why_not = fp8 ? fmt::format("the only fix found, {} out of fp8, leaves {} op calls in fp8: fp8 would be "
+                                      "off, which is no fix (check the recipe: its margin, history and format)",
+                                      fmt::join(found, ", "), off.low_precision_calls)
+                        : fmt::format(
               "the only fix found, {} in fp32, leaves {} of {} op calls in low precision: AMP would be off, which "
               "is no fix (the cause is not a few ops' precision; check the loss scaling and the data)",
               fmt::join(found, ", "), off.low_precision_calls, off.total_calls);
@@ -593,7 +642,9 @@ int bisect_from(const BisectOptions& o, const InstrumentedRun& first, const Bise
     }
   }
   if (b.found) {
-    if (o.granularity == "type") {
+    if (fp8) {
+      // The layers themselves are the fix (b.culprits): no black list, no fp32 module.
+    } else if (o.granularity == "type") {
       b.suggested_black_list = b.culprits;
       std::set<std::string> modules;
       for (const std::string& t : b.culprits)
@@ -610,8 +661,9 @@ int bisect_from(const BisectOptions& o, const InstrumentedRun& first, const Bise
 }
 
 void check_search_options(const BisectOptions& o) {
-  if (o.granularity != "type" && o.granularity != "instance")
-    throw UsageError("--granularity \"" + o.granularity + "\": use type (op types) or instance (module paths)");
+  if (o.granularity != "type" && o.granularity != "instance" && o.granularity != "fp8")
+    throw UsageError("--granularity \"" + o.granularity +
+                     "\": use type (op types), instance (module paths) or fp8 (the layers of an fp8 run)");
   if (!(o.max_skipped >= 0 && o.max_skipped < 1))
     throw UsageError(fmt::format("--max-skipped {} is not a fraction in [0, 1)", o.max_skipped));
   if (!(o.loss_tolerance >= 0)) throw UsageError(fmt::format("--loss-tolerance {} must be >= 0", o.loss_tolerance));
@@ -624,6 +676,9 @@ int run_bisect_engine(const BisectOptions& o, std::ostream& out, std::ostream& e
   if (o.args.nproc > 1 && !dist::launched_by_mpi()) return launch_under_mpi(o.args.nproc, err);
   check_search_options(o);
   const Resolved base = resolve(o.args);
+  const bool fp8 = o.granularity == "fp8";
+  if (fp8 && !base.options.fp8)
+    throw UsageError("--granularity fp8 searches the linear layers of an fp8 run: give --fp8 RECIPE too");
   if (!o.args.quiet) err << base.device_notice;
   if (base.options.amp.level == amp::Level::O0)
     throw UsageError("bisect-nan needs an AMP level (O1, O2 or O3): at O0 nothing runs in low precision");
@@ -651,12 +706,17 @@ int run_bisect_engine(const BisectOptions& o, std::ostream& out, std::ostream& e
     ref_setup.mode = inspector::Mode::off;
     ref_setup.stop = InterruptScope::stop_predicate();
     Resolved ref = base;
-    ref.options = with_level(base.options, amp::Level::O0);
+    if (fp8) {
+      ref.options.fp8.reset();  // the same run in bf16/fp16: what fp8 must keep up with
+      ref.options.fp8_keep.clear();
+    } else {
+      ref.options = with_level(base.options, amp::Level::O0);
+    }
     const InstrumentedRun fp32 = instrumented_run(o.args, ref, ref_setup, err);
     if (const auto& i = fp32.report.interrupted) throw SearchInterrupted{2, i->steps_run, i->steps_requested};
     return fp32.report.summary.final_loss;
   };
-  src.suggest = [&](const reports::Bisect& b) { return suggestion(base, b); };
+  src.suggest = [&](const reports::Bisect& b) { return fp8 ? fp8_suggestion(base, b) : suggestion(base, b); };
   return bisect_from(o, first, src, out, err);
 }
 
@@ -701,7 +761,8 @@ struct TrialLog {
 int run_bisect_script(const BisectOptions& o, const CLI::App& cmd, std::ostream& out, std::ostream& err) {
   for (const char* engine_only : {"--model", "--data", "--loss", "--output", "--level", "--dtype", "--steps", "--batch",
                                   "--lr", "--seed", "--config", "--white", "--black", "--device", "--nproc",
-                                  "--dp-reduce-dtype", "--dp-no-inf-reduce", "--cupti"})
+                                  "--dp-reduce-dtype", "--dp-no-inf-reduce", "--cupti", "--fp8", "--fp8-keep",
+                                  "--fp8-amax-group"})
     if (cmd.count(engine_only) > 0)
       throw UsageError(fmt::format("bisect-nan --script: {} sets ampcheck's own training, and the script trains with "
                                    "its own settings: drop {} (or bisect an exported model with --model instead)",
@@ -760,7 +821,11 @@ int run_bisect_script(const BisectOptions& o, const CLI::App& cmd, std::ostream&
 }
 
 int run_bisect(const BisectOptions& o, const CLI::App& cmd, std::ostream& out, std::ostream& err) {
-  return o.script.empty() ? run_bisect_engine(o, out, err) : run_bisect_script(o, cmd, out, err);
+  if (!o.script.empty()) return run_bisect_script(o, cmd, out, err);
+  if (o.args.fp8.empty() || cmd.count("--granularity") > 0) return run_bisect_engine(o, out, err);
+  BisectOptions fp8 = o;  // an fp8 run: its layers are what to search, unless told otherwise
+  fp8.granularity = "fp8";
+  return run_bisect_engine(fp8, out, err);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>  // CLI::App
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -26,13 +27,6 @@
 
 namespace ampcheck::cli {
 namespace {
-
-// Calls whose kernel ran in fp8 (fp8_linear's), over every op type.
-std::int64_t fp8_calls(const reports::Report& report) {
-  std::int64_t n = 0;
-  for (const reports::OpTypeRow& row : report.op_types) n += row.calls.fp8.value_or(0);
-  return n;
-}
 
 struct RunCommandOptions {
   RunArgs args;
@@ -225,9 +219,11 @@ std::string fp8_notice(const amp::DelayedScaling& recipe, const std::vector<mode
 void fp8_verdict(const inspector::Fp8Watch& watch, InstrumentedRun& r) {
   for (const inspector::Fp8Finding& f : watch.findings()) {
     if (!f.failure) continue;
+    if (std::find(r.fp8_failed_layers.begin(), r.fp8_failed_layers.end(), f.layer) == r.fp8_failed_layers.end())
+      r.fp8_failed_layers.push_back(f.layer);
+    if (r.fp8_failed_layers.size() > 1) continue;  // the first failure is the run's
     r.failure = "fp8: " + f.text + (r.failed && !r.failure.empty() ? "; then " + r.failure : "");
     r.failed = true;
-    return;
   }
 }
 
@@ -259,6 +255,11 @@ InstrumentedRun instrumented_run(const RunArgs& args, const Resolved& resolved, 
   // fp8: which linear layers run in fp8, and the watch of their casts (with any inspection).
   std::optional<inspector::Fp8Watch> fp8_watch;
   if (resolved.options.fp8) {
+    const auto& layers = trainer->result().fp8_layers;
+    // (A bisection's trial may keep every layer out: that is its question.)
+    if (setup.command == "run" && std::none_of(layers.begin(), layers.end(), [](const models::Fp8Layer& l) { return l.fp8; }))
+      throw UsageError("--fp8: no linear layer of the model can run in fp8 (every one is kept or has a size that is "
+                       "not a multiple of 16)");
     if (!args.quiet) err << fp8_notice(*resolved.options.fp8, trainer->result().fp8_layers);
     if (setup.mode != inspector::Mode::off) fp8_watch.emplace();
   }
@@ -374,6 +375,12 @@ InstrumentedRun instrumented_run(const RunArgs& args, const Resolved& resolved, 
   if (ran < steps) mark_interrupted(rep, ran, steps);
   if (setup.keep_spans && insp.trace()) r.spans = inspector::trace_spans(*insp.trace());
   return r;
+}
+
+std::int64_t fp8_calls(const reports::Report& report) {
+  std::int64_t n = 0;
+  for (const reports::OpTypeRow& row : report.op_types) n += row.calls.fp8.value_or(0);
+  return n;
 }
 
 Command add_run_command(CLI::App& app) {

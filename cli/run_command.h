@@ -29,7 +29,11 @@ struct InstrumentedRun {
   bool failed = false;
   std::string failure;  // what failed first, in a few words
   std::vector<reports::TraceSpan> spans;  // with keep_spans
+  std::vector<std::string> fp8_failed_layers;  // --fp8: the layers whose casts failed the run, first first
 };
+
+// Calls whose kernel ran in fp8 (fp8_linear's), over every op type of a report.
+std::int64_t fp8_calls(const reports::Report& report);
 struct RunSetup {
   std::string command = "run";
   inspector::Mode mode = inspector::Mode::full;

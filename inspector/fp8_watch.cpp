@@ -65,15 +65,7 @@ void Fp8Watch::record(const std::string& layer, Fp8Tensor tensor, std::int64_t s
   if (added) histories_.push_back({layer, tensor, {}});
   std::vector<Fp8CastStep>& steps = histories_[it->second].steps;
   if (!steps.empty() && steps.back().step == step) {  // the layer called again in this step
-    kernels::Fp8CastStats& t = steps.back().stats;
-    t.count += s.count;
-    t.nan += s.nan;
-    t.inf += s.inf;
-    t.zero += s.zero;
-    t.saturated += s.saturated;
-    t.flushed += s.flushed;
-    for (std::size_t k = 0; k < t.binade.size(); ++k) t.binade[k] += s.binade[k];
-    t.amax = std::max(t.amax, s.amax);
+    steps.back().stats.merge(s);
     return;
   }
   steps.push_back({step, scale, format, s});
@@ -120,7 +112,7 @@ std::vector<Fp8Finding> fp8_findings(const Fp8TensorHistory& h, const Fp8WatchOp
     if (s.stats.saturated > 0) {
       const double share = static_cast<double>(s.stats.saturated) / values;
       const double overshoot = static_cast<double>(s.stats.amax) * static_cast<double>(s.scale) / fp8_max(s.format);
-      if (share >= o.saturation_warning || overshoot >= o.saturation_overshoot) note(Fp8FindingKind::saturation, s, share);
+      if (share >= o.saturation_failure || overshoot >= o.saturation_overshoot) note(Fp8FindingKind::saturation, s, share);
     }
     const std::int64_t nonzero = nonzero_finite(s.stats);
     if (nonzero > 0) {

@@ -78,10 +78,10 @@ struct Fp8Finding {
 };
 
 struct Fp8WatchOptions {
-  // Saturation is reported where the clamped share reaches saturation_warning or the
-  // amax overshot the range by saturation_overshoot (amax * scale / fp8_max): the largest
-  // values clipped by a percent after a small amax growth are delayed scaling at work.
-  double saturation_warning = 0.001;
+  // Saturation is reported where the amax overshot the range by saturation_overshoot
+  // (amax * scale / fp8_max) or the clamped share reaches saturation_failure: the largest
+  // few values clipped by a few percent after a small amax growth (a weight after an
+  // update, with margin 0) are delayed scaling at work.
   double saturation_overshoot = 1.25;
   double saturation_failure = 0.01;  // share of a tensor's values clamped to +-max
   double underflow_warning = 0.01;   // share of nonzero values flushed to zero

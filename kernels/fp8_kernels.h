@@ -16,6 +16,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/fp8_format.h"
@@ -44,6 +45,17 @@ struct Fp8CastStats {
   float amax = 0;  // max |x| over the non-NaN elements
 
   std::int64_t representable() const { return count - nan - inf - zero - saturated - flushed; }
+  // The statistics of both sets of values together (counts added, the larger amax).
+  void merge(const Fp8CastStats& o) {
+    count += o.count;
+    nan += o.nan;
+    inf += o.inf;
+    zero += o.zero;
+    saturated += o.saturated;
+    flushed += o.flushed;
+    for (std::size_t k = 0; k < binade.size(); ++k) binade[k] += o.binade[k];
+    amax = amax < o.amax ? o.amax : amax;
+  }
 };
 
 // One element's part of Fp8CastStats (the CPU and the GPU both count with it).

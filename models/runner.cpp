@@ -153,9 +153,6 @@ struct Trainer::State {
             return l.layer == k || l.layer.rfind(k + ".", 0) == 0;
           }))
         throw std::invalid_argument("--fp8-keep " + k + ": no linear layer of the model is named so or lies under it");
-    if (fp8_linears.empty())
-      throw std::invalid_argument("--fp8: no linear layer of the model can run in fp8 (every one is kept or has a size "
-                                  "that is not a multiple of 16)");
   }
   // The end of a step in fp8: every layer's amaxes (reduced over the ranks' group under
   // mpirun), then each layer's scale update; what each rank used, for the consensus check.

@@ -1122,7 +1122,8 @@ std::string bisect_section(const Bisect& b, bool interrupted) {
       {"candidates", list_or_none(b.candidates)},
       {"runs", integer(b.runs)},
       {"max skipped fraction", percent(b.max_skipped_fraction, 1)},
-      {"loss tolerance", b.loss_tolerance > 0 ? fmt::format("{} of the fp32 loss {}", percent(b.loss_tolerance, 1),
+      {"loss tolerance", b.loss_tolerance > 0 ? fmt::format("{} of the {} loss {}", percent(b.loss_tolerance, 1),
+                                                            b.granularity == "fp8" ? "bf16 (no fp8)" : "fp32",
                                                             num(b.reference_loss, 5))
                                               : std::string("not checked")}};
   out += "<dl class=\"info\">\n";

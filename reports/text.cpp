@@ -194,9 +194,11 @@ std::string interrupted_section(const Report& r) {
 }
 
 std::string bisect_section(const Bisect& b, bool interrupted) {
-  std::string s = fmt::format("Bisection over op {}s ({} candidates, {} runs):\n", b.granularity == "instance" ? "instance" : "type",
+  const bool fp8 = b.granularity == "fp8";  // the layers kept out of fp8, not ops in fp32
+  std::string s = fmt::format("Bisection over {} ({} candidates, {} runs):\n",
+                              fp8 ? "fp8 layers" : b.granularity == "instance" ? "op instances" : "op types",
                               b.candidates.size(), b.runs);
-  TextTable t({"trial", "fp32 (black-listed)", "result", "skipped", "final loss"});
+  TextTable t({"trial", fp8 ? "kept out of fp8" : "fp32 (black-listed)", "result", "skipped", "final loss"});
   t.align(1, TextTable::Align::left).align(2, TextTable::Align::left);
   for (const Trial& tr : b.trials) {
     std::string list;
@@ -206,13 +208,16 @@ std::string bisect_section(const Bisect& b, bool interrupted) {
   }
   s += t.render() + "\n";
   if (!b.found && interrupted) return s + "The search was interrupted before it ended: no fix is claimed.\n";
-  if (!b.found) return s + "No black list made the run healthy.\n";
-  if (b.culprits.empty()) return s + "The run is healthy as configured: nothing to run in fp32.\n";
+  if (!b.found) return s + (fp8 ? "No set of layers kept out of fp8 made the run healthy.\n" : "No black list made the run healthy.\n");
+  if (b.culprits.empty())
+    return s + (fp8 ? "The run is healthy as configured: nothing to keep out of fp8.\n"
+                    : "The run is healthy as configured: nothing to run in fp32.\n");
   std::string culprits;
   for (const std::string& c : b.culprits) culprits += (culprits.empty() ? "" : ", ") + c;
-  s += "Minimal fix: run " + culprits + " in fp32\n\n";
+  s += fp8 ? "Minimal fix: keep " + culprits + " out of fp8\n\n" : "Minimal fix: run " + culprits + " in fp32\n\n";
   // A recorded script's fix is in its own framework's terms only.
-  if (!b.suggestion.ampcheck.empty()) s += "ampcheck config (--config):\n" + b.suggestion.ampcheck + "\n";
+  if (!b.suggestion.ampcheck.empty())
+    s += std::string(fp8 ? "ampcheck run:\n" : "ampcheck config (--config):\n") + b.suggestion.ampcheck + "\n";
   if (!b.suggestion.paddle.empty() || !b.suggestion.paddle_fleet.empty())
     s += "PaddlePaddle:\n" + b.suggestion.paddle + "\n" + b.suggestion.paddle_fleet + "\n";
   s += "PyTorch:\n" + b.suggestion.pytorch;

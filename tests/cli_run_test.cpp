@@ -1,8 +1,11 @@
 // `ampcheck run` in-process: the summary, the verdict, the reports it writes, and bad options.
 #include <gtest/gtest.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <iterator>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -160,6 +163,65 @@ TEST(CliRun, Fp8RefusesWhatItCannotTrainNamingTheFix) {
   const Result all_kept = with({"--fp8", "DelayedScaling()", "--fp8-keep", "encoder"});
   EXPECT_EQ(all_kept.code, 2);
   EXPECT_TRUE(has(all_kept.err, "no linear layer of the model can run in fp8")) << all_kept.err;
+  const Result granularity = run({"bisect-nan", "--model", "transformer", "--granularity", "fp8", "-q"});
+  EXPECT_EQ(granularity.code, 2);
+  EXPECT_TRUE(has(granularity.err, "--granularity fp8 searches the linear layers of an fp8 run: give --fp8 RECIPE too"))
+      << granularity.err;
+}
+
+// A planted amax jump: batches alternate between values of about 1 and 256 times that;
+// at step 2 the first large batch reaches the first layer 'l1' with a delayed scale made
+// from step 1's amax of 1: nearly all its values saturate (delayed scaling's classic). The
+// layer after the layer_norm sees normalised inputs and is fine. `run` names 'l1' at
+// step 2; bisect-nan keeps 'l1' out of fp8 (and only it), within 2k log2(n) + 3 runs.
+TEST(CliRun, Fp8AmaxJumpIsNamedByRunAndFixedByBisectKeepingItsLayerOutOfFp8) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "ampcheck_cli_fp8_jump";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::string x = "[", y = "[";
+  for (int row = 0; row < 64; ++row) {
+    const double scale = (row / 16) % 2 == 1 ? 256.0 : 1.0;  // batches of 16: small, large, small, large
+    x += row ? ",[" : "[";
+    for (int f = 0; f < 16; ++f) x += fmt::format("{}{}", f ? "," : "", scale * std::sin(0.37 * row * (f + 1) + f));
+    x += "]";
+    y += fmt::format("{}{}", row ? "," : "", row % 2);
+  }
+  {
+    std::ofstream(dir / "data.json") << "{\"x\": " << x << "], \"y\": " << y << "]}";
+    std::ofstream(dir / "model.json") << R"({"ampcheck_model": 1, "data": {"file": "data.json"},
+      "nodes": [{"name": "l1", "kind": "linear", "out": 32}, {"name": "norm", "kind": "layer_norm"},
+                {"name": "act", "kind": "relu"}, {"name": "l2", "kind": "linear", "out": 16},
+                {"name": "act2", "kind": "tanh"}, {"name": "head", "kind": "linear", "out": 2}],
+      "train": {"batch": 16, "steps": 12, "lr": 0.01}})";
+  }
+  const std::string model = (dir / "model.json").string();
+  const std::string recipe = "DelayedScaling()";  // TE's default: a history of 1024, "max"
+  const Result r = run({"run", "--model", model, "--level", "O1", "--dtype", "bfloat16", "--fp8", recipe,
+                        "--inspect", "stats", "--json", "-q"});
+  EXPECT_EQ(r.code, 1) << r.err;
+  const reports::Report rep = reports::from_json(r.out, "fp8 jump");
+  EXPECT_EQ(rep.summary.verdict, "failed");
+  EXPECT_TRUE(has(rep.summary.verdict_text, "FAILED: fp8: 'l1' input:")) << rep.summary.verdict_text;
+  EXPECT_TRUE(has(rep.summary.verdict_text, "saturated to +-448 in E4M3 at step 2")) << rep.summary.verdict_text;
+
+  const std::filesystem::path path = dir / "bisect.json";
+  const Result b = run({"bisect-nan", "--model", model, "--level", "O1", "--dtype", "bfloat16", "--fp8", recipe,
+                        "--quiet", "--report", path.string()});
+  EXPECT_EQ(b.code, 0) << b.err << b.out;
+  EXPECT_TRUE(has(b.out, "Bisection over fp8 layers (2 candidates")) << b.out;
+  EXPECT_TRUE(has(b.out, "Minimal fix: keep l1 out of fp8")) << b.out;
+  EXPECT_TRUE(has(b.out, "bisect-nan: fix found in 2 runs: keep l1 out of fp8")) << b.out;
+  EXPECT_TRUE(has(b.out, "--fp8-keep l1")) << b.out;
+  EXPECT_TRUE(has(b.out, "te.fp8_autocast(enabled=False)")) << b.out;
+  std::ifstream in(path);
+  const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const reports::Report br = reports::from_json(json, "bisect");
+  ASSERT_TRUE(br.bisect.has_value());
+  EXPECT_EQ(br.bisect->granularity, "fp8");
+  EXPECT_EQ(br.bisect->culprits, std::vector<std::string>{"l1"});
+  const double n = static_cast<double>(br.bisect->candidates.size()), k = 1;
+  EXPECT_LE(static_cast<double>(br.bisect->runs), 2 * k * std::log2(n) + 3);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(CliRun, InspectEveryMeasuresEveryNthStepAndTheStepsAfterEachInf) {

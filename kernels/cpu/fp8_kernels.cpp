@@ -57,16 +57,7 @@ Fp8CastStats cast_stats(const View& x_view, float scale, Fp8Format format) {
     }
   });
   Fp8CastStats r;
-  for (const Fp8CastStats& p : parts) {
-    r.count += p.count;
-    r.nan += p.nan;
-    r.inf += p.inf;
-    r.zero += p.zero;
-    r.saturated += p.saturated;
-    r.flushed += p.flushed;
-    for (std::size_t k = 0; k < r.binade.size(); ++k) r.binade[k] += p.binade[k];
-    r.amax = std::max(r.amax, p.amax);
-  }
+  for (const Fp8CastStats& p : parts) r.merge(p);
   return r;
 }
 

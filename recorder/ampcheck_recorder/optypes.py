@@ -22,7 +22,7 @@ import torch
 
 # engine/ops/op_list.h, in its order. Checked by tests/test_optypes.py against the file.
 AMPCHECK_OPS = (
-    "matmul", "linear", "bmm", "conv2d", "batch_norm", "layer_norm", "relu", "gelu", "silu",
+    "matmul", "linear", "bmm", "fp8_linear", "conv2d", "batch_norm", "layer_norm", "relu", "gelu", "silu",
     "sigmoid", "tanh", "hardswish", "hardsigmoid", "add", "sub", "mul", "div", "add_scalar",
     "sub_scalar", "mul_scalar", "div_scalar", "neg", "abs", "square", "exp", "log", "sqrt",
     "rsqrt", "pow", "reciprocal", "erf", "clamp", "sum", "mean", "max", "softmax",

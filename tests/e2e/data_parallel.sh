@@ -3,7 +3,8 @@
 # the cnn sample trains to its documented accuracy with every rank in agreement; a sample
 # whose bad row lies in rank 1's shard is named with its rank and step; the debug switch
 # that skips the found_inf reduction is caught as a divergence at its first step; and one
-# rank against two on the same global batch gives the same losses to the stated tolerance.
+# rank against two on the same global batch gives the same losses to the stated tolerance;
+# fp8 scales reduced over the wrong group of ranks are named at their first step.
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/lib/expect.sh"
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -80,4 +81,15 @@ expect 2 '--dp-reduce-dtype "half"' -- "$bin" run --model mlp --dp-reduce-dtype 
 
 # 5. bisect-nan under MPI: every trial a 2-rank run, the search in lock step.
 expect 0 "fix found" -- "$bin" bisect-nan --model "$model" --nproc 2 --quiet
+
+# 6. fp8 on 4 ranks (docs/fp8.md): amaxes reduced over every rank, the scales agree; reduced
+#    over pairs (the wrong group), the ranks' scales part at the first update and the
+#    consensus names the tensor, the step and the groups.
+fp8=(--model transformer --level O1 --dtype bfloat16 --steps 3 --inspect stats --fp8 "DelayedScaling(amax_history_len=16)")
+expect 0 "all in agreement" -- "${mpi[@]}" -np 4 "$bin" run "${fp8[@]}" --quiet --report "$WORK/fp8.json"
+expect 1 "differ after step 1" -- "${mpi[@]}" -np 4 "$bin" run "${fp8[@]}" --fp8-amax-group 2 --quiet \
+  --report "$WORK/fp8_group.json"
+[[ $(json_get "$WORK/fp8_group.json" "r['distributed']['first_divergence'] == 1 and 'ranks 0, 1' in r['distributed']['divergence'] and 'ranks 2, 3' in r['distributed']['divergence'] and 'wrong process group' in r['distributed']['divergence']") == True ]] \
+  && ok "fp8 amaxes reduced over the wrong group: named at step 1 with the groups of ranks" \
+  || fail "fp8 wrong group not named: $(json_get "$WORK/fp8_group.json" "r['distributed']")"
 exit $((fails > 0))
