@@ -4,14 +4,33 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <unistd.h>  // getpid
+
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
 #include <string>
+#include <system_error>
 #include <vector>
 
 namespace ampcheck::testing {
+
+// A file in this process's own temporary folder (ctest runs each test as a process of its
+// own, two at a time: a folder shared between them let one test read a data file while
+// another rewrote it). Removed when the process exits.
+inline std::string temp_path(const std::string& name) {
+  static const struct Dir {
+    std::filesystem::path path = std::filesystem::temp_directory_path() /
+                                 ("ampcheck-onnx-tests." + std::to_string(::getpid()));
+    ~Dir() {
+      std::error_code ignored;
+      std::filesystem::remove_all(path, ignored);
+    }
+  } dir;
+  std::filesystem::create_directories(dir.path);
+  return (dir.path / name).string();
+}
 
 class OnnxBuilder {
  public:
@@ -92,9 +111,7 @@ class OnnxBuilder {
 
   // Writes the model to a file named `name` in the test's temporary folder; returns its path.
   std::string save(const std::string& name) const {
-    const auto dir = std::filesystem::temp_directory_path() / "ampcheck-onnx-tests";
-    std::filesystem::create_directories(dir);
-    const auto path = (dir / name).string();
+    const auto path = temp_path(name);
     std::ofstream f(path, std::ios::binary);
     m_.SerializeToOstream(&f);
     return path;
@@ -118,10 +135,5 @@ class OnnxBuilder {
 
 // An .npy of float32 or int64 values, written by the product's own writer (read back by
 // numpy-written fixtures' reader in the arrays tests).
-inline std::string temp_path(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / "ampcheck-onnx-tests";
-  std::filesystem::create_directories(dir);
-  return (dir / name).string();
-}
 
 }  // namespace ampcheck::testing
