@@ -3,10 +3,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <string>
 #include <tuple>
 
 #include "engine/dispatch.h"  // dispatch, view_of
+#include "engine/dtype/fp8.h"  // info: the formats' max and names
 #include "engine/ops/registry.h"
 
 namespace ampcheck::inspector {
@@ -14,8 +17,13 @@ namespace {
 
 using kernels::Fp8Format;
 
-double fp8_max(Fp8Format f) { return f == Fp8Format::e4m3 ? 448.0 : 57344.0; }
-const char* format_name(Fp8Format f) { return f == Fp8Format::e4m3 ? "E4M3" : "E5M2"; }
+double fp8_max(Fp8Format f) { return info(f).max(); }
+// "E4M3": the name TransformerEngine's Format uses.
+std::string format_name(Fp8Format f) {
+  std::string s(info(f).name);
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
 
 std::int64_t nonzero_finite(const kernels::Fp8CastStats& s) { return s.count - s.nan - s.inf - s.zero; }
 
@@ -123,7 +131,7 @@ std::vector<Fp8Finding> fp8_findings(const Fp8TensorHistory& h, const Fp8WatchOp
   for (Fp8Finding& f : out) {
     const Fp8CastStep& first = *std::find_if(h.steps.begin(), h.steps.end(), [&](const Fp8CastStep& s) { return s.step == f.step; });
     const double max = fp8_max(first.format);
-    const char* fmt_name = format_name(first.format);
+    const std::string fmt_name = format_name(first.format);
     switch (f.kind) {
       case Fp8FindingKind::zero_amax_infinite_scale:
         f.failure = true;

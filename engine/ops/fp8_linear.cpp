@@ -60,11 +60,7 @@ void check_fp8_linear(const std::vector<Tensor>& in, const Fp8LinearMeta& m) {
                                 "(HYBRID casts only the gradients to E5M2)");
 }
 
-std::int64_t rows_of(const Tensor& x) {
-  std::int64_t rows = 1;
-  for (std::int64_t d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
-  return rows;
-}
+using ops::rows_of;
 
 bool exact_reference(const std::vector<Tensor>& in) {
   return in[0].dtype() == DType::f64 || in[1].dtype() == DType::f64;

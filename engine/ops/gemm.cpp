@@ -161,12 +161,7 @@ void check_linear(const std::vector<Tensor>& in) {
                                 std::to_string(w.size(0)) + "]");
 }
 
-// The rows of x [..., in]: its leading dims (counted, not divided out: `in` may be 0).
-std::int64_t rows_of(const Tensor& x) {
-  std::int64_t rows = 1;
-  for (std::int64_t d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
-  return rows;
-}
+using ops::rows_of;
 
 }  // namespace
 

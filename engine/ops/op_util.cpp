@@ -9,6 +9,12 @@
 
 namespace ampcheck::ops {
 
+std::int64_t rows_of(const Tensor& x) {
+  std::int64_t rows = 1;
+  for (std::int64_t d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
+  return rows;
+}
+
 std::int64_t normalize_dim(std::int64_t dim, std::int64_t rank, const char* op) {
   const std::int64_t r = std::max<std::int64_t>(rank, 1);
   if (dim < -r || dim >= r)

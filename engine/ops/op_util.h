@@ -16,6 +16,9 @@ std::int64_t normalize_dim(std::int64_t dim, std::int64_t rank, const char* op);
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 // The float dtype of an op's operand, with a clear error for an i64 one.
 DType float_dtype(const Tensor& t, const char* op);
+// The rows of x [..., in] as a GEMM sees them: its leading dims (counted, not divided out:
+// `in` may be 0). linear and fp8_linear.
+std::int64_t rows_of(const Tensor& x);
 
 // Sums a broadcast gradient back to `shape` (the shape of the input it belongs to).
 Tensor sum_to_shape(const Tensor& grad, const Shape& shape);
