@@ -163,6 +163,9 @@ TEST(CliRun, Fp8RefusesWhatItCannotTrainNamingTheFix) {
   const Result all_kept = with({"--fp8", "DelayedScaling()", "--fp8-keep", "encoder"});
   EXPECT_EQ(all_kept.code, 2);
   EXPECT_TRUE(has(all_kept.err, "no linear layer of the model can run in fp8")) << all_kept.err;
+  const Result convolutions = run({"run", "--model", "cnn", "--steps", "2", "-q", "--fp8", "DelayedScaling()"});
+  EXPECT_EQ(convolutions.code, 2);  // the cnn's head is a linear layer, 4 classes: not a multiple of 16
+  EXPECT_TRUE(has(convolutions.err, "no linear layer of the model can run in fp8")) << convolutions.err;
   const Result granularity = run({"bisect-nan", "--model", "transformer", "--granularity", "fp8", "-q"});
   EXPECT_EQ(granularity.code, 2);
   EXPECT_TRUE(has(granularity.err, "--granularity fp8 searches the linear layers of an fp8 run: give --fp8 RECIPE too"))
