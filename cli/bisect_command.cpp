@@ -454,6 +454,14 @@ reports::Suggestion fp8_suggestion(const Resolved& base, const reports::Bisect& 
       "    with te.fp8_autocast(enabled=False):\n"
       "        y = layer(x)   # for each of: {}\n",
       quoted(b.culprits, "'"));
+  if (base.options.fp8->scaling_factor_compute_algo)
+    s.pytorch += fmt::format(
+        "# and guard the recipe's scaling_factor_compute_algo as TE's default does (the scale kept where the\n"
+        "# amax is 0 or not finite): it makes an infinite scale of a zero amax; instead of\n"
+        "#   {}\n"
+        "recipe.scaling_factor_compute_algo = lambda amax, scale, fp8_max, recipe: torch.where(\n"
+        "    (amax > 0) & torch.isfinite(amax), fp8_max / amax / 2 ** recipe.margin, scale)\n",
+        base.options.fp8->scaling_factor_compute_algo->text());
   return s;
 }
 
@@ -822,8 +830,10 @@ int run_bisect_script(const BisectOptions& o, const CLI::App& cmd, std::ostream&
 
 int run_bisect(const BisectOptions& o, const CLI::App& cmd, std::ostream& out, std::ostream& err) {
   if (!o.script.empty()) return run_bisect_script(o, cmd, out, err);
-  if (o.args.fp8.empty() || cmd.count("--granularity") > 0) return run_bisect_engine(o, out, err);
-  BisectOptions fp8 = o;  // an fp8 run: its layers are what to search, unless told otherwise
+  // An fp8 run (--fp8, or the model's or config's "fp8"): its layers are what to search,
+  // unless told otherwise.
+  if (cmd.count("--granularity") > 0 || !resolve(o.args).options.fp8) return run_bisect_engine(o, out, err);
+  BisectOptions fp8 = o;
   fp8.granularity = "fp8";
   return run_bisect_engine(fp8, out, err);
 }

@@ -143,7 +143,11 @@ int run_fp8_scale(const Fp8ScaleOptions& o, std::ostream& out) {
     r.scaled = scaled;
     const bool beyond =
         !std::isfinite(decode_fp8(encode_fp8(scaled, format, kernels::Fp8Overflow::to_nonfinite), format));
-    r.status = !std::isfinite(r.amax) ? "nonfinite" : r.amax == 0 ? "zero" : beyond ? "saturates" : "ok";
+    r.status = !std::isfinite(r.scale) ? "nonfinite_scale"
+               : !std::isfinite(r.amax) ? "nonfinite"
+               : r.amax == 0            ? "zero"
+               : beyond                 ? "saturates"
+                                        : "ok";
     rows.push_back(r);
   }
   const Row* first = nullptr;
@@ -172,6 +176,15 @@ int run_fp8_scale(const Fp8ScaleOptions& o, std::ostream& out) {
                                    g(first->from_amax))
                      : "; it was the initial scale 1, before any amax was seen";
   }
+  for (const Row& r : rows)
+    if (r.status == "nonfinite_scale") {
+      verdict += fmt::format(
+          "; step {} casts with scale {}, made from the amax {} by the scaling_factor_compute_algo: every nonzero "
+          "value becomes +-{} and every zero NaN (guard it as TE's default does: keep the scale where the amax is 0 "
+          "or not finite)",
+          r.step, g(r.scale), g(r.from_amax), g(max));
+      break;
+    }
   for (const Row& r : rows)
     if (r.status == "nonfinite") {
       verdict += fmt::format("; step {}'s amax is {}: its cast made non-finite values and TE kept the scale", r.step,

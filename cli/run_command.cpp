@@ -217,11 +217,13 @@ std::string fp8_notice(const amp::DelayedScaling& recipe, const std::vector<mode
 
 // The fp8 watch's failures are the run's (after a NaN/Inf failure, which they usually explain).
 void fp8_verdict(const inspector::Fp8Watch& watch, InstrumentedRun& r) {
+  bool named = false;
   for (const inspector::Fp8Finding& f : watch.findings()) {
     if (!f.failure) continue;
     if (std::find(r.fp8_failed_layers.begin(), r.fp8_failed_layers.end(), f.layer) == r.fp8_failed_layers.end())
       r.fp8_failed_layers.push_back(f.layer);
-    if (r.fp8_failed_layers.size() > 1) continue;  // the first failure is the run's
+    if (named) continue;  // the first failure is the run's
+    named = true;
     r.failure = "fp8: " + f.text + (r.failed && !r.failure.empty() ? "; then " + r.failure : "");
     r.failed = true;
   }
@@ -320,7 +322,17 @@ InstrumentedRun instrumented_run(const RunArgs& args, const Resolved& resolved, 
       }
     }
   }
-  if (fp8_watch) fp8_verdict(*fp8_watch, r);
+  if (fp8_watch) {
+    fp8_verdict(*fp8_watch, r);
+    reports::Fp8Training& f = rep.fp8.emplace(inspector::to_report(*fp8_watch));
+    f.recipe = amp::to_string(*resolved.options.fp8);
+    for (const models::Fp8Layer& l : result.fp8_layers) {
+      if (l.fp8)
+        f.layers.push_back(l.layer);
+      else
+        f.kept.push_back(fmt::format("{} ({})", l.layer, l.kept));
+    }
+  }
   if (result.world > 1) {
     // The job's report. The consensus check: every rank's view of every step, on every
     // rank. Then one rank's report for all (the first that failed, else rank 0's), so that
@@ -359,10 +371,11 @@ InstrumentedRun instrumented_run(const RunArgs& args, const Resolved& resolved, 
     if (source != 0) r.failure += " (on rank " + std::to_string(source) + ")";
   }
   set_verdict(rep, insp.trace() != nullptr, r.failed, r.failure);
-  if (fp8_watch) {  // its warnings belong in the line a person reads
+  if (fp8_watch) {  // its warnings belong in the line a person reads (those of the first
+                    // casts' initial scale, which every delayed-scaling run has, in the report only)
     std::vector<inspector::Fp8Finding> warnings;
     for (const inspector::Fp8Finding& f : fp8_watch->findings())
-      if (!f.failure) warnings.push_back(f);
+      if (!f.failure && !f.first_cast_only) warnings.push_back(f);
     if (!warnings.empty())
       rep.summary.verdict_text += fmt::format("; fp8 warning{}: {}{}", warnings.size() == 1 ? "" : "s", warnings.front().text,
                                               warnings.size() > 1 ? fmt::format(" (and {} more)", warnings.size() - 1) : "");

@@ -145,24 +145,6 @@ Resolved resolve(const RunArgs& a) {
     throw UsageError("--dp-reduce-dtype \"" + a.dp_reduce_dtype + "\": use float32 (after unscaling) or grad (the "
                      "gradients' own dtype, before)");
   o.reduce_dtype = a.dp_reduce_dtype;
-  if (!a.fp8.empty()) {
-    amp::Fp8Recipe recipe;
-    try {
-      recipe = amp::parse_fp8_recipe(a.fp8);
-    } catch (const amp::Fp8RecipeError& e) {
-      throw UsageError(std::string("--fp8: ") + e.what());
-    }
-    const auto* delayed = std::get_if<amp::DelayedScaling>(&recipe);
-    if (delayed == nullptr)
-      throw UsageError("--fp8 " + amp::to_string(recipe) + ": training runs DelayedScaling; this recipe's scales "
-                       "are computed by `ampcheck fp8-scale`, it does not train yet");
-    o.fp8 = *delayed;
-    o.fp8_keep = a.fp8_keep;
-    o.fp8_amax_group = a.fp8_amax_group;
-  } else if (!a.fp8_keep.empty() || a.fp8_amax_group != 0) {
-    throw UsageError(std::string(!a.fp8_keep.empty() ? "--fp8-keep" : "--fp8-amax-group") +
-                     " applies to an fp8 run: give --fp8 RECIPE too");
-  }
   r.onnx = file.onnx_graph;
   o.steps = a.steps.value_or(file.train.steps);
   o.batch = a.batch.value_or(0);  // 0: the model's (the batch size its export fixed, or its file's)
@@ -178,11 +160,21 @@ Resolved resolve(const RunArgs& a) {
     o.scaling = file.amp->scaling;
     r.semantics = std::string(amp::style_name(file.amp->style));
   }
+  // fp8: the model file's "amp" block, replaced by a config file's (with or without fp8),
+  // its recipe replaced by --fp8 ("none" turns it off), its kept layers added to by --fp8-keep.
+  std::optional<amp::Fp8Settings> fp8;
+  std::string fp8_from;
+  if (file.amp && file.amp->fp8) {
+    fp8 = file.amp->fp8;
+    fp8_from = "--model " + a.model + ": \"amp\": \"fp8\"";
+  }
   std::vector<std::string> config_allow_inf;
   if (!a.config.empty()) {
     try {
       const amp::Config c = amp::load_config(a.config);
       config_allow_inf = c.allow_inf;
+      fp8 = c.fp8;
+      fp8_from = a.config + ": \"fp8\"";
       o.amp = c.amp;
       o.scaling = c.scaling;
       r.semantics = std::string(amp::style_name(c.style));
@@ -200,6 +192,32 @@ Resolved resolve(const RunArgs& a) {
     if (!dtype || !is_low_precision(*dtype))
       throw UsageError("--dtype \"" + *a.dtype + "\": AMP runs in float16 or bfloat16");
     o.amp.dtype = *dtype;
+  }
+  if (a.fp8 == "none" || a.fp8 == "off") {
+    fp8.reset();
+  } else if (!a.fp8.empty()) {
+    if (!fp8) fp8.emplace();
+    fp8->recipe = a.fp8;
+    fp8_from = "--fp8";
+  }
+  if (fp8) {
+    amp::Fp8Recipe recipe;
+    try {
+      recipe = amp::parse_fp8_recipe(fp8->recipe);
+    } catch (const amp::Fp8RecipeError& e) {
+      throw UsageError(fp8_from + ": " + e.what());
+    }
+    const auto* delayed = std::get_if<amp::DelayedScaling>(&recipe);
+    if (delayed == nullptr)
+      throw UsageError(fp8_from + ": " + amp::to_string(recipe) + ": training runs DelayedScaling; this recipe's "
+                       "scales are computed by `ampcheck fp8-scale`, it does not train yet");
+    o.fp8 = *delayed;
+    o.fp8_keep = fp8->keep;
+    o.fp8_keep.insert(o.fp8_keep.end(), a.fp8_keep.begin(), a.fp8_keep.end());
+    o.fp8_amax_group = a.fp8_amax_group;
+  } else if (!a.fp8_keep.empty() || a.fp8_amax_group != 0) {
+    throw UsageError(std::string(!a.fp8_keep.empty() ? "--fp8-keep" : "--fp8-amax-group") +
+                     " applies to an fp8 run: give --fp8 RECIPE too");
   }
   sort_allowed(file.allow_inf, file, "--model: " + a.model + ": \"allow_inf\"", r);
   if (!a.config.empty()) sort_allowed(config_allow_inf, file, a.config + ": \"allow_inf\"", r);

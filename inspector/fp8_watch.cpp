@@ -87,6 +87,7 @@ std::vector<Fp8Finding> fp8_findings(const Fp8TensorHistory& h, const Fp8WatchOp
   // (TE's start): what it clamps or flushes is delayed scaling starting up, which the next
   // step's scale corrects; judged as a failure only from the second step on.
   std::vector<double> judged(3, 0.0);  // per kind: the worst share after the first step
+  bool saturation_failed = false;      // after the first step: a step that clamped enough, by enough
   const std::int64_t first_step = h.steps.empty() ? 0 : h.steps.front().step;
   auto note = [&](Fp8FindingKind kind, const Fp8CastStep& s, double share) -> Fp8Finding& {
     if (s.step != first_step) {
@@ -121,6 +122,9 @@ std::vector<Fp8Finding> fp8_findings(const Fp8TensorHistory& h, const Fp8WatchOp
       const double share = static_cast<double>(s.stats.saturated) / values;
       const double overshoot = static_cast<double>(s.stats.amax) * static_cast<double>(s.scale) / fp8_max(s.format);
       if (share >= o.saturation_failure || overshoot >= o.saturation_overshoot) note(Fp8FindingKind::saturation, s, share);
+      if (s.step != first_step && share >= o.saturation_failure &&
+          (overshoot >= o.saturation_failure_overshoot || share >= o.saturation_failure_alone))
+        saturation_failed = true;
     }
     const std::int64_t nonzero = nonzero_finite(s.stats);
     if (nonzero > 0) {
@@ -143,7 +147,7 @@ std::vector<Fp8Finding> fp8_findings(const Fp8TensorHistory& h, const Fp8WatchOp
             what, fmt_name, f.step, f.scale, static_cast<double>(f.amax), max);
         break;
       case Fp8FindingKind::saturation:
-        f.failure = judged[static_cast<std::size_t>(f.kind)] >= o.saturation_failure;
+        f.failure = saturation_failed;
         f.text = fmt::format(
             "{}: {} of its values saturated to +-{} in {} at step {} (amax {:.6g} x scale {:.6g} = {:.6g} > {}), {} "
             "step(s), at worst {}: the scale from the amax history could not hold this step's amax. A shorter "
@@ -167,7 +171,8 @@ std::vector<Fp8Finding> fp8_findings(const Fp8TensorHistory& h, const Fp8WatchOp
         break;
       }
     }
-    if (f.kind != Fp8FindingKind::zero_amax_infinite_scale && f.steps == 1 && f.step == first_step)
+    f.first_cast_only = f.kind != Fp8FindingKind::zero_amax_infinite_scale && f.steps == 1 && f.step == first_step;
+    if (f.first_cast_only)
       f.text += fmt::format(" (its first cast, with the initial scale {:.6g} before any amax was recorded: delayed "
                             "scaling corrects it from the next step)",
                             static_cast<double>(f.scale));
@@ -185,6 +190,36 @@ std::vector<Fp8Finding> Fp8Watch::findings() const {
     return std::make_tuple(!a.failure, a.step, -a.worst_share) < std::make_tuple(!b.failure, b.step, -b.worst_share);
   });
   return all;
+}
+
+reports::Fp8Training to_report(const Fp8Watch& watch) {
+  reports::Fp8Training out;
+  for (const Fp8TensorHistory& h : watch.histories()) {
+    reports::Fp8TensorRecord t;
+    t.layer = h.layer;
+    t.tensor = std::string(fp8_tensor_name(h.tensor));
+    const Fp8Format format = h.steps.empty() ? Fp8Format::e4m3 : h.steps.front().format;
+    t.format = format_name(format);
+    t.min_exponent = kernels::fp8_min_exponent(format);
+    t.binades.assign(static_cast<std::size_t>(kernels::fp8_max_exponent(format) - kernels::fp8_min_exponent(format) + 1), 0);
+    for (const Fp8CastStep& s : h.steps) {
+      t.steps.push_back(s.step);
+      t.amax.push_back(static_cast<double>(s.stats.amax));
+      t.scale.push_back(static_cast<double>(s.scale));
+      t.count.push_back(s.stats.count);
+      t.saturated.push_back(s.stats.saturated + s.stats.inf);
+      t.flushed.push_back(s.stats.flushed);
+      t.zero.push_back(s.stats.zero);
+      t.nan.push_back(s.stats.nan);
+      for (std::size_t i = 0; i < t.binades.size(); ++i) t.binades[i] += s.stats.binade[i];
+    }
+    out.tensors.push_back(std::move(t));
+  }
+  for (const Fp8Finding& f : watch.findings())
+    out.findings.push_back({std::string(fp8_finding_name(f.kind)), f.failure, f.layer, std::string(fp8_tensor_name(f.tensor)),
+                            f.step, f.steps, f.share, f.worst_share, static_cast<double>(f.amax),
+                            static_cast<double>(f.scale), f.text});
+  return out;
 }
 
 }  // namespace ampcheck::inspector

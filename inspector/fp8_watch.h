@@ -21,7 +21,9 @@
 //                             (delayed scaling's classic after an amax jump). A warning at
 //                             its first step, with the share clamped, before the loss shows
 //                             anything; a failure where the share reaches
-//                             `saturation_failure`. (With margin 0 any growth of the amax
+//                             `saturation_failure` at an overshoot of
+//                             `saturation_failure_overshoot`, or `saturation_failure_alone`.
+//                             (With margin 0 any growth of the amax
 //                             past its history's maximum clamps the largest values: a small
 //                             share clipped by a little is delayed scaling working as
 //                             designed, and is not reported; Fp8WatchOptions.)
@@ -40,6 +42,7 @@
 
 #include "engine/hooks.h"
 #include "kernels/fp8_kernels.h"
+#include "reports/report.h"
 
 namespace ampcheck::inspector {
 
@@ -74,6 +77,7 @@ struct Fp8Finding {
   double share = 0;            // at its first step: saturated or flushed share of the values
   double worst_share = 0;      // the largest share over the steps
   float amax = 0, scale = 0;   // at its first step
+  bool first_cast_only = false;  // seen at the tensor's first cast alone (the initial scale's)
   std::string text;            // one line, with the cure
 };
 
@@ -83,7 +87,14 @@ struct Fp8WatchOptions {
   // few values clipped by a few percent after a small amax growth (a weight after an
   // update, with margin 0) are delayed scaling at work.
   double saturation_overshoot = 1.25;
+  // A failure: a step (not the first) that clamped saturation_failure of the values with
+  // an overshoot of saturation_failure_overshoot (values cut to half and less: an amax
+  // jump), or that clamped saturation_failure_alone of them by any overshoot. A percent of
+  // a small gradient clipped by a fifth after it grew is delayed scaling with margin 0 at
+  // work: a warning.
   double saturation_failure = 0.01;  // share of a tensor's values clamped to +-max
+  double saturation_failure_overshoot = 2.0;
+  double saturation_failure_alone = 0.1;
   double underflow_warning = 0.01;   // share of nonzero values flushed to zero
   double underflow_failure = 0.5;    // ... the tensor's mass below the smallest subnormal
 };
@@ -111,5 +122,9 @@ class Fp8Watch : public Observer {
 // The findings of one tensor's history (what findings() gathers): exposed for tests and
 // for histories read back from elsewhere.
 std::vector<Fp8Finding> fp8_findings(const Fp8TensorHistory& h, const Fp8WatchOptions& options);
+
+// The report's fp8 section (schema 1.9): every history, step by step, with its binades
+// summed over the steps, and the findings; the caller names the recipe and the layers.
+reports::Fp8Training to_report(const Fp8Watch& watch);
 
 }  // namespace ampcheck::inspector

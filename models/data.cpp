@@ -209,7 +209,10 @@ Dataset load_samples(const std::string& path) {
   std::ostringstream text;
   text << in.rdbuf();
   const std::string where = "data file \"" + path + "\"";
-  const nlohmann::json doc = parse_json_text(text.str(), where);  // JsonTextError is an invalid_argument
+  return samples_from_json(parse_json_text(text.str(), where), where);  // JsonTextError is an invalid_argument
+}
+
+Dataset samples_from_json(const nlohmann::json& doc, const std::string& where) {
   require(doc.is_object() && doc.contains("x") && doc.contains("y") && doc["x"].is_array() && doc["y"].is_array(),
           where + ": expects {\"x\": [one array per sample], \"y\": [one label per sample]}");
   const std::string dtype = doc.value("dtype", std::string("float32"));

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "engine/tensor.h"
 
 namespace ampcheck::models {
@@ -68,5 +70,7 @@ Dataset sequences(std::int64_t n, std::int64_t length = 8, std::int64_t vocab = 
 // Optional "dtype": "float32" (default) or "int64" (token indices, for an embedding).
 // Throws std::invalid_argument naming the file and what is wrong.
 Dataset load_samples(const std::string& path);
+// The same object, already read (a model file's inline "data"); `where` names it in errors.
+Dataset samples_from_json(const nlohmann::json& doc, const std::string& where);
 
 }  // namespace ampcheck::models

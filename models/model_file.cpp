@@ -60,6 +60,7 @@ enum class Type {
   constant,  // the name of a tensor constant
   text,
   texts,     // an array of strings
+  array,     // any array (inline samples, checked when read)
 };
 
 struct Field {
@@ -82,6 +83,7 @@ std::string type_text(Type t) {
     case Type::pair0: return "an integer >= 0 or a pair [h, w] of them";
     case Type::dims: return "an array of dimension indices";
     case Type::numbers: return "an array of finite numbers";
+    case Type::array: return "an array";
     case Type::shape: return "an array of positive sizes (one may be -1)";
     case Type::constant: return "the name of a tensor constant";
     case Type::text: return "a string";
@@ -111,6 +113,7 @@ bool valid(const json& v, Type t) {
       return ok(v) || (v.is_array() && v.size() == 2 && ok(v[0]) && ok(v[1]));
     }
     case Type::dims: return v.is_array() && std::all_of(v.begin(), v.end(), is_int);
+    case Type::array: return v.is_array();
     case Type::numbers:
       return v.is_array() && std::all_of(v.begin(), v.end(), [](const json& e) {
                return e.is_number() && std::isfinite(e.get<double>());
@@ -278,11 +281,20 @@ const std::vector<Kind>& kinds() {
   static const std::vector<Kind> table = {
       // ---- layers (parameters drawn from the run's seed, in node order) ----
       {"linear", "x W^T + b over the last dim; W [out, in] (in read from the input)", 1, 1,
-       {{"out", T::count, true}, {"bias", T::boolean}},
+       {{"out", T::count, true}, {"bias", T::boolean}, {"init", T::text}},
        [](const NodeContext& c) {
          c.require_float();
          const std::int64_t in = c.size_of(-1, 1, "[..., features]");
-         return layer(std::make_shared<nn::Linear>(in, c.integer("out", 0), c.gen, c.flag("bias", true)));
+         const std::string init = get<std::string>(c.spec.fields, "init", "uniform");
+         if (init != "uniform" && init != "zeros")
+           fail(c.where, "field \"init\": \"" + init + "\" is not an initialisation; use \"uniform\" (PyTorch's "
+                         "nn.Linear default) or \"zeros\" (a LoRA B matrix, an adaLN-Zero projection)");
+         auto l = std::make_shared<nn::Linear>(in, c.integer("out", 0), c.gen, c.flag("bias", true));
+         if (init == "zeros") {  // drawn, then zeroed: the other layers get the parameters they would have
+           l->weight.fill(0.0);
+           if (l->bias.defined()) l->bias.fill(0.0);
+         }
+         return layer(l);
        }},
       {"conv2d", "2-D convolution on [N, C, H, W]; groups = C makes it depthwise", 1, 1,
        {{"out", T::count, true}, {"kernel", T::pair, true}, {"stride", T::pair}, {"padding", T::pair0},
@@ -566,6 +578,11 @@ DataSpec parse_data(const json& d, const std::string& source, const std::string&
   const std::string where = source + ": \"data\"";
   if (!d.is_object()) fail(where, "must be an object: {\"generator\": \"spiral\", ...} or {\"file\": \"samples.json\"}");
   DataSpec spec;
+  if (d.contains("x") || d.contains("y")) {  // the samples inline, as a data file holds them
+    check_fields(d, {{"x", Type::array, true}, {"y", Type::array, true}, {"dtype", Type::text}}, where);
+    spec.samples = d;
+    return spec;
+  }
   if (d.contains("file")) {
     check_fields(d, {{"file", Type::text, true}}, where);
     const std::filesystem::path p(d["file"].get<std::string>());
@@ -573,7 +590,8 @@ DataSpec parse_data(const json& d, const std::string& source, const std::string&
     return spec;
   }
   if (!d.contains("generator"))
-    fail(where, "missing field \"generator\" (spiral, blobs, images, sequences) or \"file\"");
+    fail(where, "missing field \"generator\" (spiral, blobs, images, sequences), \"file\", or the samples "
+                "themselves, \"x\" and \"y\"");
   if (!d["generator"].is_string()) fail(where, "field \"generator\" must be a string");
   spec.generator = d["generator"].get<std::string>();
   std::vector<std::string_view> names;
@@ -958,9 +976,10 @@ ModelFile parse_model(const std::string& text, const std::string& source, const 
     check_fields(e, {{"accuracy", Type::unit}, {"tolerance", Type::unit}, {"failure", Type::text},
                      {"culprit", Type::texts}, {"cure", Type::text}, {"bisect_args", Type::texts}},
                  where);
-    if (e.contains("cure") && e["cure"] != "scaler" && e["cure"] != "black_list")
-      fail(where, "field \"cure\" is \"black_list\" (the culprits in fp32) or \"scaler\" (a loss scaler "
-                  "setting, no black list), got " + e["cure"].dump());
+    if (e.contains("cure") && e["cure"] != "scaler" && e["cure"] != "black_list" && e["cure"] != "fp8_keep")
+      fail(where, "field \"cure\" is \"black_list\" (the culprits in fp32), \"scaler\" (a loss scaler "
+                  "setting, no black list) or \"fp8_keep\" (the culprits, linear layers, kept out of fp8), got " +
+                      e["cure"].dump());
     if (e.contains("accuracy")) m.expect.accuracy = e["accuracy"].get<double>();
     if (e.contains("tolerance")) m.expect.tolerance = e["tolerance"].get<double>();
     m.expect.failure = get<std::string>(e, "failure", "");
@@ -1014,7 +1033,7 @@ std::string dynamic_batch_hint(const ModelFile& file, const std::string& input) 
 Dataset make_data(const ModelFile& file, std::uint64_t seed) {
   const DataSpec& d = file.data;
   const std::string where = file.source + ": \"data\"";
-  if (d.file.empty() && d.generator.empty())
+  if (d.file.empty() && d.generator.empty() && d.samples.is_null())
     fail(file.source, "no data: give the inputs and labels with --data data.npz (arrays \"input\" and \"labels\"), "
                       "or a model file's \"data\" (docs/onnx.md)");
   try {
@@ -1027,6 +1046,7 @@ Dataset make_data(const ModelFile& file, std::uint64_t seed) {
       return dataset_of(read_arrays(d.file), d.file, inputs);
     }
     if (!d.file.empty()) return load_samples(d.file);
+    if (!d.samples.is_null()) return samples_from_json(d.samples, where);
     const json& p = d.params;
     if (d.generator == "spiral")
       return spiral(get<std::int64_t>(p, "n_per_class", 100), get<std::int64_t>(p, "classes", 3), get<double>(p, "noise", 0.2), seed);

@@ -36,11 +36,13 @@ class ModelFileError : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
-// Where the samples come from: a synthetic generator with its parameters, or a file.
+// Where the samples come from: a synthetic generator with its parameters, a file, or the
+// samples written in the model file.
 struct DataSpec {
   std::string generator;  // "spiral", "blobs", "images", "sequences"; empty for a file
   nlohmann::json params;  // the generator's parameters, as written (checked)
   std::string file;       // a data file, resolved against the model file's folder
+  nlohmann::json samples; // or the samples themselves, {"x": [...], "y": [...]} as a data file holds them
 };
 
 // Default training settings; the command line overrides each one it is given.

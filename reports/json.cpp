@@ -494,6 +494,44 @@ constexpr void fields(V& v, S& s) {
   v("divergence", s.divergence);
   v("ranks", s.ranks);
 }
+template <class V, Is<Fp8TensorRecord> S>
+constexpr void fields(V& v, S& s) {
+  v("layer", s.layer);
+  v("tensor", s.tensor);
+  v("format", s.format);
+  v("steps", s.steps);
+  v("amax", s.amax);
+  v("scale", s.scale);
+  v("count", s.count);
+  v("saturated", s.saturated);
+  v("flushed", s.flushed);
+  v("zero", s.zero);
+  v("nan", s.nan);
+  v("min_exponent", s.min_exponent);
+  v("binades", s.binades);
+}
+template <class V, Is<Fp8FindingRecord> S>
+constexpr void fields(V& v, S& s) {
+  v("kind", s.kind);
+  v("failure", s.failure);
+  v("layer", s.layer);
+  v("tensor", s.tensor);
+  v("step", s.step);
+  v("steps", s.steps);
+  v("share", s.share);
+  v("worst_share", s.worst_share);
+  v("amax", s.amax);
+  v("scale", s.scale);
+  v("text", s.text);
+}
+template <class V, Is<Fp8Training> S>
+constexpr void fields(V& v, S& s) {
+  v("recipe", s.recipe);
+  v("layers", s.layers);
+  v("kept", s.kept);
+  v("tensors", s.tensors);
+  v("findings", s.findings);
+}
 template <class V, Is<Spread> S>
 constexpr void fields(V& v, S& s) {
   v("seeds", s.seeds);
@@ -669,6 +707,7 @@ constexpr void fields(V& v, S& s) {
   v("spread", s.spread);  // 1.2; optional
   v("kernels", s.kernels);  // 1.4; optional (CUDA runs with CUPTI)
   v("distributed", s.distributed);  // 1.5; optional (several ranks)
+  v("fp8", s.fp8);  // 1.9; optional (fp8 training)
 }
 
 // GCC evaluates the guard below (a default value of each struct, strings and vectors
@@ -719,11 +758,12 @@ static_assert(kEveryMemberHasAField<
               Interruption, SeedOutcome, LowPrecisionSeen, LocalErrorSeen, Spread, GpuKernel, KernelTypeRow,
               KernelFinding, OutsideKernel, Kernels, RankOverflow, RankDisagreement, RankSummary, Distributed,
               PrecisionShare, ProfileOp, FallbackCost, Unattributable, CounterCheck, ProfileRank, RankDifference,
-              SkippedUpdate, MaskFailure, ScriptOutcome>);
+              SkippedUpdate, MaskFailure, ScriptOutcome, Fp8TensorRecord, Fp8FindingRecord,
+              Fp8Training>);
 // Report's default schema_version is not constexpr, so fields(Report) cannot be walked
-// here: its members are counted by hand (schema_version, written apart, and the 15 of
+// here: its members are counted by hand (schema_version, written apart, and the 16 of
 // fields(Report)), and the test of the top-level keys checks fields(Report) itself.
-static_assert(member_count<Report>() == 1 + 15,
+static_assert(member_count<Report>() == 1 + 16,
               "Report gained a member: add it to fields(Report) in reports/json.cpp");
 static_assert(member_count<KernelsReport>() == 1 + 7,
               "KernelsReport gained a member: add it to fields(KernelsReport) in reports/json.cpp");
@@ -965,6 +1005,23 @@ Report from_json(std::string_view text, std::string_view source) {
     reader.fail("run.inspect_every", fmt::format("expected the N of run --inspect-every N, from 2 to {}, got {} (is "
                                                  "the file damaged? write it again with ampcheck run --report)",
                                                  kMaxInspectEvery, *every));
+  // fp8 casts: one entry per step in each per-step array, a binade per code binade.
+  if (report.fp8)
+    for (std::size_t i = 0; i < report.fp8->tensors.size(); ++i) {
+      const Fp8TensorRecord& t = report.fp8->tensors[i];
+      const std::size_t n = t.steps.size();
+      for (const std::size_t size : {t.amax.size(), t.scale.size(), t.count.size(), t.saturated.size(),
+                                     t.flushed.size(), t.zero.size(), t.nan.size()})
+        if (size != n)
+          reader.fail(fmt::format("fp8.tensors[{}]", i),
+                      fmt::format("expected one amax, scale, count, saturated, flushed, zero and nan per step ({} "
+                                  "steps), got an array of {} (is the file damaged? write it again with ampcheck run "
+                                  "--report)",
+                                  n, size));
+      if (t.binades.size() > 64)
+        reader.fail(fmt::format("fp8.tensors[{}].binades", i),
+                    fmt::format("expected at most 32 binades (E5M2's), got {}", t.binades.size()));
+    }
   // fp8 calls are some of the `other` calls.
   auto check_fp8 = [&reader](const DtypeCounts& c, const std::string& where) {
     if (c.fp8 && (*c.fp8 < 0 || *c.fp8 > c.other))

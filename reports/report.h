@@ -28,8 +28,9 @@ inline constexpr int kSchemaMajor = 1;
 // 1.1: Report::interrupted; 1.2: Report::spread; 1.3: NonFinite::producers, intended,
 // probing, zero_gradients, NanEvent::lost, OpInstance::range_loss; 1.4: Report::kernels,
 // OpInstance::gpu_kernels (CUDA runs with CUPTI); 1.5: Report::distributed (data-parallel
-// runs under mpirun).
-inline constexpr int kSchemaMinor = 8;
+// runs under mpirun); 1.6: NonFinite::skips, mask_failures; 1.8: DtypeCounts::fp8; 1.9:
+// Report::fp8 (fp8 training: every scaled tensor's casts, step by step, and the findings).
+inline constexpr int kSchemaMinor = 9;
 
 // What wrote the report. Nothing of the machine it ran on: the same build gives the same
 // bytes on every x86-64 CPU (the CPU paths differ in speed only).
@@ -572,6 +573,45 @@ struct Distributed {
   std::vector<RankSummary> ranks;
 };
 
+// fp8 training (docs/fp8.md): what each cast of each scaled tensor did, step by step, as the
+// fp8 watch (inspector/fp8_watch.h) saw it on the tensor's own device.
+struct Fp8TensorRecord {
+  std::string layer;   // the linear layer's module path
+  std::string tensor;  // "input", "weight", "grad_output"
+  std::string format;  // "E4M3", "E5M2"
+  // Per observed step, in order (one entry each; several calls of the layer in a step:
+  // counts summed, the largest amax, the first call's scale):
+  std::vector<std::int64_t> steps;
+  std::vector<double> amax;   // max |x| of the values cast
+  std::vector<double> scale;  // the scale the cast used (inf where a zero amax made one)
+  std::vector<std::int64_t> count;
+  std::vector<std::int64_t> saturated;  // clamped to +-max (an Inf among them)
+  std::vector<std::int64_t> flushed;    // nonzero values that became 0
+  std::vector<std::int64_t> zero;       // values that were 0
+  std::vector<std::int64_t> nan;
+  // The values that neither saturated nor flushed, over every step, by the binade of their
+  // fp8 code: binades[i] counts codes in [2^(min_exponent + i), 2^(min_exponent + i + 1)).
+  std::int64_t min_exponent = 0;
+  std::vector<std::int64_t> binades;
+};
+struct Fp8FindingRecord {
+  std::string kind;  // "zero_amax_infinite_scale", "saturation", "underflow"
+  bool failure = false;
+  std::string layer, tensor;
+  std::int64_t step = 0;   // the first step it was seen
+  std::int64_t steps = 0;  // the steps it was seen on
+  double share = 0, worst_share = 0;  // saturated or flushed share: at its first step, at worst
+  double amax = 0, scale = 0;         // at its first step
+  std::string text;
+};
+struct Fp8Training {
+  std::string recipe;  // TransformerEngine's constructor, every keyword given
+  std::vector<std::string> layers;  // the linear layers that ran in fp8
+  std::vector<std::string> kept;    // those that did not, each with why: "head ([2, 32]: not multiples of 16)"
+  std::vector<Fp8TensorRecord> tensors;
+  std::vector<Fp8FindingRecord> findings;  // failures first, then by step
+};
+
 struct Report {
   std::string schema_version = std::to_string(kSchemaMajor) + "." + std::to_string(kSchemaMinor);
   RunInfo run;
@@ -589,6 +629,7 @@ struct Report {
   std::optional<Spread> spread;  // 1.2: `run --seeds N`; absent for one seed
   std::optional<Kernels> kernels;  // 1.4: CUDA runs with CUPTI (traced or saying why not)
   std::optional<Distributed> distributed;  // 1.5: data-parallel runs (several ranks)
+  std::optional<Fp8Training> fp8;  // 1.9: runs that train in fp8 with an inspection
 };
 
 }  // namespace ampcheck::reports

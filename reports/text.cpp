@@ -1,6 +1,7 @@
 #include "reports/text.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join
 
 #include <algorithm>
 #include <cmath>
@@ -399,6 +400,37 @@ std::string distributed_section(const Report& r) {
   return s;
 }
 
+// fp8: one line per scaled tensor: its format, the steps, the amax and scale they spanned,
+// and the worst step's saturated and flushed shares; then the findings.
+std::string fp8_section(const Report& r) {
+  if (!r.fp8) return "";
+  const Fp8Training& f = *r.fp8;
+  std::string s = fmt::format("fp8: {} layer{} in fp8 with {}{}\n", f.layers.size(), f.layers.size() == 1 ? "" : "s",
+                              f.recipe, f.kept.empty() ? "" : fmt::format("; kept out: {}", fmt::join(f.kept, ", ")));
+  const auto pct = [](std::int64_t part, std::int64_t whole) {
+    return whole > 0 ? fmt::format("{:.3g}%", 100.0 * static_cast<double>(part) / static_cast<double>(whole)) : std::string("-");
+  };
+  const auto share = [](std::int64_t part, std::int64_t whole) {
+    return whole > 0 ? static_cast<double>(part) / static_cast<double>(whole) : 0.0;
+  };
+  for (const Fp8TensorRecord& t : f.tensors) {
+    if (t.steps.empty()) continue;  // the reader holds every per-step array to the steps' length
+    std::size_t sat = 0, flush = 0;
+    for (std::size_t i = 0; i < t.steps.size(); ++i) {
+      if (share(t.saturated[i], t.count[i]) > share(t.saturated[sat], t.count[sat])) sat = i;
+      if (share(t.flushed[i], t.count[i] - t.zero[i]) > share(t.flushed[flush], t.count[flush] - t.zero[flush])) flush = i;
+    }
+    s += fmt::format("  {} {} ({}): {} steps, amax {} .. {}, last scale {}; saturated at worst {} (step {}), flushed at "
+                     "worst {} of the nonzero (step {})\n",
+                     t.layer, t.tensor, t.format, t.steps.size(), number(*std::min_element(t.amax.begin(), t.amax.end())),
+                     number(*std::max_element(t.amax.begin(), t.amax.end())), number(t.scale.back()),
+                     pct(t.saturated[sat], t.count[sat]), t.steps[sat], pct(t.flushed[flush], t.count[flush] - t.zero[flush]),
+                     t.steps[flush]);
+  }
+  for (const Fp8FindingRecord& x : f.findings) s += fmt::format("  {}: {}\n", x.failure ? "FAILURE" : "warning", x.text);
+  return s;
+}
+
 std::string sampling_text(const RunInfo& run) {
   if (!run.inspect_every) return {};
   const std::int64_t n = *run.inspect_every;
@@ -612,6 +644,7 @@ std::string to_text(const Report& r, std::size_t top) {
   if (r.compare) s += compare_section(*r.compare) + "\n";
   if (r.spread) s += spread_section(r) + "\n";
   if (r.distributed) s += distributed_section(r) + "\n";
+  if (r.fp8) s += fp8_section(r) + "\n";
   return s + "verdict: " + sum.verdict_text + "\n";
 }
 

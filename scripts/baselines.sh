@@ -13,7 +13,8 @@
 #                                 stable sample misses the accuracy its model file
 #                                 documents ("expect").
 #   scripts/baselines.sh update   regenerates the reports, each with the spread of
-#                                 $SEEDS seeds (default 3). A change that moves any
+#                                 $SEEDS seeds (default 3); `update SAMPLE...` those
+#                                 samples' alone (`check SAMPLE...` checks those alone). A change that moves any
 #                                 number fails `check` until this is run and the new
 #                                 reports are committed, deliberately, with the reason.
 #   scripts/baselines.sh table    prints the README's accuracy table from the committed
@@ -25,7 +26,13 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 mode=${1:-}
-[[ $mode == check || $mode == update || $mode == table ]] || { echo "usage: scripts/baselines.sh check|update|table" >&2; exit 2; }
+[[ $mode == check || $mode == update || $mode == table ]] || { echo "usage: scripts/baselines.sh check|update|table [SAMPLE...]" >&2; exit 2; }
+# Named samples: check or update those alone (update keeps every other sample's reports).
+shift
+only=("$@")
+for s in "${only[@]}"; do
+  grep -qx "$s" "$root/samples/models/ORDER" || { echo "baselines: $s is not a sample of samples/models/ORDER" >&2; exit 2; }
+done
 
 if [[ $mode == table ]]; then
   exec python3 - "$root/samples" <<'EOF'
@@ -85,6 +92,7 @@ export work seeds
 jobs=()
 while read -r sample; do
   [[ -z $sample ]] && continue
+  [[ ${#only[@]} -gt 0 && " ${only[*]} " != *" $sample "* ]] && continue
   for c in "${configs[@]}"; do
     read -r level dtype <<<"$c"
     jobs+=("$sample $level $dtype $(config_name "$level" "$dtype")")
@@ -95,7 +103,7 @@ printf '%s\n' "${jobs[@]}" | xargs -P "$jobs_at_once" -L 1 bash -c 'run_one "$@"
 
 if [[ $mode == update ]]; then
   mkdir -p "$baselines"
-  rm -f "$baselines"/*.json
+  [[ ${#only[@]} -eq 0 ]] && rm -f "$baselines"/*.json
   for j in "${jobs[@]}"; do
     read -r sample _ _ name <<<"$j"
     cp "$work/$sample.$name.json" "$baselines/$sample.$name.json"

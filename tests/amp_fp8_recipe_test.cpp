@@ -306,5 +306,109 @@ TEST(Fp8RecipeText, WhatCannotRunIsRefusedNamingTheKeywordAndTheCure) {
   EXPECT_NE(message("HYBRID").find("constructor"), std::string::npos);
 }
 
+// ---- DelayedScaling(scaling_factor_compute_algo=lambda ...): TE's Python update path
+// (transformer_engine/pytorch/fp8.py: _update_amax_history, the history rolled by -1 and
+// slot 0 zeroed at every update; _default_get_amax_and_update_history, torch.max over the
+// whole history before the roll; _compute_scaling_factor, the function's value as the
+// scale, unguarded). Values worked by hand in float32; tests/e2e/torch_fp8_scale_fn.sh
+// replays random sequences against PyTorch itself.
+float eval_fn(const char* lambda, float amax, float scale = 1.0f, int margin = 0, float fp8_max_value = 448.0f) {
+  return Fp8ScaleFunction::parse(lambda)(amax, scale, fp8_max_value, margin, 1024);
+}
+
+TEST(Fp8ScaleFunction, EvaluatesAsPyTorchOnFloat32TensorsAndPythonNumbers) {
+  const char* plain = "lambda amax, scale, fp8_max, recipe: fp8_max / amax / 2 ** recipe.margin";
+  EXPECT_EQ(eval_fn(plain, 3.0f), 448.0f / 3.0f);
+  EXPECT_EQ(eval_fn(plain, 3.0f, 1.0f, 2), (448.0f / 3.0f) / 4.0f);
+  EXPECT_EQ(eval_fn(plain, 3.0f, 1.0f, -1), (448.0f / 3.0f) / 0.5f);  // 2 ** -1 is Python's 0.5
+  EXPECT_EQ(eval_fn(plain, 0.0f), kInf);                               // the unguarded zero amax
+  // A Python number meets a tensor as float32: 0.1 is rounded to float before the product.
+  EXPECT_EQ(eval_fn("lambda a, s, m, r: 0.1 * s", 0.0f, 3.0f), 0.1f * 3.0f);
+  // Between Python numbers, Python's double arithmetic; the result meets the tensor as float32.
+  EXPECT_EQ(eval_fn("lambda a, s, m, r: (1 / 3) * s", 0.0f, 3.0f), static_cast<float>(static_cast<float>(1.0 / 3.0) * 3.0f));
+  EXPECT_EQ(eval_fn("lambda a, s, m, r: torch.where(a > 0, m / a, s)", 0.0f, 5.0f), 5.0f);
+  EXPECT_EQ(eval_fn("lambda a, s, m, r: torch.where(torch.isfinite(a) & (a > 0), m / a, s)", kInf, 5.0f), 5.0f);
+  EXPECT_EQ(eval_fn("lambda a, s, m, r: m / a if a > 0 else s * 0.5", 0.0f, 5.0f), 2.5f);
+  EXPECT_EQ(eval_fn("lambda a, s, m, r: m / torch.clamp(a, min=1e-12)", 0.0f), 448.0f / 1e-12f);
+  EXPECT_EQ(eval_fn("lambda a, s, m, r: torch.pow(2.0, torch.floor(torch.log2(m / a)) - r.margin)", 3.0f, 1.0f, 1),
+            64.0f);  // 448/3 = 149.3: 2^7, less the margin
+  EXPECT_EQ(eval_fn("lambda a, s, m, r: torch.finfo(torch.float32).max", 1.0f), std::numeric_limits<float>::max());
+  EXPECT_EQ(eval_fn("lambda a, s, m, r: torch.round(a * 2.5)", 1.0f), 2.0f);  // half to even
+  EXPECT_EQ(eval_fn("lambda a, s, m, r: -2 ** 2 + r.amax_history_len // 100", 1.0f), 6.0f);  // -(2**2) + 10
+  EXPECT_EQ(eval_fn("lambda a, s, m, r: max(a, s)", 1.0f, 4.0f), 4.0f);
+  EXPECT_TRUE(std::isnan(eval_fn("lambda a, s, m, r: torch.maximum(a, s)", kNaN, 4.0f)));  // propagates NaN
+  EXPECT_EQ(eval_fn("lambda a, s, m, r: torch.fmax(a, s)", kNaN, 4.0f), 4.0f);
+  EXPECT_EQ(eval_fn("lambda a, s, m, r: float('inf') if a == 0 else 1", 0.0f), kInf);
+}
+
+TEST(Fp8ScaleFunction, WhatIsNotAScalingFunctionIsRefusedWhenTheRecipeIsRead) {
+  const auto message = [](const std::string& fn) {
+    try {
+      parse_fp8_recipe("DelayedScaling(scaling_factor_compute_algo=" + fn + ")");
+    } catch (const Fp8RecipeError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_EQ(message("None"), "(accepted)");
+  EXPECT_NE(message("my_fn").find("write its body as a lambda"), std::string::npos) << message("my_fn");
+  EXPECT_NE(message("lambda a, s, m: m / a").find("four arguments"), std::string::npos);
+  EXPECT_NE(message("lambda a, s, m, r: np.max(a)").find("is not a function a scaling function may call here"),
+            std::string::npos);
+  EXPECT_NE(message("lambda a, s, m, r: a.clamp(min=1)").find("methods and attributes"), std::string::npos);
+  EXPECT_NE(message("lambda a, s, m, r: r.fp8_format").find("r.margin"), std::string::npos);
+  EXPECT_NE(message("lambda a, s, m, r: a > 0").find("boolean"), std::string::npos);
+  EXPECT_NE(message("lambda a, s, m, r: torch.where(a, m, s)").find("condition is not a boolean"), std::string::npos);
+  EXPECT_NE(message("lambda a, s, m, r: torch.clamp(a, lo=1)").find("takes no keyword"), std::string::npos);
+  EXPECT_NE(message("lambda a, s, m, r: (m / a").find("expected ',' or ')'"), std::string::npos);
+  EXPECT_NE(message("lambda a, s, m, r: m / 0").find("division by zero"), std::string::npos);
+  // The lambda ends at the ',' that ends its keyword: the recipe's other keywords still count.
+  const auto r = parse_fp8_recipe(
+      "DelayedScaling(scaling_factor_compute_algo=lambda a, s, m, r: torch.where(a > 0, m / a, s), amax_history_len=4)");
+  EXPECT_EQ(std::get<DelayedScaling>(r).amax_history_len, 4);
+  ASSERT_TRUE(std::get<DelayedScaling>(r).scaling_factor_compute_algo);
+  EXPECT_EQ(std::get<DelayedScaling>(r).scaling_factor_compute_algo->text(),
+            "lambda a, s, m, r: torch.where(a > 0, m / a, s)");
+  EXPECT_EQ(to_string(parse_fp8_recipe(to_string(r))), to_string(r));
+}
+
+TEST(Fp8ScaleFunction, TheUpdateIsTesPythonPathRollingEveryStepAndKeepingNoGuard) {
+  const Fp8Recipe r = parse_fp8_recipe(
+      "DelayedScaling(amax_history_len=3, scaling_factor_compute_algo=lambda amax, scale, fp8_max, recipe: fp8_max / amax)");
+  const DelayedScaling& d = std::get<DelayedScaling>(r);
+  DelayedScalingState s = initial_state(d);
+  // Step 1: a zero-initialised weight, amax 0: the history [0, 0, 0] has max 0 and the
+  // function gives 448 / 0 = inf (TE's default would keep the scale 1).
+  record_amax(s, 0.0f);
+  DelayedScalingUpdate u = update(s, d, Fp8Format::e4m3);
+  EXPECT_EQ(s.scale, kInf);
+  EXPECT_EQ(s.scale_inv, 0.0f);
+  EXPECT_TRUE(u.rolled);
+  // Steps 2-4: amaxes 2, 8, 1. Python's roll: after [a, b, c] comes [0, c, a] (slot 0
+  // moves to the end, slot 1 is overwritten by the zeroed slot 0).
+  record_amax(s, 2.0f);
+  update(s, d, Fp8Format::e4m3);
+  EXPECT_EQ(s.amax_history, (std::vector<float>{0.0f, 0.0f, 2.0f}));
+  EXPECT_EQ(s.scale, 224.0f);
+  record_amax(s, 8.0f);
+  update(s, d, Fp8Format::e4m3);
+  EXPECT_EQ(s.amax_history, (std::vector<float>{0.0f, 2.0f, 8.0f}));
+  EXPECT_EQ(s.scale, 56.0f);
+  record_amax(s, 1.0f);
+  update(s, d, Fp8Format::e4m3);  // max over [1, 2, 8] before the roll
+  EXPECT_EQ(s.amax_history, (std::vector<float>{0.0f, 8.0f, 1.0f}));
+  EXPECT_EQ(s.scale, 56.0f);
+  record_amax(s, 1.0f);
+  update(s, d, Fp8Format::e4m3);  // [1, 8, 1]: the 2 has left, the 8 not yet
+  EXPECT_EQ(s.scale, 56.0f);
+  record_amax(s, 1.0f);
+  update(s, d, Fp8Format::e4m3);  // [1, 1, 1]
+  EXPECT_EQ(s.scale, 448.0f);
+  // A reduced amax replaces slot 0, a zero one included.
+  record_amax(s, 4.0f);
+  update(s, d, Fp8Format::e4m3, 0.0f);
+  EXPECT_EQ(s.amax_history, (std::vector<float>{0.0f, 1.0f, 0.0f}));
+}
+
 }  // namespace
 }  // namespace ampcheck::amp

@@ -104,6 +104,12 @@ TEST(ModelFileSamples, EverySampleLoadsAndBuilds) {
     if (f.expect.cure == "scaler") {
       EXPECT_TRUE(f.expect.culprit.empty()) << name << ": a scaler cure has no black list";
     }
+    if (f.expect.cure == "fp8_keep") {  // the culprits are layers of the model, and it trains in fp8
+      ASSERT_TRUE(f.amp && f.amp->fp8) << name << ": an fp8 cure needs the model to train in fp8 (\"amp\": \"fp8\")";
+      for (const std::string& layer : f.expect.culprit)
+        EXPECT_TRUE(std::any_of(f.nodes.begin(), f.nodes.end(), [&](const NodeSpec& n) { return n.name == layer && n.kind == "linear"; }))
+            << name << ": culprit " << layer << " is not a linear node";
+    }
     Generator gen(0);
     EXPECT_NO_THROW(build(f, make_data(f, 1), gen)) << name;
   }

@@ -50,7 +50,7 @@ TEST(ReportJson, RoundTripGivesTheSameText) {
 TEST(ReportJson, ReadBackValuesMatchTheReport) {
   const Report original = testing::sample_report();
   const Report r = from_json(to_json(original), "run.json");
-  EXPECT_EQ(r.schema_version, "1.8");
+  EXPECT_EQ(r.schema_version, "1.9");
   EXPECT_EQ(r.run.model_description, original.run.model_description);
   EXPECT_EQ(r.run.seed, 7u);
   EXPECT_EQ(r.run.amp.custom_black_list, std::vector<std::string>{"softmax"});
@@ -114,6 +114,57 @@ TEST(ReportJson, Fp8CallsComeBackAndAreAbsentWhereNoneRan) {
       << read_error(hostile.dump());
 }
 
+// 1.9: an fp8 run's casts and findings read back as written (an infinite scale as "inf"),
+// validate against the schema, and a report without fp8 has no such key.
+Report fp8_report() {
+  Report r = testing::sample_report();
+  Fp8Training& f = r.fp8.emplace();
+  f.recipe = "DelayedScaling(margin=0, fp8_format=Format.HYBRID, amax_history_len=16, amax_compute_algo=\"max\", reduce_amax=True)";
+  f.layers = {"lora.a", "lora.b"};
+  f.kept = {"head ([4, 32]: not multiples of 16)"};
+  Fp8TensorRecord t;
+  t.layer = "lora.b";
+  t.tensor = "weight";
+  t.format = "E4M3";
+  t.min_exponent = -9;
+  t.binades.assign(18, 0);
+  t.binades[9] = 512;
+  t.steps = {1, 2};
+  t.amax = {0.0, 0.0125};
+  t.scale = {1.0, std::numeric_limits<double>::infinity()};
+  t.count = {512, 512};
+  t.saturated = {0, 512};
+  t.flushed = {0, 0};
+  t.zero = {512, 0};
+  t.nan = {0, 0};
+  f.tensors.push_back(t);
+  f.findings.push_back({"zero_amax_infinite_scale", true, "lora.b", "weight", 2, 29, 1.0, 1.0, 0.0125,
+                        std::numeric_limits<double>::infinity(), "'lora.b' weight was cast to E4M3 at step 2 with scale inf"});
+  return r;
+}
+
+TEST(ReportJson, Fp8CastsAndFindingsRoundTrip) {
+  EXPECT_FALSE(ordered_json::parse(to_json(testing::sample_report())).contains("fp8"));
+  const Report original = fp8_report();
+  const std::string text = to_json(original);
+  const ordered_json doc = ordered_json::parse(text);
+  EXPECT_EQ(doc["fp8"]["tensors"][0]["scale"][1], "inf");
+  EXPECT_EQ(doc["fp8"]["findings"][0]["kind"], "zero_amax_infinite_scale");
+  const Report back = from_json(text, "run.json");
+  ASSERT_TRUE(back.fp8.has_value());
+  EXPECT_EQ(back.fp8->tensors[0].saturated[1], 512);
+  EXPECT_TRUE(std::isinf(back.fp8->tensors[0].scale[1]));
+  EXPECT_EQ(back.fp8->kept, original.fp8->kept);
+  EXPECT_EQ(to_json(back), text);
+  // A per-step array of another length is a damaged file, named, not read past its end.
+  ordered_json bad = doc;
+  bad["fp8"]["tensors"][0]["flushed"].erase(1);
+  EXPECT_NE(read_error(bad.dump()).find("fp8.tensors[0]: expected one amax, scale, count, saturated, flushed, zero and "
+                                        "nan per step (2 steps), got an array of 1"),
+            std::string::npos)
+      << read_error(bad.dump());
+}
+
 TEST(ReportJson, NonFiniteDoublesAreStringsAndComeBackInClass) {
   Report original = testing::sample_report();
   original.steps[2].loss = -std::numeric_limits<double>::infinity();
@@ -143,7 +194,7 @@ TEST(ReportJson, EqualReportsGiveIdenticalBytes) {
   EXPECT_EQ(a, b);
   EXPECT_EQ(a.substr(0, 2), "{\n");
   EXPECT_EQ(a.substr(a.size() - 2), "}\n");
-  EXPECT_NE(a.find("\n  \"schema_version\": \"1.8\",\n"), std::string::npos);
+  EXPECT_NE(a.find("\n  \"schema_version\": \"1.9\",\n"), std::string::npos);
 }
 
 // 1.2: the spread of `run --seeds N` goes out and comes back whole; a report of 1.1 that
@@ -419,12 +470,12 @@ TEST(ReportJson, OtherMajorIsRejectedWithWhatToDo) {
 
 TEST(ReportJson, NewerMinorWithUnknownFieldsIsRead) {
   ordered_json doc = sample_doc();
-  doc["schema_version"] = "1.8";
+  doc["schema_version"] = "1.10";
   doc["energy"] = {{"joules", 12.5}};
   doc["steps"][0]["grad_norm"] = 3.0;
   doc["ops"][0]["local_error"]["median"] = 1e-4;
   const Report r = from_json(doc.dump(), "run.json");
-  EXPECT_EQ(r.schema_version, "1.8");
+  EXPECT_EQ(r.schema_version, "1.10");
   EXPECT_EQ(r.steps[0].loss, 1.0986);
   // Written back as what this writer implements, without the fields it does not know.
   EXPECT_EQ(to_json(r), to_json(testing::sample_report()));
@@ -602,9 +653,21 @@ TEST_F(ReportJsonSchema, WriterOutputIsValid) {
   }
 }
 
+TEST_F(ReportJsonSchema, Fp8SectionIsValidAndItsEnumsAreChecked) {
+  const ordered_json doc = ordered_json::parse(to_json(fp8_report()));
+  const Outcome o = validate(doc.dump(2), "fp8.json");
+  EXPECT_TRUE(o.valid) << o.output;
+  ordered_json bad = doc;
+  bad["fp8"]["tensors"][0]["tensor"] = "bias";
+  expect_rejected(bad, "fp8_tensor.json", "'bias' is not one of");
+  bad = doc;
+  bad["fp8"]["tensors"][0].erase("flushed");
+  expect_rejected(bad, "fp8_flushed.json", "'flushed' is a required property");
+}
+
 TEST_F(ReportJsonSchema, NewerMinorWithExtraFieldsIsValid) {
   ordered_json doc = sample_doc();
-  doc["schema_version"] = "1.8";
+  doc["schema_version"] = "1.10";
   doc["energy"] = {{"joules", 12.5}};
   doc["ops"][0]["kernels"][0]["duration_unit"] = "none";
   const Outcome o = validate(doc.dump(2), "minor.json");

@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "common/json_text.h"
+#include "engine/amp/fp8_recipe.h"
 #include "engine/dtype/dtype.h"
 #include "engine/ops/registry.h"
 #include "engine/util/strings.h"
@@ -597,6 +598,39 @@ const Keys kTorchAutocastArgs = {"device_type", "dtype", "enabled", "cache_enabl
 // backoff_factor=0.5, growth_interval=2000, enabled=True)
 const Keys kTorchGradScalerArgs = {"device",         "init_scale",      "growth_factor",
                                    "backoff_factor", "growth_interval", "enabled"};
+// "fp8": the recipe TransformerEngine's fp8_autocast gets, its constructor as the script
+// writes it, or {"recipe": "...", "keep": [layers kept out of fp8]}; false or null: none.
+void read_fp8(const Obj& top, Config& c) {
+  const json* f = top.raw("fp8");
+  if (f == nullptr || f->is_null() || (f->is_boolean() && !f->get<bool>())) return;
+  constexpr std::string_view accepted =
+      "a TransformerEngine recipe as your script constructs it, \"DelayedScaling(amax_history_len=16)\", or "
+      "{\"recipe\": \"DelayedScaling(...)\", \"keep\": [\"head\"]}";
+  const json* recipe = f;
+  Fp8Settings s;
+  if (f->is_object()) {
+    const Obj o(*f, "fp8", {"recipe", "keep"});
+    recipe = o.raw("recipe");
+    if (recipe == nullptr) Obj::fail_path("fp8", *f, accepted, "\"recipe\" is missing");
+    if (const json* k = o.raw("keep")) {
+      if (!k->is_array()) o.fail("keep", *k, "a list of linear layers (module paths) kept out of fp8, e.g. [\"head\"]");
+      for (std::size_t i = 0; i < k->size(); ++i) {
+        const json& item = (*k)[i];
+        if (!item.is_string() || item.get<std::string>().empty())
+          Obj::fail_path("fp8.keep[" + std::to_string(i) + "]", item, "a module path (a non-empty string)");
+        s.keep.push_back(item.get<std::string>());
+      }
+    }
+  }
+  if (!recipe->is_string()) Obj::fail_path(f->is_object() ? "fp8.recipe" : "fp8", *recipe, accepted);
+  try {
+    s.recipe = to_string(parse_fp8_recipe(recipe->get<std::string>()));
+  } catch (const Fp8RecipeError& e) {
+    throw ConfigError(std::string(f->is_object() ? "fp8.recipe: " : "fp8: ") + e.what());
+  }
+  c.fp8 = std::move(s);
+}
+
 const Keys kTorchBlocks = {"autocast", "grad_scaler"};
 
 // {"autocast": {...}, "grad_scaler": {...}}, or GradScaler's keyword arguments written
@@ -613,10 +647,12 @@ void read_pytorch(const json& j, Config& c) {
                         "\"grad_scaler\" (torch.autocast's go in \"autocast\")");
   Keys flat_keys = kTorchGradScalerArgs;
   flat_keys.push_back("framework");
+  flat_keys.push_back("fp8");
   const Obj top = flat ? Obj(j, "", flat_keys,
                              "accepted flat: framework and torch.amp.GradScaler's arguments (" +
                                  join(kTorchGradScalerArgs) + "), or the blocks autocast and grad_scaler")
-                       : Obj(j, "", {"framework", "autocast", "grad_scaler"});
+                       : Obj(j, "", {"framework", "autocast", "grad_scaler", "fp8"});
+  read_fp8(top, c);
   const std::optional<Obj> ac = flat ? std::nullopt : top.object("autocast", kTorchAutocastArgs);
   const std::optional<Obj> gs = flat ? std::optional<Obj>(top) : top.object("grad_scaler", kTorchGradScalerArgs);
   constexpr std::string_view devices = "\"cuda\", \"cpu\", \"xpu\", \"mps\" or \"hpu\"";
@@ -1016,7 +1052,8 @@ void read_deepspeed(const json& j, Config& c) {
 
 const Keys kAmpcheckKeys = {
     "framework", "level", "dtype", "custom_white_list", "custom_black_list", "fp32_modules",
-    "keep_norm_fp32", "master_weight", "loss_scaling", "allow_inf", "converted_from", "notes"};
+    "keep_norm_fp32", "master_weight", "loss_scaling", "allow_inf", "fp8", "converted_from", "notes"};
+
 
 std::optional<ConfigStyle> style_from_name(std::string_view s) {
   for (ConfigStyle st : {ConfigStyle::ampcheck, ConfigStyle::paddle, ConfigStyle::pytorch,
@@ -1027,6 +1064,7 @@ std::optional<ConfigStyle> style_from_name(std::string_view s) {
 
 void read_ampcheck(const json& j, Config& c) {
   const Obj top(j, "", kAmpcheckKeys);
+  read_fp8(top, c);
   if (!top.has("level")) c.notes.push_back("level not given: O1");
   c.amp.level = read_level(top, "level", Level::O1);
   if (!top.has("dtype")) c.notes.push_back("dtype not given: float16");
@@ -1166,7 +1204,7 @@ const std::vector<Place>& places() {
         {ConfigStyle::paddle, "auto_cast", kPaddleAutoCastArgs},
         {ConfigStyle::paddle, "decorate", kPaddleDecorateArgs},
         {ConfigStyle::paddle, "grad_scaler", kPaddleGradScalerArgs},
-        {ConfigStyle::pytorch, "", cat({kTorchBlocks, kTorchGradScalerArgs})},
+        {ConfigStyle::pytorch, "", cat({kTorchBlocks, kTorchGradScalerArgs, {"fp8"}})},
         {ConfigStyle::pytorch, "autocast", kTorchAutocastArgs},
         {ConfigStyle::pytorch, "grad_scaler", kTorchGradScalerArgs},
         {ConfigStyle::deepspeed, "", cat({kDeepSpeedOtherKeys, kDeepSpeedBlocks})},
@@ -1447,6 +1485,7 @@ std::string to_json(const Config& c) {
   j["custom_black_list"] = c.amp.custom_black_list;
   if (!c.amp.fp32_modules.empty()) j["fp32_modules"] = c.amp.fp32_modules;
   if (!c.allow_inf.empty()) j["allow_inf"] = c.allow_inf;
+  if (c.fp8) j["fp8"] = {{"recipe", c.fp8->recipe}, {"keep", c.fp8->keep}};
   j["keep_norm_fp32"] = c.amp.keep_norm_fp32;
   j["master_weight"] = c.amp.master_weight;
   j["loss_scaling"] = scaling_json(c.scaling);
@@ -1465,6 +1504,9 @@ std::string explain(const Config& c) {
       << "custom black:  " << list_text(c.amp.custom_black_list) << "\n"
       << (c.amp.fp32_modules.empty() ? "" : "fp32 modules:  " + list_text(c.amp.fp32_modules) + "\n")
       << (c.allow_inf.empty() ? "" : "allow inf:     " + list_text(c.allow_inf) + "\n")
+      << (c.fp8 ? "fp8:           " + c.fp8->recipe + " on every linear layer whose sizes are multiples of 16" +
+                      (c.fp8->keep.empty() ? std::string() : ", but " + list_text(c.fp8->keep)) + "\n"
+                : "")
       << "O2 flags:      keep_norm_fp32 = " << (c.amp.keep_norm_fp32 ? "true" : "false")
       << ", master_weight = " << (c.amp.master_weight ? "true" : "false")
       << (o2_flags_used ? "" : " (used at O2 only)") << "\n"

@@ -4,6 +4,7 @@
 // `amp.initialize` arguments — and ampcheck's own form, normalised into one Config.
 #pragma once
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -16,6 +17,13 @@ namespace ampcheck::amp {
 enum class ConfigStyle { ampcheck, paddle, pytorch, deepspeed, apex };
 std::string_view style_name(ConfigStyle s);
 
+// fp8 training of the linear layers (docs/fp8.md): TransformerEngine's recipe, as the
+// script constructs it, and the layers kept out of fp8.
+struct Fp8Settings {
+  std::string recipe;              // normalised: amp::to_string(parse_fp8_recipe(...))
+  std::vector<std::string> keep;   // module paths, or prefixes of them
+};
+
 struct Config {
   ConfigStyle style = ConfigStyle::ampcheck;
   AmpOptions amp;
@@ -23,6 +31,8 @@ struct Config {
   // ampcheck's form only: op names or module paths whose Inf/-Inf is intended (an
   // attention mask's -inf); the inspector does not count them as a failure.
   std::vector<std::string> allow_inf;
+  // ampcheck's and PyTorch's forms: "fp8", a TransformerEngine recipe for the linear layers.
+  std::optional<Fp8Settings> fp8;
   // One line per decision taken in normalising (which semantics, which defaults filled).
   std::vector<std::string> notes;
 };

@@ -32,8 +32,8 @@ namespace {
 // or a call (QParams(...)).
 struct Argument;
 struct Value {
-  enum Kind { number, string, name, call } kind = name;
-  std::string text;              // the number's, string's or name's text
+  enum Kind { number, string, name, call, lambda } kind = name;
+  std::string text;              // the number's, string's, name's or lambda's text
   std::vector<Argument> args;    // a call's keyword arguments
   std::string written;           // as it was written, for messages
 };
@@ -104,6 +104,32 @@ class Parser {
         ++i_;
       v.kind = Value::number;
       v.text = s_.substr(start, i_ - start);
+    } else if (s_.substr(i_, 6) == "lambda" &&
+               (i_ + 6 == s_.size() || !(std::isalnum(static_cast<unsigned char>(s_[i_ + 6])) || s_[i_ + 6] == '_'))) {
+      // A lambda runs to the ',' or ')' that closes its keyword argument, after the ':'
+      // that ends its parameters (whose commas are its own): its parentheses and strings
+      // are passed over. Its grammar is Fp8ScaleFunction's.
+      const std::size_t colon = s_.find(':', i_);
+      if (colon == std::string_view::npos) fail("a lambda needs ':' after its parameters");
+      i_ = colon + 1;
+      int depth = 0;
+      for (; i_ < s_.size(); ++i_) {
+        const char d = s_[i_];
+        if (d == '"' || d == '\'') {
+          const std::size_t end = s_.find(d, i_ + 1);
+          if (end == std::string_view::npos) fail("a string is not closed");
+          i_ = end;
+        } else if (d == '(' || d == '[') {
+          ++depth;
+        } else if ((d == ')' || d == ']') && depth-- == 0) {
+          break;
+        } else if (d == ',' && depth == 0) {
+          break;
+        }
+      }
+      v.kind = Value::lambda;
+      v.text = s_.substr(start, i_ - start);
+      while (!v.text.empty() && std::isspace(static_cast<unsigned char>(v.text.back()))) v.text.pop_back();
     } else {
       v.text = dotted_name();
       v.kind = Value::name;
@@ -244,7 +270,17 @@ Fp8Recipe parse_fp8_recipe(std::string_view text) {
         k.fail("amax_compute_algo", "must be \"max\" or \"most_recent\" (a Python callable cannot run here), not " + a->written);
       }
     }
-    k.only_default("scaling_factor_compute_algo", "None", "a Python callable cannot run here");
+    if (const Value* f = k.get("scaling_factor_compute_algo"); f && !(f->kind == Value::name && f->text == "None")) {
+      if (f->kind != Value::lambda)
+        k.fail("scaling_factor_compute_algo",
+               "must be None or a lambda (lambda amax, scale, fp8_max, recipe: ...), not " + f->written +
+                   ": a function defined elsewhere in your script cannot be read here; write its body as a lambda");
+      try {
+        r.scaling_factor_compute_algo = std::make_shared<const Fp8ScaleFunction>(Fp8ScaleFunction::parse(f->text));
+      } catch (const std::invalid_argument& e) {
+        throw Fp8RecipeError(std::string("DelayedScaling: ") + e.what());
+      }
+    }
     r.reduce_amax = k.boolean("reduce_amax", true);
     k.only_default("fp8_dpa", "False", attention);
     k.only_default("fp8_mha", "False", attention);
@@ -303,7 +339,8 @@ std::string to_string(const Fp8Recipe& recipe) {
     return "DelayedScaling(margin=" + std::to_string(d->margin) + ", fp8_format=" + format_text(d->fp8_format) +
            ", amax_history_len=" + std::to_string(d->amax_history_len) + ", amax_compute_algo=\"" +
            (d->amax_compute_algo == AmaxComputeAlgo::max ? "max" : "most_recent") +
-           "\", reduce_amax=" + (d->reduce_amax ? "True" : "False") + ")";
+           "\", reduce_amax=" + (d->reduce_amax ? "True" : "False") +
+           (d->scaling_factor_compute_algo ? ", scaling_factor_compute_algo=" + d->scaling_factor_compute_algo->text() : "") + ")";
   }
   if (const auto* c = std::get_if<Float8CurrentScaling>(&recipe)) {
     const std::string q = std::string("QParams(power_2_scale=") + (c->use_power_2_scales ? "True" : "False") +
@@ -332,6 +369,22 @@ DelayedScalingUpdate update(DelayedScalingState& state, const DelayedScaling& re
   const std::size_t length = h.size();
   DelayedScalingUpdate u;
   u.scale_before = state.scale;
+  if (recipe.scaling_factor_compute_algo) {  // TE's Python path
+    if (reduced_amax) h[0] = *reduced_amax;
+    u.step_amax = h[0];
+    float amax = h[0];
+    if (recipe.amax_compute_algo == AmaxComputeAlgo::max)
+      for (const float a : h) amax = std::isnan(a) || std::isnan(amax) ? std::numeric_limits<float>::quiet_NaN() : std::max(amax, a);
+    std::rotate(h.begin(), h.begin() + 1, h.end());  // torch.roll(h, -1): slot 0 moves to the end
+    h[0] = 0.0f;
+    u.rolled = true;
+    u.amax_used = amax;
+    state.scale = (*recipe.scaling_factor_compute_algo)(amax, state.scale, fp8_max(format), recipe.margin,
+                                                          recipe.amax_history_len);
+    state.scale_inv = 1.0f / state.scale;
+    u.scale_after = state.scale;
+    return u;
+  }
   // The step's amax: the reduction's where it gave one that is not 0, else the local slot.
   const float last_amax = reduced_amax && *reduced_amax != 0.0f ? *reduced_amax : h[0];
   u.step_amax = last_amax;

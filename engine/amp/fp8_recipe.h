@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -19,6 +20,7 @@
 #include <variant>
 #include <vector>
 
+#include "engine/amp/fp8_scale_fn.h"
 #include "engine/dtype/fp8.h"
 
 namespace ampcheck::amp {
@@ -44,6 +46,11 @@ struct DelayedScaling {
   std::int64_t amax_history_len = 1024;
   AmaxComputeAlgo amax_compute_algo = AmaxComputeAlgo::max;
   bool reduce_amax = true;  // amaxes reduced (max) over the amax reduction group each step
+  // The user's own amax -> scale function (TE's scaling_factor_compute_algo), or none for
+  // TE's default. With one, the update is TE's Python path (fp8.py, _amax_and_scale_update):
+  // the history always rolls, the max propagates a NaN, and the function's result is the
+  // scale, unguarded.
+  std::shared_ptr<const Fp8ScaleFunction> scaling_factor_compute_algo;
 };
 // transformer_engine.common.recipe.Float8CurrentScaling: the scale from this tensor's own
 // amax at each cast (QParams' power_2_scale and amax_epsilon, the same for every role).
@@ -104,7 +111,12 @@ struct DelayedScalingUpdate {
 // The end of a step: TE's amax_and_scale_update for this tensor (delayed_scaling.cu,
 // kernel_bulk). reduced_amax is the step's amax after the reduction over the amax
 // reduction group (TE's amax_reduction_buffer) where there is one; a reduced amax of 0
-// falls back to the local slot, as TE's kernel does.
+// falls back to the local slot, as TE's kernel does. With a scaling_factor_compute_algo,
+// TE's Python path instead (transformer_engine/pytorch/fp8.py: _update_amax_history,
+// _default_get_amax_and_update_history, _compute_scaling_factor): the reduced amax, if
+// any, replaces slot 0; the amax is torch.max over the history (or slot 0 for
+// most_recent); the history rolls by -1 and slot 0 is zeroed, whatever the amax; the
+// scale is the function's value.
 DelayedScalingUpdate update(DelayedScalingState& state, const DelayedScaling& recipe, Fp8Format format,
                             std::optional<float> reduced_amax = std::nullopt);
 

@@ -85,8 +85,12 @@ expect 0 "fix found" -- "$bin" bisect-nan --model "$model" --nproc 2 --quiet
 # 6. fp8 on 4 ranks (docs/fp8.md): amaxes reduced over every rank, the scales agree; reduced
 #    over pairs (the wrong group), the ranks' scales part at the first update and the
 #    consensus names the tensor, the step and the groups.
-fp8=(--model transformer --level O1 --dtype bfloat16 --steps 3 --inspect stats --fp8 "DelayedScaling(amax_history_len=16)")
+# The sample fp8_transformer carries its recipe (HYBRID, history 16) in its "amp" block.
+fp8=(--model fp8_transformer --steps 3 --inspect stats)
 expect 0 "all in agreement" -- "${mpi[@]}" -np 4 "$bin" run "${fp8[@]}" --quiet --report "$WORK/fp8.json"
+[[ $(json_get "$WORK/fp8.json" "len(r['fp8']['layers']) == 6 and len(r['fp8']['tensors']) == 18 and all(len(t['steps']) == 3 for t in r['fp8']['tensors'])") == True ]] \
+  && ok "fp8 on 4 ranks: the report holds every scaled tensor's 3 steps" \
+  || fail "fp8 on 4 ranks: the report's fp8 section: $(json_get "$WORK/fp8.json" "r.get('fp8', {}).get('layers')")"
 expect 1 "differ after step 1" -- "${mpi[@]}" -np 4 "$bin" run "${fp8[@]}" --fp8-amax-group 2 --quiet \
   --report "$WORK/fp8_group.json"
 [[ $(json_get "$WORK/fp8_group.json" "r['distributed']['first_divergence'] == 1 and 'ranks 0, 1' in r['distributed']['divergence'] and 'ranks 2, 3' in r['distributed']['divergence'] and 'wrong process group' in r['distributed']['divergence']") == True ]] \

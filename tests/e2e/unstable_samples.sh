@@ -2,8 +2,8 @@
 # The unstable samples keep their promises: every samples/models/*.json whose "expect"
 # block names a culprit fails at its own AMP settings, bisect-nan (with the file's
 # bisect_args) names exactly that culprit list within 2k log2(n) + 3 runs (k culprits,
-# n candidates), the fix leaves ops running in low precision, and black-listing it makes
-# the run healthy. A sample whose cure is the loss scaler ("cure": "scaler") gets no
+# n candidates), the fix leaves ops running in low precision, and black-listing it (for
+# an fp8 sample, "cure": "fp8_keep": keeping its layers out of fp8) makes the run healthy. A sample whose cure is the loss scaler ("cure": "scaler") gets no
 # black list at all: bisect-nan says so and names the scaler setting instead. The samples
 # are used by name, as built into the binary (samples/models/ORDER), so a file left out
 # of ORDER fails here too.
@@ -45,6 +45,9 @@ sys.exit(b["culprits"] != [])' "$work/$name.bisect.json" && grep -q "init_scale\
   mapfile -t extra < <(expect_of "$file" bisect_args)
   unstable=$((unstable + 1))
   black=$(IFS=,; echo "${culprit[*]}")
+  # The cure: the culprits black-listed (op types), or kept out of fp8 (an fp8 sample's layers).
+  fix=(--black "$black")
+  [[ $(cure_of "$file") == fp8_keep ]] && fix=(--fp8-keep "$black")
 
   # Without the cure: a sample whose failure needs no extra bisect-nan options fails
   # its own run (verdict FAILED, exit 1).
@@ -77,10 +80,10 @@ sys.exit(runs > bound)' "$report" 2>&1); then
   else
     fail "$name: $bound"
   fi
-  expect 0 "AMP is on" -- "$bin" run --model "$name" --black "$black" --quiet
+  expect 0 "AMP is on" -- "$bin" run --model "$name" "${fix[@]}" --quiet
 
-  # The cure: with the culprits black-listed the run is healthy as configured.
-  expect 0 "healthy as configured" -- "$bin" bisect-nan --model "$name" --black "$black" --quiet "${extra[@]}"
+  # The cure: with the culprits black-listed (kept out of fp8) the run is healthy as configured.
+  expect 0 "healthy as configured" -- "$bin" bisect-nan --model "$name" "${fix[@]}" --quiet "${extra[@]}"
 done
 
 [[ $unstable -gt 0 ]] && ok "$unstable unstable samples checked" || fail "no sample in samples/models documents a culprit"
