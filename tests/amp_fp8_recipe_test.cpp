@@ -318,9 +318,14 @@ float eval_fn(const char* lambda, float amax, float scale = 1.0f, int margin = 0
 
 TEST(Fp8ScaleFunction, EvaluatesAsPyTorchOnFloat32TensorsAndPythonNumbers) {
   const char* plain = "lambda amax, scale, fp8_max, recipe: fp8_max / amax / 2 ** recipe.margin";
-  EXPECT_EQ(eval_fn(plain, 3.0f), 448.0f / 3.0f);
-  EXPECT_EQ(eval_fn(plain, 3.0f, 1.0f, 2), (448.0f / 3.0f) / 4.0f);
-  EXPECT_EQ(eval_fn(plain, 3.0f, 1.0f, -1), (448.0f / 3.0f) / 0.5f);  // 2 ** -1 is Python's 0.5
+  // fp8_max / amax is Tensor.__rtruediv__: amax.reciprocal() * fp8_max, two float32 roundings
+  // (448 / 3 in one rounding is 149.333328; through the reciprocal, 149.333344).
+  const float via_reciprocal = (1.0f / 3.0f) * 448.0f;
+  EXPECT_NE(via_reciprocal, 448.0f / 3.0f);
+  EXPECT_EQ(eval_fn(plain, 3.0f), via_reciprocal);
+  EXPECT_EQ(eval_fn(plain, 3.0f, 1.0f, 2), via_reciprocal / 4.0f);
+  EXPECT_EQ(eval_fn(plain, 3.0f, 1.0f, -1), via_reciprocal / 0.5f);  // 2 ** -1 is Python's 0.5
+  EXPECT_EQ(eval_fn("lambda a, s, m, r: a / 3", 448.0f), 448.0f / 3.0f);  // a tensor over a number: one division
   EXPECT_EQ(eval_fn(plain, 0.0f), kInf);                               // the unguarded zero amax
   // A Python number meets a tensor as float32: 0.1 is rounded to float before the product.
   EXPECT_EQ(eval_fn("lambda a, s, m, r: 0.1 * s", 0.0f, 3.0f), 0.1f * 3.0f);
@@ -329,7 +334,7 @@ TEST(Fp8ScaleFunction, EvaluatesAsPyTorchOnFloat32TensorsAndPythonNumbers) {
   EXPECT_EQ(eval_fn("lambda a, s, m, r: torch.where(a > 0, m / a, s)", 0.0f, 5.0f), 5.0f);
   EXPECT_EQ(eval_fn("lambda a, s, m, r: torch.where(torch.isfinite(a) & (a > 0), m / a, s)", kInf, 5.0f), 5.0f);
   EXPECT_EQ(eval_fn("lambda a, s, m, r: m / a if a > 0 else s * 0.5", 0.0f, 5.0f), 2.5f);
-  EXPECT_EQ(eval_fn("lambda a, s, m, r: m / torch.clamp(a, min=1e-12)", 0.0f), 448.0f / 1e-12f);
+  EXPECT_EQ(eval_fn("lambda a, s, m, r: m / torch.clamp(a, min=1e-12)", 0.0f), (1.0f / 1e-12f) * 448.0f);
   EXPECT_EQ(eval_fn("lambda a, s, m, r: torch.pow(2.0, torch.floor(torch.log2(m / a)) - r.margin)", 3.0f, 1.0f, 1),
             64.0f);  // 448/3 = 149.3: 2^7, less the margin
   EXPECT_EQ(eval_fn("lambda a, s, m, r: torch.finfo(torch.float32).max", 1.0f), std::numeric_limits<float>::max());
@@ -389,7 +394,7 @@ TEST(Fp8ScaleFunction, TheUpdateIsTesPythonPathRollingEveryStepAndKeepingNoGuard
   record_amax(s, 2.0f);
   update(s, d, Fp8Format::e4m3);
   EXPECT_EQ(s.amax_history, (std::vector<float>{0.0f, 0.0f, 2.0f}));
-  EXPECT_EQ(s.scale, 224.0f);
+  EXPECT_EQ(s.scale, 224.0f);  // 0.5 * 448: the reciprocal of a power of 2 is exact
   record_amax(s, 8.0f);
   update(s, d, Fp8Format::e4m3);
   EXPECT_EQ(s.amax_history, (std::vector<float>{0.0f, 2.0f, 8.0f}));

@@ -590,6 +590,10 @@ Value eval(const Node& n, const Args& a) {
       if (n.op == "//") return arithmetic(x, y, py_floordiv);
       if (n.op == "/") {
         if (!x.is_tensor() && !y.is_tensor() && y.x == 0) throw std::domain_error("division by zero (Python numbers)");
+        // A Python number over a tensor is Tensor.__rtruediv__, self.reciprocal() * other
+        // (torch/_tensor.py): two roundings in float32, not one division.
+        if (!x.is_tensor() && y.is_tensor() && x.kind != Value::none)
+          return tensor_of(static_cast<float>(1.0f / static_cast<float>(y.x)) * static_cast<float>(x.x));
         Value r = arithmetic(x, y, [](double p, double q) { return p / q; });
         if (r.kind == Value::py_int) r.kind = Value::py_float;  // true division
         return r;

@@ -12,7 +12,8 @@
 // evaluated as PyTorch evaluates it on TE's one-element float32 tensors: amax and scale
 // are float32 tensors, fp8_max a Python float and recipe.margin a Python int; an operation
 // with a tensor operand rounds to float32 (a Python number meeting a tensor takes the
-// tensor's dtype), one between Python numbers is Python's (double, or int). The language
+// tensor's dtype), one between Python numbers is Python's (double, or int); a Python number
+// over a tensor is Tensor.__rtruediv__, the tensor's reciprocal times the number. The language
 // is that of such functions: numbers, the four parameters, recipe.margin and
 // recipe.amax_history_len, + - * / ** and unary -, comparisons, `a if c else b`, and the
 // functions listed in docs/fp8.md (torch.where, torch.isfinite, torch.clamp, ...). Anything

@@ -82,7 +82,7 @@ for fn_text in functions:
             amax_text = ",".join(repr(float(struct.unpack("<f", struct.pack("<f", a))[0])) for a in seq)
             p = subprocess.run([binary, "fp8-scale", "--recipe", recipe, "--amax", amax_text, "--json"],
                                capture_output=True, text=True)
-            if p.returncode != 0:
+            if p.returncode not in (0, 1):  # 1: a step saturates
                 print(f"FAIL: {recipe}: exit {p.returncode}: {p.stderr}")
                 failures += 1
                 continue
