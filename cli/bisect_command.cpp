@@ -454,14 +454,15 @@ reports::Suggestion fp8_suggestion(const Resolved& base, const reports::Bisect& 
       "    with te.fp8_autocast(enabled=False):\n"
       "        y = layer(x)   # for each of: {}\n",
       quoted(b.culprits, "'"));
-  if (base.options.fp8->scaling_factor_compute_algo)
+  const auto* delayed = std::get_if<amp::DelayedScaling>(&*base.options.fp8);
+  if (delayed != nullptr && delayed->scaling_factor_compute_algo)
     s.pytorch += fmt::format(
         "# and guard the recipe's scaling_factor_compute_algo as TE's default does (the scale kept where the\n"
         "# amax is 0 or not finite): it makes an infinite scale of a zero amax; instead of\n"
         "#   {}\n"
         "recipe.scaling_factor_compute_algo = lambda amax, scale, fp8_max, recipe: torch.where(\n"
         "    (amax > 0) & torch.isfinite(amax), fp8_max / amax / 2 ** recipe.margin, scale)\n",
-        base.options.fp8->scaling_factor_compute_algo->text());
+        delayed->scaling_factor_compute_algo->text());
   return s;
 }
 

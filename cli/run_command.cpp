@@ -201,7 +201,7 @@ void mark_interrupted(reports::Report& report, std::int64_t steps_run, std::int6
 namespace {
 
 // Which linear layers run in fp8 under which recipe, and which stay out and why.
-std::string fp8_notice(const amp::DelayedScaling& recipe, const std::vector<models::Fp8Layer>& layers) {
+std::string fp8_notice(const amp::Fp8Recipe& recipe, const std::vector<models::Fp8Layer>& layers) {
   std::int64_t on = 0;
   std::string kept;
   for (const models::Fp8Layer& l : layers) {
@@ -267,7 +267,11 @@ InstrumentedRun instrumented_run(const RunArgs& args, const Resolved& resolved, 
       throw UsageError("--fp8: no linear layer of the model can run in fp8 (every one is kept or has a size that is "
                        "not a multiple of 16)");
     if (!args.quiet) err << fp8_notice(*resolved.options.fp8, trainer->result().fp8_layers);
-    if (setup.mode != inspector::Mode::off) fp8_watch.emplace();
+    if (setup.mode != inspector::Mode::off) {
+      inspector::Fp8WatchOptions watch;
+      watch.delayed = std::holds_alternative<amp::DelayedScaling>(*resolved.options.fp8);
+      fp8_watch.emplace(watch);
+    }
   }
   insp.attach();
   if (fp8_watch) add_observer(&*fp8_watch);

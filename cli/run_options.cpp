@@ -207,11 +207,11 @@ Resolved resolve(const RunArgs& a) {
     } catch (const amp::Fp8RecipeError& e) {
       throw UsageError(fp8_from + ": " + e.what());
     }
-    const auto* delayed = std::get_if<amp::DelayedScaling>(&recipe);
-    if (delayed == nullptr)
-      throw UsageError(fp8_from + ": " + amp::to_string(recipe) + ": training runs DelayedScaling; this recipe's "
-                       "scales are computed by `ampcheck fp8-scale`, it does not train yet");
-    o.fp8 = *delayed;
+    if (std::holds_alternative<amp::MXFP8BlockScaling>(recipe))
+      throw UsageError(fp8_from + ": " + amp::to_string(recipe) + ": training runs DelayedScaling and "
+                       "Float8CurrentScaling; MXFP8's block-scaled GEMMs (Blackwell's) are not in the engine, and "
+                       "`ampcheck fp` shows what its E8M0-scaled blocks do to a value");
+    o.fp8 = recipe;
     o.fp8_keep = fp8->keep;
     o.fp8_keep.insert(o.fp8_keep.end(), a.fp8_keep.begin(), a.fp8_keep.end());
     o.fp8_amax_group = a.fp8_amax_group;

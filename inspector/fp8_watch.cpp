@@ -88,7 +88,8 @@ std::vector<Fp8Finding> fp8_findings(const Fp8TensorHistory& h, const Fp8WatchOp
   // step's scale corrects; judged as a failure only from the second step on.
   std::vector<double> judged(3, 0.0);  // per kind: the worst share after the first step
   bool saturation_failed = false;      // after the first step: a step that clamped enough, by enough
-  const std::int64_t first_step = h.steps.empty() ? 0 : h.steps.front().step;
+  // (Under current scaling no step is the initial scale's: first_step matches none.)
+  const std::int64_t first_step = h.steps.empty() || !o.delayed ? -1 : h.steps.front().step;
   auto note = [&](Fp8FindingKind kind, const Fp8CastStep& s, double share) -> Fp8Finding& {
     if (s.step != first_step) {
       double& j = judged[static_cast<std::size_t>(kind)];

@@ -97,6 +97,10 @@ struct Fp8WatchOptions {
   double saturation_failure_alone = 0.1;
   double underflow_warning = 0.01;   // share of nonzero values flushed to zero
   double underflow_failure = 0.5;    // ... the tensor's mass below the smallest subnormal
+  // Delayed scaling: a tensor's first cast runs with the initial scale (1), before any
+  // amax; what it clamps or flushes is a warning only. Current scaling's first cast is
+  // scaled by its own amax like every other: judged as any.
+  bool delayed = true;
 };
 
 class Fp8Watch : public Observer {

@@ -58,6 +58,24 @@ struct Fp8CastStats {
   }
 };
 
+// TransformerEngine's compute_scale_from_amax (transformer_engine/common/recipe/
+// recipe_common.cuh), the scale current scaling casts a tensor with, from its own amax: an
+// amax below epsilon is raised to it; a zero or infinite amax gives 1; max_fp8 / amax
+// rounded once (TE's __fdiv_rn), FLT_MAX where that overflows, 1 where it is NaN; with
+// power-of-2 scales the mantissa bits cleared (rounded down). One definition for the host
+// (amp::current_scale, fp8_linear) and the device.
+AMPCHECK_HD float fp8_scale_from_amax(float amax, float max_fp8, bool power_2_scales, float epsilon) {
+  if (amax < epsilon) amax = epsilon;  // a NaN compares false: kept
+  const std::uint32_t ba = bits_of(amax) & 0x7fffffffu;
+  if (ba == 0x7f800000u || ba == 0) return 1.0f;
+  float scale = max_fp8 / amax;
+  const std::uint32_t bs = bits_of(scale) & 0x7fffffffu;
+  if (bs == 0x7f800000u) scale = 3.40282346638528859812e+38f;  // FLT_MAX
+  if (bs > 0x7f800000u) return 1.0f;                           // NaN
+  if (power_2_scales) scale = float_of(bits_of(scale) & 0xFF800000u);
+  return scale;
+}
+
 // One element's part of Fp8CastStats (the CPU and the GPU both count with it).
 AMPCHECK_HD void fp8_cast_count(float x, float scale, Fp8Format format, std::int64_t& nan, std::int64_t& inf,
                                 std::int64_t& zero, std::int64_t& saturated, std::int64_t& flushed, int& binade) {

@@ -127,7 +127,7 @@ struct Trainer::State {
     throw OutOfMemory(o.model + ": " + e.what());
   }
   // The model's linear layers in fp8 but those kept or of sizes fp8 GEMMs do not take.
-  void enable_fp8(const amp::DelayedScaling& recipe, const std::vector<std::string>& keep) {
+  void enable_fp8(const amp::Fp8Recipe& recipe, const std::vector<std::string>& keep) {
     for (const auto& entry : model->named_modules()) {
       const std::string& path = entry.first;
       auto* linear = dynamic_cast<nn::Linear*>(entry.second);
@@ -160,7 +160,12 @@ struct Trainer::State {
     std::vector<float> amax;
     for (const nn::Linear* l : fp8_linears)
       for (const float a : l->step_amaxes()) amax.push_back(a);
-    const bool reduce = comm.size() > 1 && options.fp8->reduce_amax;
+    const auto* delayed = std::get_if<amp::DelayedScaling>(&*options.fp8);
+    if (delayed == nullptr) {  // current scaling: the step's amaxes cleared, no record to agree on
+      for (nn::Linear* l : fp8_linears) l->update_scales();
+      return {};
+    }
+    const bool reduce = comm.size() > 1 && delayed->reduce_amax;
     if (reduce) comm.all_reduce_max(amax.data(), static_cast<std::int64_t>(amax.size()), options.fp8_amax_group);
     std::vector<Fp8ScaleRecord> records;
     for (std::size_t i = 0; i < fp8_linears.size(); ++i) {

@@ -34,14 +34,16 @@ struct RunOptions {
   // global batch of `batch` rows. A debug switch turns the found_inf reduction off.
   bool reduce_found_inf = true;
   std::string reduce_dtype = "float32";  // dist::DataParallelOptions::reduce_dtype
-  // fp8 (TransformerEngine's fp8_autocast with a DelayedScaling recipe): every linear layer
+  // fp8 (TransformerEngine's fp8_autocast with a DelayedScaling or Float8CurrentScaling
+  // recipe): every linear layer
   // of the model runs its GEMMs in fp8 (nn::Linear::enable_fp8) but those named in
   // fp8_keep (a layer's path, or a prefix of paths ending before a '.') and those whose
   // sizes are not multiples of 16, which stay as the AMP level has them. Each step ends
   // with the scale update; under mpirun the amaxes are reduced (max) over the ranks first
   // (the recipe's reduce_amax), over groups of fp8_amax_group consecutive ranks where that
   // is set (a debug switch: the wrong group, as Megatron-LM PR 442's bug reduced).
-  std::optional<amp::DelayedScaling> fp8;
+  // Current scaling carries no scale from step to step: nothing to reduce or to agree on.
+  std::optional<amp::Fp8Recipe> fp8;
   std::vector<std::string> fp8_keep;
   int fp8_amax_group = 0;
 };

@@ -151,9 +151,9 @@ TEST(CliRun, Fp8RefusesWhatItCannotTrainNamingTheFix) {
     a.insert(a.end(), extra.begin(), extra.end());
     return run(a);
   };
-  const Result current = with({"--fp8", "Float8CurrentScaling()"});
-  EXPECT_EQ(current.code, 2);
-  EXPECT_TRUE(has(current.err, "training runs DelayedScaling")) << current.err;
+  const Result mxfp8 = with({"--fp8", "MXFP8BlockScaling()"});
+  EXPECT_EQ(mxfp8.code, 2);
+  EXPECT_TRUE(has(mxfp8.err, "training runs DelayedScaling and Float8CurrentScaling")) << mxfp8.err;
   const Result e5m2 = with({"--fp8", "DelayedScaling(fp8_format=Format.E5M2)"});
   EXPECT_EQ(e5m2.code, 2);
   EXPECT_TRUE(has(e5m2.err, "--fp8: ")) << e5m2.err;
@@ -264,6 +264,32 @@ TEST(CliRun, TheHealthyFp8TransformerTrainsInFp8FromItsOwnAmpBlock) {
                             "amax_history_len=4"))
       << kept.err;
   std::filesystem::remove(config);
+}
+
+// Float8CurrentScaling trains: every cast's scale, as the report records it step by step,
+// is TE's compute_scale_from_amax of that cast's own amax (fp8_max / amax in one binary32
+// division: the amaxes here are normal numbers), so nothing saturates; and the amax jump
+// that saturates under delayed scaling is cured by it, as the sample's file says.
+TEST(CliRun, CurrentScalingCastsEachTensorWithTheScaleOfItsOwnAmax) {
+  const Result r = run({"run", "--model", "fp8_transformer", "--steps", "20", "--fp8", "Float8CurrentScaling()", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const reports::Report rep = reports::from_json(r.out, "current");
+  EXPECT_EQ(rep.summary.verdict, "healthy") << rep.summary.verdict_text;
+  ASSERT_TRUE(rep.fp8.has_value());
+  EXPECT_TRUE(has(rep.fp8->recipe, "Float8CurrentScaling(fp8_format=Format.HYBRID")) << rep.fp8->recipe;
+  ASSERT_EQ(rep.fp8->tensors.size(), 18u);
+  for (const reports::Fp8TensorRecord& t : rep.fp8->tensors) {
+    const float max = t.format == "E4M3" ? 448.0f : 57344.0f;
+    EXPECT_EQ(t.format, t.tensor == "grad_output" ? "E5M2" : "E4M3") << t.layer;  // HYBRID
+    ASSERT_EQ(t.steps.size(), 20u) << t.layer << " " << t.tensor;
+    for (std::size_t i = 0; i < t.steps.size(); ++i) {
+      EXPECT_EQ(static_cast<float>(t.scale[i]), max / static_cast<float>(t.amax[i])) << t.layer << " " << t.tensor << " step " << t.steps[i];
+      EXPECT_EQ(t.saturated[i], 0) << t.layer << " " << t.tensor << " step " << t.steps[i];
+    }
+  }
+  const Result jump = run({"run", "--model", "fp8_amax_jump", "--fp8", "Float8CurrentScaling()", "--json", "-q"});
+  EXPECT_EQ(jump.code, 0) << jump.err;
+  EXPECT_EQ(reports::from_json(jump.out, "jump").summary.verdict, "healthy");
 }
 
 TEST(CliRun, InspectEveryMeasuresEveryNthStepAndTheStepsAfterEachInf) {

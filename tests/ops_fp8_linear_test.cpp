@@ -73,6 +73,54 @@ Ref fp8_dot(const std::vector<double>& a8, const std::vector<double>& b8, i64 k,
   return {v, std::ldexp(static_cast<double>(k + 2) * mag * scale + 2 * std::fabs(v), -24)};
 }
 
+// y, dx, dW and db of a call against the reference, the operands cast with the scales in m.
+void expect_the_fp8_gemms(const Case& c, const Fp8LinearMeta& m, const Tensor& y, const Tensor& x, const Tensor& w,
+                          const Tensor& b) {
+  // The casts of every operand, by the scalar definition.
+  auto casts = [](const std::vector<double>& v, float s, Fp8Format f) {
+    std::vector<double> r;
+    for (double e : v) r.push_back(cast(e, s, f));
+    return r;
+  };
+  const auto x8 = casts(c.x, m.input_scale, m.input_format), w8 = casts(c.w, m.weight_scale, m.weight_format);
+  const auto g8 = casts(c.g, m.grad_scale, m.grad_format);
+  auto row = [](const std::vector<double>& v, i64 r, i64 n) {
+    return std::vector<double>(v.begin() + r * n, v.begin() + (r + 1) * n);
+  };
+  auto column = [](const std::vector<double>& v, i64 col, i64 rows, i64 n) {
+    std::vector<double> r;
+    for (i64 i = 0; i < rows; ++i) r.push_back(v[static_cast<std::size_t>(i * n + col)]);
+    return r;
+  };
+  const std::vector<double> got_y = y.to_f64(), got_dx = x.grad().to_f64(), got_dw = w.grad().to_f64();
+  const std::vector<double> got_db = b.grad().to_f64();
+  for (i64 i = 0; i < c.rows; ++i)
+    for (i64 j = 0; j < c.out; ++j) {
+      const Ref r = fp8_dot(row(x8, i, c.in), row(w8, j, c.in), c.in, m.input_scale, m.weight_scale,
+                            c.b[static_cast<std::size_t>(j)]);
+      EXPECT_NEAR(got_y[static_cast<std::size_t>(i * c.out + j)], r.value, r.bound) << "y " << i << "," << j;
+    }
+  for (i64 i = 0; i < c.rows; ++i)
+    for (i64 j = 0; j < c.in; ++j) {
+      const Ref r = fp8_dot(row(g8, i, c.out), column(w8, j, c.out, c.in), c.out, m.grad_scale, m.weight_scale, 0);
+      EXPECT_NEAR(got_dx[static_cast<std::size_t>(i * c.in + j)], r.value, r.bound) << "dx " << i << "," << j;
+    }
+  for (i64 o = 0; o < c.out; ++o)
+    for (i64 j = 0; j < c.in; ++j) {
+      const Ref r = fp8_dot(column(g8, o, c.rows, c.out), column(x8, j, c.rows, c.in), c.rows, m.grad_scale,
+                            m.input_scale, 0);
+      EXPECT_NEAR(got_dw[static_cast<std::size_t>(o * c.in + j)], r.value, r.bound) << "dW " << o << "," << j;
+    }
+  for (i64 o = 0; o < c.out; ++o) {  // the unquantized gradient's column sums
+    double s = 0, mag = 0;
+    for (i64 i = 0; i < c.rows; ++i) {
+      s += c.g[static_cast<std::size_t>(i * c.out + o)];
+      mag += std::fabs(c.g[static_cast<std::size_t>(i * c.out + o)]);
+    }
+    EXPECT_NEAR(got_db[static_cast<std::size_t>(o)], s, std::ldexp(mag * static_cast<double>(c.rows), -24));
+  }
+}
+
 TEST(Fp8Linear, ForwardAndBackwardAreTheFp8GemmsOfTheScaledCastsAndTheAmaxesAreWritten) {
   for (const bool hybrid : {true, false}) {
     Case c = make_case(hybrid ? 7 : 8);
@@ -86,49 +134,8 @@ TEST(Fp8Linear, ForwardAndBackwardAreTheFp8GemmsOfTheScaledCastsAndTheAmaxesAreW
     ASSERT_EQ(y.dtype(), DType::f32);
     y.backward(Tensor::from(c.g, {c.rows, c.out}));
 
-    // The casts of every operand, by the scalar definition.
-    auto casts = [](const std::vector<double>& v, float s, Fp8Format f) {
-      std::vector<double> r;
-      for (double e : v) r.push_back(cast(e, s, f));
-      return r;
-    };
-    const auto x8 = casts(c.x, m.input_scale, m.input_format), w8 = casts(c.w, m.weight_scale, m.weight_format);
-    const auto g8 = casts(c.g, m.grad_scale, m.grad_format);
-    auto row = [](const std::vector<double>& v, i64 r, i64 n) {
-      return std::vector<double>(v.begin() + r * n, v.begin() + (r + 1) * n);
-    };
-    auto column = [](const std::vector<double>& v, i64 col, i64 rows, i64 n) {
-      std::vector<double> r;
-      for (i64 i = 0; i < rows; ++i) r.push_back(v[static_cast<std::size_t>(i * n + col)]);
-      return r;
-    };
-    const std::vector<double> got_y = y.to_f64(), got_dx = x.grad().to_f64(), got_dw = w.grad().to_f64();
-    const std::vector<double> got_db = b.grad().to_f64();
-    for (i64 i = 0; i < c.rows; ++i)
-      for (i64 j = 0; j < c.out; ++j) {
-        const Ref r = fp8_dot(row(x8, i, c.in), row(w8, j, c.in), c.in, m.input_scale, m.weight_scale,
-                              c.b[static_cast<std::size_t>(j)]);
-        EXPECT_NEAR(got_y[static_cast<std::size_t>(i * c.out + j)], r.value, r.bound) << "y " << i << "," << j;
-      }
-    for (i64 i = 0; i < c.rows; ++i)
-      for (i64 j = 0; j < c.in; ++j) {
-        const Ref r = fp8_dot(row(g8, i, c.out), column(w8, j, c.out, c.in), c.out, m.grad_scale, m.weight_scale, 0);
-        EXPECT_NEAR(got_dx[static_cast<std::size_t>(i * c.in + j)], r.value, r.bound) << "dx " << i << "," << j;
-      }
-    for (i64 o = 0; o < c.out; ++o)
-      for (i64 j = 0; j < c.in; ++j) {
-        const Ref r = fp8_dot(column(g8, o, c.rows, c.out), column(x8, j, c.rows, c.in), c.rows, m.grad_scale,
-                              m.input_scale, 0);
-        EXPECT_NEAR(got_dw[static_cast<std::size_t>(o * c.in + j)], r.value, r.bound) << "dW " << o << "," << j;
-      }
-    for (i64 o = 0; o < c.out; ++o) {  // the unquantized gradient's column sums
-      double s = 0, mag = 0;
-      for (i64 i = 0; i < c.rows; ++i) {
-        s += c.g[static_cast<std::size_t>(i * c.out + o)];
-        mag += std::fabs(c.g[static_cast<std::size_t>(i * c.out + o)]);
-      }
-      EXPECT_NEAR(got_db[static_cast<std::size_t>(o)], s, std::ldexp(mag * static_cast<double>(c.rows), -24));
-    }
+    expect_the_fp8_gemms(c, m, y, x, w, b);
+    const std::vector<double> got_y = y.to_f64();
     // The quantization is visible: the fp8 result is not the exact one.
     double off = 0;
     for (i64 j = 0; j < c.out; ++j) {
@@ -147,6 +154,45 @@ TEST(Fp8Linear, ForwardAndBackwardAreTheFp8GemmsOfTheScaledCastsAndTheAmaxesAreW
     EXPECT_EQ(static_cast<double>(c.meta->input_amax), amax(c.x));
     EXPECT_EQ(static_cast<double>(c.meta->weight_amax), amax(c.w));
     EXPECT_EQ(static_cast<double>(c.meta->grad_amax), amax(c.g));
+  }
+}
+
+// Float8CurrentScaling: each operand is cast with the scale of its own amax, by TE's
+// compute_scale_from_amax (recipe_common.cuh) transcribed here: fp8_max / amax in one
+// binary32 division (the amaxes here are normal numbers), the mantissa cleared for
+// power-of-2 scales; the meta shows the scales the call used.
+float te_scale_from_amax(double amax, Fp8Format f, bool pow2) {
+  float scale = (f == Fp8Format::e4m3 ? 448.0f : 57344.0f) / static_cast<float>(amax);
+  if (pow2) scale = kernels::float_of(kernels::bits_of(scale) & 0xFF800000u);
+  return scale;
+}
+
+TEST(Fp8Linear, UnderCurrentScalingEachCastTakesTheScaleOfItsOwnAmax) {
+  for (const bool pow2 : {false, true}) {
+    Case c = make_case(pow2 ? 11 : 12);
+    c.meta->current = Fp8LinearMeta::Current{pow2, 0.0f};
+    c.meta->input_scale = c.meta->weight_scale = c.meta->grad_scale = 1.0f;  // not used: each cast makes its own
+    Tensor x = Tensor::from(c.x, {c.rows, c.in}).set_requires_grad(true);
+    Tensor w = Tensor::from(c.w, {c.out, c.in}).set_requires_grad(true);
+    Tensor b = Tensor::from(c.b, {c.out}).set_requires_grad(true);
+    const Tensor y = fp8_linear(x, w, b, c.meta);
+    y.backward(Tensor::from(c.g, {c.rows, c.out}));
+    auto amax = [](const std::vector<double>& v) {
+      double a = 0;
+      for (double e : v) a = std::max(a, std::fabs(e));
+      return a;
+    };
+    Fp8LinearMeta m = *c.meta;
+    m.input_scale = te_scale_from_amax(amax(c.x), m.input_format, pow2);
+    m.weight_scale = te_scale_from_amax(amax(c.w), m.weight_format, pow2);
+    m.grad_scale = te_scale_from_amax(amax(c.g), m.grad_format, pow2);
+    EXPECT_EQ(c.meta->input_scale, m.input_scale);
+    EXPECT_EQ(c.meta->weight_scale, m.weight_scale);
+    EXPECT_EQ(c.meta->grad_scale, m.grad_scale);
+    if (pow2) {
+      EXPECT_EQ(m.input_scale, std::exp2(std::floor(std::log2(m.input_scale))));
+    }
+    expect_the_fp8_gemms(c, m, y, x, w, b);
   }
 }
 

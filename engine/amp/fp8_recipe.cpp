@@ -8,6 +8,8 @@
 #include <map>
 #include <sstream>
 
+#include "kernels/fp8_kernels.h"  // fp8_scale_from_amax: TE's compute_scale_from_amax
+
 namespace ampcheck::amp {
 
 std::string_view role_name(Fp8Role role) {
@@ -423,17 +425,7 @@ DelayedScalingUpdate update(DelayedScalingState& state, const DelayedScaling& re
 
 // ---- current scaling
 float current_scale(float amax, Fp8Format format, const Float8CurrentScaling& recipe) {
-  if (amax < recipe.amax_epsilon) amax = recipe.amax_epsilon;  // a NaN compares false: kept
-  if (std::isinf(amax) || amax == 0.0f || std::isnan(amax)) return 1.0f;
-  float scale = fp8_max(format) / amax;
-  if (std::isinf(scale)) scale = std::numeric_limits<float>::max();
-  if (recipe.use_power_2_scales) {
-    std::uint32_t bits;
-    std::memcpy(&bits, &scale, sizeof bits);
-    bits &= 0xFF800000u;
-    std::memcpy(&scale, &bits, sizeof bits);
-  }
-  return scale;
+  return kernels::fp8_scale_from_amax(amax, fp8_max(format), recipe.use_power_2_scales, recipe.amax_epsilon);
 }
 
 }  // namespace ampcheck::amp

@@ -26,19 +26,30 @@ Tensor Linear::forward(const Tensor& x) {
   return fp8_ ? fp8_linear(x, weight, bias, fp8_->meta) : linear(x, weight, bias);
 }
 
-void Linear::enable_fp8(const amp::DelayedScaling& recipe) {
+void Linear::enable_fp8(const amp::Fp8Recipe& recipe) {
   const std::int64_t out = weight.size(0), in = weight.size(1);
   if (in % 16 != 0 || out % 16 != 0)
     throw std::invalid_argument("linear layer " + (path().empty() ? std::string() : "'" + path() + "' ") + "[" +
                                 std::to_string(out) + ", " + std::to_string(in) + "]: fp8 GEMMs need sizes that are multiples of 16 (cuBLASLt's, and "
                                 "TransformerEngine's check); keep this layer out of fp8 or pad it");
+  if (std::holds_alternative<amp::MXFP8BlockScaling>(recipe))
+    throw std::invalid_argument("MXFP8BlockScaling: the engine's fp8 GEMMs take one scale per tensor, not one per block "
+                                "of 32 (Blackwell's block-scaled GEMMs); train with DelayedScaling or Float8CurrentScaling");
   auto s = std::make_shared<Fp8State>();
-  s->recipe = recipe;
   s->meta = std::make_shared<Fp8LinearMeta>();
-  for (amp::DelayedScalingState& st : s->states) st = amp::initial_state(recipe);
-  s->meta->input_format = amp::format_for(recipe.fp8_format, amp::Fp8Role::input);
-  s->meta->weight_format = amp::format_for(recipe.fp8_format, amp::Fp8Role::weight);
-  s->meta->grad_format = amp::format_for(recipe.fp8_format, amp::Fp8Role::grad_output);
+  amp::Fp8RecipeFormat format = amp::Fp8RecipeFormat::hybrid;
+  if (const auto* d = std::get_if<amp::DelayedScaling>(&recipe)) {
+    s->delayed = *d;
+    format = d->fp8_format;
+    for (amp::DelayedScalingState& st : s->states) st = amp::initial_state(*d);
+  } else {
+    const auto& c = std::get<amp::Float8CurrentScaling>(recipe);
+    format = c.fp8_format;
+    s->meta->current = Fp8LinearMeta::Current{c.use_power_2_scales, c.amax_epsilon};
+  }
+  s->meta->input_format = amp::format_for(format, amp::Fp8Role::input);
+  s->meta->weight_format = amp::format_for(format, amp::Fp8Role::weight);
+  s->meta->grad_format = amp::format_for(format, amp::Fp8Role::grad_output);
   s->meta->input_scale = s->states[0].scale;
   s->meta->weight_scale = s->states[1].scale;
   s->meta->grad_scale = s->states[2].scale;
@@ -65,9 +76,19 @@ std::array<amp::DelayedScalingUpdate, 3> Linear::update_scales(const std::option
   const std::array<float, 3> amax = step_amaxes();
   const std::array<Fp8Format, 3> formats = {m.input_format, m.weight_format, m.grad_format};
   std::array<amp::DelayedScalingUpdate, 3> done;
+  if (!fp8_->delayed) {  // current scaling: each cast made its own scale; nothing is carried
+    const std::array<float, 3> used = {m.input_scale, m.weight_scale, m.grad_scale};
+    for (std::size_t r = 0; r < 3; ++r) {
+      done[r].step_amax = amax[r];
+      done[r].amax_used = amax[r];
+      done[r].scale_before = done[r].scale_after = used[r];
+    }
+    m.input_amax = m.weight_amax = m.grad_amax = 0.0f;
+    return done;
+  }
   for (std::size_t r = 0; r < 3; ++r) {
     amp::record_amax(fp8_->states[r], amax[r]);
-    done[r] = amp::update(fp8_->states[r], fp8_->recipe, formats[r],
+    done[r] = amp::update(fp8_->states[r], *fp8_->delayed, formats[r],
                           reduced ? std::optional<float>((*reduced)[r]) : std::optional<float>());
   }
   m.input_scale = fp8_->states[0].scale;
@@ -77,7 +98,7 @@ std::array<amp::DelayedScalingUpdate, 3> Linear::update_scales(const std::option
   return done;
 }
 
-Fp8Linear::Fp8Linear(std::int64_t in, std::int64_t out, Generator& gen, const amp::DelayedScaling& recipe,
+Fp8Linear::Fp8Linear(std::int64_t in, std::int64_t out, Generator& gen, const amp::Fp8Recipe& recipe,
                      bool with_bias)
     : Linear("Fp8Linear", in, out, gen, with_bias) {
   enable_fp8(recipe);

@@ -32,12 +32,17 @@ class Linear : public Module {
   Tensor weight, bias;
 
   // Throws std::invalid_argument naming the layer where in or out is not a multiple of 16
-  // (cuBLASLt's fp8 GEMM and TransformerEngine's check).
-  void enable_fp8(const amp::DelayedScaling& recipe);
+  // (cuBLASLt's fp8 GEMM and TransformerEngine's check), and for MXFP8BlockScaling (whose
+  // block-scaled GEMMs the engine does not run).
+  void enable_fp8(const amp::Fp8Recipe& recipe);
   bool fp8() const { return fp8_ != nullptr; }
+  // Delayed scaling: the scales kept from step to step (current scaling has none to keep).
+  bool fp8_delayed() const { return fp8_ && fp8_->delayed.has_value(); }
   // The roles in amp::Fp8Role order (input, weight, grad_output). `reduced`: this step's
   // amaxes after the reduction over the amax reduction group, where there is one (data
-  // parallel runs); without it the layer's own. std::logic_error without fp8.
+  // parallel runs); without it the layer's own. std::logic_error without fp8. Under
+  // current scaling the step's amaxes are cleared and each update says what the last cast
+  // used (no history, nothing rolled).
   std::array<amp::DelayedScalingUpdate, 3> update_scales(const std::optional<std::array<float, 3>>& reduced = {});
   // This step's amaxes so far (what the casts recorded), in role order.
   std::array<float, 3> step_amaxes() const;
@@ -49,7 +54,7 @@ class Linear : public Module {
 
  private:
   struct Fp8State {
-    amp::DelayedScaling recipe;
+    std::optional<amp::DelayedScaling> delayed;  // absent: current scaling
     std::shared_ptr<Fp8LinearMeta> meta;
     std::array<amp::DelayedScalingState, 3> states;
   };
@@ -60,7 +65,7 @@ class Linear : public Module {
 // A Linear with fp8 on from the start (te.Linear).
 class Fp8Linear : public Linear {
  public:
-  Fp8Linear(std::int64_t in, std::int64_t out, Generator& gen, const amp::DelayedScaling& recipe, bool bias = true);
+  Fp8Linear(std::int64_t in, std::int64_t out, Generator& gen, const amp::Fp8Recipe& recipe, bool bias = true);
 };
 
 // weight [out, in/groups, kH, kW] ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in))

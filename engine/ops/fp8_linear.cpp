@@ -6,8 +6,8 @@
 //              dx = (1/s_g)(1/s_w) g8 w8                (dgrad)
 //              dW = (1/s_g)(1/s_x) g8^T x8              (wgrad)
 //              db = sum of G's rows                     (the unquantized gradient, as TE's dbias)
-// The scales and formats come from the module's recipe state (Fp8LinearMeta); the casts
-// write their amaxes there (the input's and the weight's in the forward, the gradient's in
+// The scales and formats come from the module's recipe state (Fp8LinearMeta), or under
+// current scaling from each tensor's own amax at the cast; the casts write their amaxes there (the input's and the weight's in the forward, the gradient's in
 // the backward), which the recipe's update reads at the end of the step. y and dx have x's
 // dtype, dW the weight's, db the bias's.
 //
@@ -89,6 +89,17 @@ Codes quantize(const Tensor& t, float scale, Fp8Format format, float* amax) {
 // 1 / scale in binary32, as TE keeps scale_inv beside each scale.
 float inverse(float scale) { return 1.0f / scale; }
 
+// The scale a cast of `t` uses: the delayed one, or under current scaling the one from the
+// tensor's own amax, found by a first pass with the cast's own amax rule (TE's current
+// scaling computes the amax, then the scale, then casts).
+float scale_for(const Tensor& t, float delayed, Fp8Format format, const Fp8LinearMeta& m) {
+  if (!m.current) return delayed;
+  float amax = 0.0f;
+  (void)quantize(t, 1.0f, format, &amax);
+  const float max = format == Fp8Format::e4m3 ? 448.0f : 57344.0f;
+  return kernels::fp8_scale_from_amax(amax, max, m.current->power_2_scales, m.current->amax_epsilon);
+}
+
 }  // namespace
 
 Tensor fp8_linear_forward(const ForwardArgs& a) {
@@ -99,8 +110,10 @@ Tensor fp8_linear_forward(const ForwardArgs& a) {
   const bool has_bias = a.in.size() == 3 && a.in[2].defined();
   if (exact_reference(a.in)) return linear_forward(a);  // linear reads no params
   Fp8LinearMeta& meta = mutable_meta(a.params);
-  Codes x8 = quantize(x, m.input_scale, m.input_format, &meta.input_amax);
-  Codes w8 = quantize(w, m.weight_scale, m.weight_format, &meta.weight_amax);
+  const float sx = scale_for(x, m.input_scale, m.input_format, m);
+  const float sw = scale_for(w, m.weight_scale, m.weight_format, m);
+  Codes x8 = quantize(x, sx, m.input_format, &meta.input_amax);
+  Codes w8 = quantize(w, sw, m.weight_format, &meta.weight_amax);
   Shape out_shape = x.shape();
   out_shape.back() = w.size(0);
   Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
@@ -112,17 +125,22 @@ Tensor fp8_linear_forward(const ForwardArgs& a) {
   d.k = w.size(1);
   d.a = x8.data();
   d.a_format = m.input_format;
-  d.a_scale_inv = inverse(m.input_scale);
+  d.a_scale_inv = inverse(sx);
   d.b = w8.data();
   d.b_format = m.weight_format;
-  d.b_scale_inv = inverse(m.weight_scale);
+  d.b_scale_inv = inverse(sw);
   d.c = view_of(out);
   if (has_bias) d.bias = view_of(a.in[2]);
   d.split_accumulator = false;  // TE's forward GEMM: fast accumulation on Hopper
   dispatch<kernels::Fp8GemmKernels>("fp8_linear", a.in).gemm(d);
-  // The inputs' codes for the backward, as TE keeps its fp8 copies (here the scales are
-  // the step's: the casts again give the same codes).
-  a.saved.tensors = {x8.storage, w8.storage};
+  // The inputs' codes for the backward, as TE keeps its fp8 copies, with the scales they
+  // were cast with (current scaling's are this call's own; the meta shows the last ones).
+  a.saved.tensors = {x8.storage, w8.storage, Tensor::from(std::vector<double>{sx}, {1}, DType::f32),
+                     Tensor::from(std::vector<double>{sw}, {1}, DType::f32)};
+  if (m.current) {
+    meta.input_scale = sx;
+    meta.weight_scale = sw;
+  }
   return out;
 }
 
@@ -136,17 +154,21 @@ std::vector<Tensor> fp8_linear_backward(const BackwardArgs& a) {
   const std::int64_t rows = rows_of(x), in = w.size(1), out = w.size(0);
   const std::uint8_t* x8 = Codes::bytes(a.saved.tensors.at(0));
   const std::uint8_t* w8 = Codes::bytes(a.saved.tensors.at(1));
+  const float sx = static_cast<float>(a.saved.tensors.at(2).item());
+  const float sw = static_cast<float>(a.saved.tensors.at(3).item());
   const bool want_dx = a.needs(0), want_dw = a.needs(1);
   if (want_dx || want_dw) {
     Fp8LinearMeta& meta = mutable_meta(a.params);
-    Codes g8 = quantize(g, m.grad_scale, m.grad_format, &meta.grad_amax);
+    const float sg = scale_for(g, m.grad_scale, m.grad_format, m);
+    Codes g8 = quantize(g, sg, m.grad_format, &meta.grad_amax);
+    if (m.current) meta.grad_scale = sg;
     const auto& gemm = dispatch<kernels::Fp8GemmKernels>("fp8_linear", {&x, &w, &g});
     kernels::Fp8GemmDesc d;
     d.op = "fp8_linear";
     d.split_accumulator = true;  // TE's dgrad and wgrad GEMMs
     d.a = g8.data();
     d.a_format = m.grad_format;
-    d.a_scale_inv = inverse(m.grad_scale);
+    d.a_scale_inv = inverse(sg);
     if (want_dx) {  // [rows, out] x [out, in]
       grads[0] = Tensor::empty(x.shape(), x.dtype(), x.device());
       d.m = rows;
@@ -154,7 +176,7 @@ std::vector<Tensor> fp8_linear_backward(const BackwardArgs& a) {
       d.k = out;
       d.b = w8;
       d.b_format = m.weight_format;
-      d.b_scale_inv = inverse(m.weight_scale);
+      d.b_scale_inv = inverse(sw);
       d.c = view_of(grads[0]);
       gemm.gemm(d);
     }
@@ -166,7 +188,7 @@ std::vector<Tensor> fp8_linear_backward(const BackwardArgs& a) {
       d.k = rows;
       d.b = x8;
       d.b_format = m.input_format;
-      d.b_scale_inv = inverse(m.input_scale);
+      d.b_scale_inv = inverse(sx);
       d.c = view_of(grads[1]);
       gemm.gemm(d);
     }

@@ -65,6 +65,14 @@ struct Fp8LinearMeta {
                      grad_format = kernels::Fp8Format::e5m2;
   float input_scale = 1.0f, weight_scale = 1.0f, grad_scale = 1.0f;
   float input_amax = 0.0f, weight_amax = 0.0f, grad_amax = 0.0f;
+  // Current scaling (TE's Float8CurrentScaling): each cast takes its scale from its own
+  // tensor's amax (kernels::fp8_scale_from_amax) instead of the delayed scales above, which
+  // it overwrites with the scale it used. Absent: delayed scaling.
+  struct Current {
+    bool power_2_scales = false;
+    float amax_epsilon = 0.0f;
+  };
+  std::optional<Current> current;
 };
 struct Fp8LinearParams { std::shared_ptr<Fp8LinearMeta> meta; };
 
