@@ -415,5 +415,43 @@ TEST(Fp8ScaleFunction, TheUpdateIsTesPythonPathRollingEveryStepAndKeepingNoGuard
   EXPECT_EQ(s.amax_history, (std::vector<float>{0.0f, 1.0f, 0.0f}));
 }
 
+// Hostile recipes are refused by name, not recursed into (each of these overflowed the
+// stack before the limits), and the message quotes their start, not all of them.
+TEST(Fp8RecipeText, DeeplyNestedOrEndlessRecipesAreRefusedWithAShortMessage) {
+  const auto message = [](const std::string& text) {
+    try {
+      parse_fp8_recipe(text);
+    } catch (const Fp8RecipeError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  const std::size_t n = 100000;
+  const std::string calls = "Float8CurrentScaling(fp8_quant_fwd_inp=" + [&] {
+    std::string t;
+    for (std::size_t i = 0; i < n; ++i) t += "QParams(x=";
+    return t + "1" + std::string(n, ')');
+  }() + ")";
+  // Within the token limit, too deep; and far beyond it.
+  const std::string parens = "DelayedScaling(scaling_factor_compute_algo=lambda a, s, m, r: " + std::string(400, '(') +
+                             "1" + std::string(400, ')') + ")";
+  const std::string minus = "DelayedScaling(scaling_factor_compute_algo=lambda a, s, m, r: " + std::string(400, '-') + "1)";
+  const std::string long_parens = "DelayedScaling(scaling_factor_compute_algo=lambda a, s, m, r: " + std::string(n, '(') +
+                                  "1" + std::string(n, ')') + ")";
+  std::string sum = "DelayedScaling(scaling_factor_compute_algo=lambda a, s, m, r: 1";
+  for (std::size_t i = 0; i < n; ++i) sum += "+1";
+  sum += ")";
+  for (const auto& [text, says] : std::vector<std::pair<std::string, std::string>>{
+           {calls, "calls nested more than 8 deep"},
+           {parens, "nested more than 64 deep"},
+           {minus, "nested more than 64 deep"},
+           {long_parens, "longer than 1000 tokens"},
+           {sum, "longer than 1000 tokens"}}) {
+    const std::string m = message(text);
+    EXPECT_NE(m.find(says), std::string::npos) << m.substr(0, 300);
+    EXPECT_LT(m.size(), 1000u) << m.substr(0, 300);
+  }
+}
+
 }  // namespace
 }  // namespace ampcheck::amp

@@ -58,7 +58,7 @@ class Parser {
 
  private:
   [[noreturn]] void fail(const std::string& why) const {
-    throw Fp8RecipeError("fp8 recipe '" + std::string(s_) + "': " + why);
+    throw Fp8RecipeError("fp8 recipe " + quoted_source(s_) + ": " + why);
   }
   void skip() {
     while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_]))) ++i_;
@@ -88,6 +88,12 @@ class Parser {
     }
   }
   Value value() {
+    // Recipes nest one call deep (QParams): deeper is refused, not recursed into.
+    if (++depth_ > 8) fail("calls nested more than 8 deep");
+    struct Leave {
+      int& d;
+      ~Leave() { --d; }
+    } leave{depth_};
     skip();
     if (i_ >= s_.size()) fail("the text ends where a value is expected");
     const std::size_t start = i_;
@@ -159,6 +165,7 @@ class Parser {
 
   std::string_view s_;
   std::size_t i_ = 0;
+  int depth_ = 0;
 };
 
 // The last component of a dotted name: transformer_engine.common.recipe.DelayedScaling,
@@ -321,7 +328,7 @@ Fp8Recipe parse_fp8_recipe(std::string_view text) {
     k.only_default("backward_override", "None", "ampcheck's backward runs the recipe's fp8 GEMMs");
     return r;
   }
-  throw Fp8RecipeError("fp8 recipe '" + std::string(text) + "': " + call.text +
+  throw Fp8RecipeError("fp8 recipe " + quoted_source(text) + ": " + call.text +
                        " is not a recipe ampcheck runs (DelayedScaling, Float8CurrentScaling, MXFP8BlockScaling)");
 }
 

@@ -102,7 +102,14 @@ std::string function_list() {
 
 class Parser {
  public:
-  explicit Parser(std::string_view text) : s_(text) { lex(); }
+  explicit Parser(std::string_view text) : s_(text) {
+    lex();
+    // A scaling function is a line: bounded, so that neither the parser nor the evaluation
+    // (both recursive) can be driven through the stack by a hostile recipe.
+    if (tokens_.size() > kMaxTokens)
+      fail(tokens_[kMaxTokens], "the function is longer than " + std::to_string(kMaxTokens) +
+                                    " tokens; a scaling function is one expression of a line");
+  }
 
   NodePtr parse_lambda() {
     expect_name("lambda", "a scaling function is a lambda: lambda amax, scale, fp8_max, recipe: ...");
@@ -124,7 +131,7 @@ class Parser {
            w == "False" || w == "None";
   }
   [[noreturn]] void fail(const Token& t, const std::string& why) const {
-    throw std::invalid_argument("scaling_factor_compute_algo '" + std::string(s_) + "': at '" +
+    throw std::invalid_argument("scaling_factor_compute_algo " + quoted_source(s_) + ": at '" +
                                 std::string(s_.substr(t.at, 16)) + "': " + why);
   }
   void lex() {
@@ -192,7 +199,21 @@ class Parser {
   }
   static NodePtr make(Node n) { return std::make_shared<const Node>(std::move(n)); }
 
+  static constexpr std::size_t kMaxTokens = 1000;
+  static constexpr int kMaxDepth = 64;
+  // Nesting (parentheses, calls, unary operators) deeper than kMaxDepth is refused.
+  struct Nested {
+    Parser& p;
+    explicit Nested(Parser& parser) : p(parser) {
+      if (++p.depth_ > kMaxDepth) p.fail(p.peek(), "nested more than " + std::to_string(kMaxDepth) + " deep");
+    }
+    ~Nested() { --p.depth_; }
+    Nested(const Nested&) = delete;
+    Nested& operator=(const Nested&) = delete;
+  };
+
   NodePtr expr() {
+    const Nested nested(*this);
     NodePtr body = or_test();
     if (!at_name("if")) return body;
     ++pos_;
@@ -227,6 +248,7 @@ class Parser {
     return a;
   }
   NodePtr not_test() {
+    const Nested nested(*this);
     if (!at_name("not")) return comparison();
     ++pos_;
     Node n;
@@ -310,6 +332,7 @@ class Parser {
     return a;
   }
   NodePtr factor() {
+    const Nested nested(*this);
     if (eat_op("+")) return factor();
     if (eat_op("-")) {
       Node n;
@@ -474,6 +497,7 @@ class Parser {
   std::vector<Token> tokens_;
   std::size_t pos_ = 0;
   std::vector<std::string> params_;
+  int depth_ = 0;
 };
 
 struct Args {
@@ -631,6 +655,11 @@ Value eval(const Node& n, const Args& a) {
 
 }  // namespace
 
+std::string quoted_source(std::string_view text) {
+  if (text.size() <= 200) return "'" + std::string(text) + "'";
+  return "'" + std::string(text.substr(0, 100)) + "...' (" + std::to_string(text.size()) + " characters)";
+}
+
 Fp8ScaleFunction Fp8ScaleFunction::parse(std::string_view text) {
   Fp8ScaleFunction f;
   f.text_ = std::string(text);
@@ -639,7 +668,7 @@ Fp8ScaleFunction Fp8ScaleFunction::parse(std::string_view text) {
   try {
     (void)f(1.0f, 1.0f, 448.0f, 0, 1024);
   } catch (const std::domain_error& e) {
-    throw std::invalid_argument("scaling_factor_compute_algo '" + f.text_ + "': " + e.what());
+    throw std::invalid_argument("scaling_factor_compute_algo " + quoted_source(f.text_) + ": " + e.what());
   }
   return f;
 }

@@ -28,6 +28,10 @@
 
 namespace ampcheck::amp {
 
+// A recipe's or function's text as an error message quotes it: whole when short, its first
+// 100 characters and its length when long (a hostile recipe is not echoed back whole).
+std::string quoted_source(std::string_view text);
+
 class Fp8ScaleFunction {
  public:
   struct Node;
