@@ -277,6 +277,17 @@ class Plot {
         px(label_y), color, esc(label));
   }
 
+  // A labelled horizontal reference line across the plot (a value on the y axis).
+  void hline(double y, std::string_view cls, std::string_view color, std::string_view label) {
+    const double Y = sy(y);
+    lines_ += fmt::format(
+        "<line class=\"{}\" x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"1.5\" "
+        "stroke-dasharray=\"5 3\"><title>{}</title></line>\n"
+        "<text class=\"{} label\" x=\"{}\" y=\"{}\" text-anchor=\"end\" fill=\"{}\">{}</text>\n",
+        cls, px(f_.left), px(Y), px(f_.width - f_.right), px(Y), color, esc(label), cls, px(f_.width - f_.right - 4),
+        px(Y - 4), color, esc(label));
+  }
+
   void legend(LegendEntry e) { legend_.push_back(std::move(e)); }
 
   std::string render() const {
@@ -1232,7 +1243,7 @@ h1{font-size:1.5em;margin:.2em 0}h2{border-bottom:1px solid #ccc;padding-bottom:
 .verdict-tag{text-transform:uppercase;font-size:.8em;letter-spacing:.05em;margin-right:.6em}
 .verdict-healthy{background:#e7f6e9;border-color:#2e7d32;color:#1b5e20}
 .verdict-failed,.verdict-gradient_underflow{background:#fdecea;border-color:#c62828;color:#8e0000}
-.finding-warning{color:#8e0000}.finding-note{color:#555}
+.finding-warning{color:#8e0000}.finding-note{color:#555}.finding-failure{color:#d62728;font-weight:bold}
 .verdict-amp_off{background:#fff4e0;border-color:#ef6c00;color:#8a3c00}
 .verdict-reference{background:#e8f0fb;border-color:#1565c0;color:#0d3c78}
 .verdict-unchecked,.verdict-unknown{background:#eeeeee;border-color:#757575;color:#333}
@@ -1297,6 +1308,101 @@ constexpr std::string_view kSortScript = R"(<script>
 
 }  // namespace
 
+// fp8 training: the findings, the headroom of the tensors they name step by step (amax x
+// scale / fp8 max: above 1 the largest values saturate; far below, small values flush), and
+// one row per scaled tensor.
+// A share of a few values in many: three significant digits (0.0061%), not one decimal.
+std::string fp8_share(std::int64_t part, std::int64_t whole) {
+  if (whole <= 0) return "–";
+  return num(100.0 * static_cast<double>(part) / static_cast<double>(whole), 3) + "%";
+}
+
+std::string fp8_section(const Fp8Training& f) {
+  std::string out = section_open("fp8", "fp8 casts");
+  out += fmt::format("<p>{} linear layer{} in fp8 with <code>{}</code>{}.</p>\n", f.layers.size(),
+                     f.layers.size() == 1 ? "" : "s", esc(f.recipe),
+                     f.kept.empty() ? std::string() : "; kept out: " + esc(join(f.kept, ", ")));
+  if (!f.findings.empty()) {
+    out += "<ul class=\"findings\">\n";
+    for (const Fp8FindingRecord& x : f.findings)
+      out += fmt::format("<li class=\"finding-{}\"><strong>{}</strong>: {}</li>\n", x.failure ? "failure" : "warning",
+                         x.failure ? "failure" : "warning", esc(x.text));
+    out += "</ul>\n";
+  }
+  // The tensors the findings name (in their order), else the one closest to saturating.
+  std::vector<const Fp8TensorRecord*> shown;
+  for (const Fp8FindingRecord& x : f.findings)
+    for (const Fp8TensorRecord& t : f.tensors)
+      if (t.layer == x.layer && t.tensor == x.tensor && std::find(shown.begin(), shown.end(), &t) == shown.end() &&
+          shown.size() < std::size(kSeriesColors))
+        shown.push_back(&t);
+  const auto headroom = [](const Fp8TensorRecord& t, std::size_t i) {
+    return t.amax[i] * t.scale[i] / (t.format == "E4M3" ? 448.0 : 57344.0);
+  };
+  if (shown.empty() && !f.tensors.empty()) {
+    const Fp8TensorRecord* top = &f.tensors.front();
+    double worst = 0;
+    for (const Fp8TensorRecord& t : f.tensors)
+      for (std::size_t i = 0; i < t.steps.size(); ++i)
+        if (const double h = headroom(t, i); std::isfinite(h) && h > worst) {
+          worst = h;
+          top = &t;
+        }
+    shown.push_back(top);
+  }
+  double lo = 1, hi = 1, first = 0, last = 0;
+  bool any = false;
+  std::vector<std::vector<std::pair<double, double>>> series(shown.size());
+  for (std::size_t k = 0; k < shown.size(); ++k)
+    for (std::size_t i = 0; i < shown[k]->steps.size(); ++i) {
+      const double h = headroom(*shown[k], i), x = static_cast<double>(shown[k]->steps[i]);
+      if (!std::isfinite(h) || h <= 0) continue;
+      lo = std::min(lo, h);
+      hi = std::max(hi, h);
+      first = any ? std::min(first, x) : x;
+      last = any ? std::max(last, x) : x;
+      any = true;
+      series[k].emplace_back(x, h);
+    }
+  if (any) {
+    Axis y;
+    y.label = "amax x scale / fp8 max (log2)";
+    y.scale = Scale::log2;
+    y.lo = std::exp2(std::floor(std::log2(lo)) - 1);
+    y.hi = std::exp2(std::ceil(std::log2(hi)) + 1);
+    Plot plot("fp8-headroom", "fp8 headroom per step", step_axis(first, last), y);
+    plot.hline(1.0, "fp8-max", kRed, "fp8 max: above, values saturate");
+    for (std::size_t k = 0; k < shown.size(); ++k) {
+      const std::string name = shown[k]->layer + " " + shown[k]->tensor + " (" + shown[k]->format + ")";
+      plot.series(name, kSeriesColors[k], series[k]);
+      plot.legend({name, std::string(kSeriesColors[k]), LegendEntry::Kind::line});
+    }
+    out += plot.render();
+    out += "<p class=\"caption\">Each cast's largest value against the format's: a delayed scale lags a growing "
+           "amax (above 1: the largest values clamp to the fp8 max); far below 1, values under the format's smallest "
+           "subnormal flush to 0. A scale that is not finite (a zero amax's) is not drawn.</p>\n";
+  }
+  Table t({"layer", "tensor", "format", "#steps", "#amax min", "#amax max", "#last scale", "#worst saturated",
+           "#at step", "#worst flushed (of nonzero)", "#at step "});
+  for (const Fp8TensorRecord& r : f.tensors) {
+    if (r.steps.empty()) continue;
+    std::size_t sat = 0, flush = 0;
+    const auto share = [](std::int64_t part, std::int64_t whole) {
+      return whole > 0 ? static_cast<double>(part) / static_cast<double>(whole) : 0.0;
+    };
+    for (std::size_t i = 0; i < r.steps.size(); ++i) {
+      if (share(r.saturated[i], r.count[i]) > share(r.saturated[sat], r.count[sat])) sat = i;
+      if (share(r.flushed[i], r.count[i] - r.zero[i]) > share(r.flushed[flush], r.count[flush] - r.zero[flush])) flush = i;
+    }
+    t.row({r.layer, r.tensor, r.format, integer(static_cast<std::int64_t>(r.steps.size())),
+           num(*std::min_element(r.amax.begin(), r.amax.end())), num(*std::max_element(r.amax.begin(), r.amax.end())),
+           num(r.scale.back(), 6), fp8_share(r.saturated[sat], r.count[sat]), integer(r.steps[sat]),
+           fp8_share(r.flushed[flush], r.count[flush] - r.zero[flush]), integer(r.steps[flush])});
+  }
+  out += t.render("fp8-tensors");
+  return out + std::string(kSectionClose);
+}
+
 std::string to_html(const Report& report) {
   std::string out = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
   out += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
@@ -1311,6 +1417,7 @@ std::string to_html(const Report& report) {
       {"loss", "loss"},     {"loss-scale-history", "loss scale"}, {"exponents", "exponents"},
       {"dtypes", "dtypes"}, {"worst", "worst"},                   {"nonfinite", "non-finite"}};
   if (report.kernels) toc.emplace_back("kernels", "kernels");
+  if (report.fp8) toc.emplace_back("fp8", "fp8");
   if (report.bisect) toc.emplace_back("bisect", "bisect");
   if (report.compare) toc.emplace_back("compare", "compare");
   out += "<nav>";
@@ -1322,6 +1429,7 @@ std::string to_html(const Report& report) {
   out += heatmap_section(report);
   out += dtype_section(report);
   if (report.kernels) out += kernels_section(report);
+  if (report.fp8) out += fp8_section(*report.fp8);
   out += worst_section(report);
   out += nonfinite_section(report);
   if (report.bisect) out += bisect_section(*report.bisect, report.interrupted.has_value());

@@ -317,5 +317,48 @@ TEST(ReportHtml, GpuKernelsSectionHasTheSharesFindingsAndKernels) {
   EXPECT_NE(page.find("<td>f16 TC 100%</td>", precision), std::string::npos);
 }
 
+// fp8 training: its findings, one table row per scaled tensor, and the headroom plot of the
+// tensors the findings name, one point per step whose scale is finite (the infinite scale
+// of a zero amax is not drawn); absent without fp8.
+TEST(ReportHtml, Fp8SectionHasTheFindingsTheTensorsAndTheHeadroomOfTheNamedOnes) {
+  EXPECT_EQ(to_html(testing::sample_report()).find("<section id=\"fp8\">"), std::string::npos);
+  Report r = testing::sample_report();
+  Fp8Training& f = r.fp8.emplace();
+  f.recipe = "DelayedScaling(amax_history_len=16)";
+  f.layers = {"l1", "l2"};
+  for (const char* layer : {"l1", "l2"}) {
+    Fp8TensorRecord t;
+    t.layer = layer;
+    t.tensor = "input";
+    t.format = "E4M3";
+    t.steps = {1, 2, 3, 4};
+    t.amax = {1.0, 256.0, 1.0, 0.0};
+    t.scale = {1.0, 448.0, 1.75, std::numeric_limits<double>::infinity()};
+    t.count = {64, 64, 64, 64};
+    t.saturated = {0, 63, 0, 0};
+    t.flushed = {0, 0, 1, 0};
+    t.zero = {0, 0, 0, 64};
+    t.nan = {0, 0, 0, 0};
+    t.min_exponent = -9;
+    t.binades.assign(18, 1);
+    f.tensors.push_back(t);
+  }
+  f.findings.push_back({"saturation", true, "l1", "input", 2, 1, 63.0 / 64, 63.0 / 64, 256, 448, "'l1' input: saturated <sic>"});
+  const std::string page = to_html(r);
+  const std::size_t begin = page.find("<section id=\"fp8\">");
+  ASSERT_NE(begin, std::string::npos);
+  const std::string section = page.substr(begin, page.find("</section>", begin) - begin);
+  EXPECT_EQ(count(section, "<li class=\"finding-failure\">"), 1u);
+  EXPECT_NE(section.find("&lt;sic&gt;"), std::string::npos);  // escaped
+  EXPECT_EQ(count(section, "<tr>") - 1, f.tensors.size());     // the header row, then one per tensor
+  EXPECT_NE(section.find("98.4%"), std::string::npos);          // 63 of 64 saturated, three digits
+  const std::string plot = svg(page, "fp8-headroom");
+  ASSERT_FALSE(plot.empty());
+  // l1 alone (the finding's), its three finite-scale steps (the zero amax's inf scale is not a point).
+  EXPECT_EQ(polyline_point_counts(plot), std::vector<std::size_t>{3});
+  EXPECT_NE(plot.find("fp8 max"), std::string::npos);
+  EXPECT_NE(page.find("<a href=\"#fp8\">"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace ampcheck::reports
