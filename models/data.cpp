@@ -192,7 +192,9 @@ Shape sample_shape(const nlohmann::json& v) {
 void flatten_sample(const nlohmann::json& v, const Shape& shape, std::size_t depth, std::vector<double>& out,
                     const std::string& where) {
   if (depth == shape.size()) {
-    require(v.is_number(), where + ": expects a number at depth " + std::to_string(depth + 1) + ", got " + v.dump());
+    // A scalar is quoted; an array or object is named, not dumped (it may be nested deep).
+    require(v.is_number(), where + ": expects a number at depth " + std::to_string(depth + 1) + ", got " +
+                               (v.is_structured() ? std::string("an ") + v.type_name() : v.dump()));
     out.push_back(v.get<double>());
     return;
   }
@@ -222,6 +224,10 @@ Dataset samples_from_json(const nlohmann::json& doc, const std::string& where) {
   require(!xs.empty() && xs.size() == ys.size(), where + ": \"x\" has " + std::to_string(xs.size()) +
                                                      " samples and \"y\" " + std::to_string(ys.size()) + " labels");
   const Shape shape = sample_shape(xs[0]);
+  // Samples are images or sequences at most: a deeper nesting is not data (and is not
+  // walked, recursively, to find out).
+  require(shape.size() <= 6, where + ": sample 1 is nested " + std::to_string(shape.size()) +
+                                 " arrays deep; a sample has at most 6 dimensions (an image is 3: [C, H, W])");
   std::vector<double> values;
   for (std::size_t i = 0; i < xs.size(); ++i)
     flatten_sample(xs[i], shape, 0, values, where + ": sample " + std::to_string(i + 1));

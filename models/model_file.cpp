@@ -1046,7 +1046,7 @@ Dataset make_data(const ModelFile& file, std::uint64_t seed) {
       return dataset_of(read_arrays(d.file), d.file, inputs);
     }
     if (!d.file.empty()) return load_samples(d.file);
-    if (!d.samples.is_null()) return samples_from_json(d.samples, where);
+    if (!d.samples.is_null()) return samples_from_json(d.samples, "inline samples");  // make_data names the file
     const json& p = d.params;
     if (d.generator == "spiral")
       return spiral(get<std::int64_t>(p, "n_per_class", 100), get<std::int64_t>(p, "classes", 3), get<double>(p, "noise", 0.2), seed);

@@ -250,12 +250,29 @@ out("model_file", "data_huge.json",
                 "nodes": [{"name": "fc", "kind": "linear", "out": 3}]}).encode())
 out("model_file", "nested_arrays.json", b"[" * 100000 + b"]" * 100000)
 out("model_file", "not_json.json", b"\xff\xfe\x00garbage")
+# Issue 33: samples written in the model file, nested deep (the sample's walk recursed per
+# level); a recipe whose calls nest deep, and a scaling function of endless parentheses
+# (both parsers recursed per level), through a model's "amp" block and a config's "fp8".
+deep = "[" * 30000 + "1" + "]" * 30000
+out("model_file", "inline_samples_nested_deep.json",
+    ('{"ampcheck_model": 1, "data": {"x": [' + deep + '], "y": [0]}, '
+     '"nodes": [{"name": "fc", "kind": "linear", "out": 2}]}').encode())
+out("model_file", "fp8_recipe_nested_deep.json",
+    json.dumps({**base, "nodes": [{"name": "fc", "kind": "linear", "out": 16}],
+                "amp": {"level": "O1", "dtype": "bfloat16",
+                        "fp8": "Float8CurrentScaling(fp8_quant_fwd_inp=" + "QParams(x=" * 50000 + "1" + ")" * 50001}}).encode())
 
 # ---- configs ---------------------------------------------------------------------------------
 out("config", "paddle_scaling_inf.json", b'{"amp": {"level": "O2", "init_loss_scaling": 1e400}}')
 out("config", "pytorch_nested.json", b'{"autocast": ' * 5000 + b"1" + b"}" * 5000)
 out("config", "deepspeed_window_huge.json", b'{"fp16": {"enabled": true, "loss_scale_window": 1e30, "initial_scale_power": 4000}}')
 out("config", "not_json.json", b"level = O2\n")
+out("config", "fp8_scale_fn_parens_deep.json",
+    json.dumps({"level": "O1", "dtype": "bfloat16",
+                "fp8": "DelayedScaling(scaling_factor_compute_algo=lambda a, s, m, r: " + "(" * 100000 + "1" + ")" * 100000 + ")"}).encode())
+out("config", "fp8_scale_fn_minus_deep.json",
+    json.dumps({"level": "O1", "dtype": "bfloat16",
+                "fp8": "DelayedScaling(scaling_factor_compute_algo=lambda a, s, m, r: " + "-" * 900 + "1)"}).encode())
 
 # ---- reports ---------------------------------------------------------------------------------
 with open(os.path.join(HERE, "..", "..", "..", "samples", "baselines", "mlp.O2-fp16.json"), "rb") as f:
