@@ -120,6 +120,7 @@ struct Trials {
   TrialRunner runner;
   std::ostream& err;
   double reference_loss = 0;
+  std::vector<double> reference_curve;  // the reference run's loss per step
   reports::Bisect& bisect;
   std::map<Set, Outcome> cache;
   // A fix must leave at least this many low-precision op calls: fewer, and "fixed" means
@@ -139,7 +140,7 @@ struct Trials {
     t.final_loss = run.report.summary.final_loss;
     t.healthy = !run.failed;
     t.reason = run.failure;
-    judge_loss(t);
+    judge_loss(t, run.report.steps);
     if (!o.args.quiet && &err == &std::cerr && isatty_stderr())
       err << fmt::format("bisect trial {}: {} [{}] -> {}\n", t.index,
                          bisect.granularity == "fp8" ? "out of fp8" : "fp32", fmt::join(set, ", "),
@@ -159,9 +160,40 @@ struct Trials {
     return out.healthy && out.low_precision_calls >= min_low_precision_calls;
   }
   // With --loss-tolerance, a trial that is otherwise healthy also needs a final loss
-  // near the fp32 run's.
-  void judge_loss(reports::Trial& t) const {
+  // near the fp32 run's; an fp8 trial, a loss curve near the run's without fp8: the mean
+  // loss of each tenth of the steps within the tolerance of the reference's (a curve that
+  // wanders off and comes back, or lags all along, fails as well as one that ends apart).
+  void judge_loss(reports::Trial& t, const std::vector<reports::StepRecord>& steps) const {
     if (!t.healthy || o.loss_tolerance <= 0) return;
+    if (bisect.granularity == "fp8" && !reference_curve.empty()) {
+      const std::size_t n = std::min(steps.size(), reference_curve.size()), windows = std::min<std::size_t>(10, n);
+      double worst = 0, mine = 0, theirs = 0;
+      std::size_t from = 0, to = 0;
+      for (std::size_t k = 0; k < windows; ++k) {
+        const std::size_t a = k * n / windows, b = (k + 1) * n / windows;
+        double m = 0, r = 0;
+        for (std::size_t i = a; i < b; ++i) {
+          m += steps[i].loss;
+          r += reference_curve[i];
+        }
+        m /= static_cast<double>(b - a);
+        r /= static_cast<double>(b - a);
+        const double rel = std::fabs(m - r) / std::fabs(r);
+        if (!(rel <= worst)) {  // a NaN is the worst
+          worst = rel;
+          mine = m;
+          theirs = r;
+          from = a + 1;
+          to = b;
+        }
+      }
+      if (worst <= o.loss_tolerance) return;
+      t.healthy = false;
+      t.reason = fmt::format("its loss curve leaves the bf16 (no fp8) run's by {:.3g} over steps {}-{} (mean loss {:.4g} "
+                             "vs {:.4g}; relative, per tenth of the steps; tolerance {:g})",
+                             worst, from, to, mine, theirs, o.loss_tolerance);
+      return;
+    }
     const double rel = std::fabs(t.final_loss - reference_loss) / std::fabs(reference_loss);
     if (rel <= o.loss_tolerance) return;
     t.healthy = false;
@@ -545,7 +577,7 @@ std::string pytorch_advice(const BisectOptions& o, const reports::Bisect& b, con
 struct BisectSource {
   TrialRunner runner;
   std::set<std::string> not_candidates;  // op types that are never candidates
-  std::function<double()> fp32_reference;  // the fp32 run's final loss (engine only)
+  std::function<std::vector<double>()> fp32_reference;  // the fp32 (fp8: bf16) run's loss per step (engine only)
   std::function<reports::Suggestion(const reports::Bisect&)> suggest;
 };
 
@@ -589,7 +621,7 @@ int bisect_from(const BisectOptions& o, const InstrumentedRun& first, const Bise
     if (const auto id = op_from_name(op.type); id && op_info(*id).amp == AmpCategory::lower) gemm_like.insert(key);
   }
 
-  Trials trials{o, src.runner, err, 0, b, {}};
+  Trials trials{o, src.runner, err, 0, {}, b, {}};
   {
     Outcome as_configured;
     as_configured.healthy = !first.failed;
@@ -606,10 +638,11 @@ int bisect_from(const BisectOptions& o, const InstrumentedRun& first, const Bise
   } else {
     try {
       if (o.loss_tolerance > 0) {
-        trials.reference_loss = src.fp32_reference();
+        trials.reference_curve = src.fp32_reference();
+        trials.reference_loss = trials.reference_curve.back();
         b.reference_loss = trials.reference_loss;
         ++b.runs;
-        trials.judge_loss(b.trials.front());  // the run as configured, now held to the reference too
+        trials.judge_loss(b.trials.front(), report.steps);  // the run as configured, now held to the reference too
         trials.cache[{}].healthy = b.trials.front().healthy;
       }
       if (trials.healthy({})) {
@@ -723,7 +756,9 @@ int run_bisect_engine(const BisectOptions& o, std::ostream& out, std::ostream& e
     }
     const InstrumentedRun fp32 = instrumented_run(o.args, ref, ref_setup, err);
     if (const auto& i = fp32.report.interrupted) throw SearchInterrupted{2, i->steps_run, i->steps_requested};
-    return fp32.report.summary.final_loss;
+    std::vector<double> curve;
+    for (const reports::StepRecord& s : fp32.report.steps) curve.push_back(s.loss);
+    return curve;
   };
   src.suggest = [&](const reports::Bisect& b) { return fp8 ? fp8_suggestion(base, b) : suggestion(base, b); };
   return bisect_from(o, first, src, out, err);

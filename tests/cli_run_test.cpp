@@ -292,6 +292,30 @@ TEST(CliRun, CurrentScalingCastsEachTensorWithTheScaleOfItsOwnAmax) {
   EXPECT_EQ(reports::from_json(jump.out, "jump").summary.verdict, "healthy");
 }
 
+// bisect-nan --loss-tolerance over fp8 layers holds each trial's loss curve to the run's
+// without fp8, a tenth of the steps at a time: the healthy fp8 transformer follows it within
+// 20%, not within 0.1% (fp8 is not bf16), and the trial says where it left the curve.
+TEST(CliRun, Fp8BisectHoldsTheLossCurveToTheRunWithoutFp8) {
+  const Result wide = run({"bisect-nan", "--model", "fp8_transformer", "--steps", "30", "--loss-tolerance", "0.2", "-q"});
+  EXPECT_EQ(wide.code, 0) << wide.err << wide.out;
+  EXPECT_TRUE(has(wide.out, "healthy as configured; nothing to keep out of fp8")) << wide.out;
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("ampcheck_fp8_curve_" + std::to_string(::getpid()) + ".json");
+  const Result tight = run({"bisect-nan", "--model", "fp8_transformer", "--steps", "30", "--loss-tolerance", "0.001",
+                            "-q", "--report", path.string()});
+  std::ifstream in(path);
+  const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const reports::Report r = reports::from_json(json, "tight");
+  ASSERT_TRUE(r.bisect.has_value()) << tight.err;
+  ASSERT_FALSE(r.bisect->trials.empty());
+  EXPECT_FALSE(r.bisect->trials.front().healthy);
+  EXPECT_TRUE(has(r.bisect->trials.front().reason, "its loss curve leaves the bf16 (no fp8) run's by"))
+      << r.bisect->trials.front().reason;
+  EXPECT_TRUE(has(r.bisect->trials.front().reason, "relative, per tenth of the steps; tolerance 0.001"))
+      << r.bisect->trials.front().reason;
+  std::filesystem::remove(path);
+}
+
 TEST(CliRun, InspectEveryMeasuresEveryNthStepAndTheStepsAfterEachInf) {
   const auto counts = [](const reports::Report& r) {
     std::vector<std::int64_t> c;
