@@ -138,7 +138,7 @@ struct Trainer::State {
       });
       const std::int64_t out = linear->weight.size(0), in = linear->weight.size(1);
       if (kept) {
-        l.kept = "--fp8-keep";
+        l.kept = "kept by name";  // --fp8-keep, or the "fp8" block's "keep"
       } else if (in % 16 != 0 || out % 16 != 0) {
         l.kept = "[" + std::to_string(out) + ", " + std::to_string(in) + "]: not multiples of 16";
       } else {

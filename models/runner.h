@@ -52,7 +52,7 @@ struct RunOptions {
 struct Fp8Layer {
   std::string layer;
   bool fp8 = false;
-  std::string kept;  // why not: "--fp8-keep", "[out, in]: not multiples of 16"
+  std::string kept;  // why not: "kept by name", "[out, in]: not multiples of 16"
 };
 
 // One optimizer step as the scaler saw it.

@@ -43,6 +43,11 @@ bool has_note(const Config& c, const std::string& part) {
 
 void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.style, b.style);
+  ASSERT_EQ(a.fp8.has_value(), b.fp8.has_value());
+  if (a.fp8) {
+    EXPECT_EQ(a.fp8->recipe, b.fp8->recipe);
+    EXPECT_EQ(a.fp8->keep, b.fp8->keep);
+  }
   EXPECT_EQ(a.amp.level, b.amp.level);
   EXPECT_EQ(a.amp.dtype, b.amp.dtype);
   EXPECT_EQ(a.amp.custom_white_list, b.amp.custom_white_list);
@@ -451,6 +456,46 @@ TEST(AmpConfigAmpcheck, Fp32ModulesAreReadWrittenAndChecked) {
     } catch (const ConfigError& e) {
       EXPECT_NE(std::string(e.what()).find("fp32_modules"), std::string::npos) << e.what();
     }
+  }
+}
+
+// "fp8": TransformerEngine's recipe as the script writes it, beside PyTorch's blocks or in
+// ampcheck's form; written back with every keyword given (TE's defaults:
+// transformer_engine/common/recipe/__init__.py), the kept layers with it.
+TEST(AmpConfigFp8, TheRecipeIsReadBesideTorchsBlocksAndInAmpchecksForm) {
+  const Config te = sample("transformer_engine.json");
+  EXPECT_EQ(te.style, ConfigStyle::pytorch);
+  EXPECT_EQ(te.amp.level, Level::O1);
+  EXPECT_EQ(te.amp.dtype, DType::bf16);
+  ASSERT_TRUE(te.fp8.has_value());
+  EXPECT_EQ(te.fp8->recipe, "DelayedScaling(margin=0, fp8_format=Format.HYBRID, amax_history_len=16, "
+                            "amax_compute_algo=\"max\", reduce_amax=True)");
+  EXPECT_EQ(te.fp8->keep, std::vector<std::string>{"head"});
+  EXPECT_NE(explain(te).find("fp8:           DelayedScaling(margin=0"), std::string::npos) << explain(te);
+  const Config own = parse_config(R"json({"level": "O1", "dtype": "bf16", "fp8": "Float8CurrentScaling()"})json");
+  EXPECT_EQ(own.style, ConfigStyle::ampcheck);
+  ASSERT_TRUE(own.fp8.has_value());
+  EXPECT_EQ(own.fp8->recipe.rfind("Float8CurrentScaling(fp8_format=Format.HYBRID", 0), 0u) << own.fp8->recipe;
+  EXPECT_TRUE(own.fp8->keep.empty());
+  for (const Config& c : {te, own}) expect_same(parse_config(to_json(c)), Config{c});
+  for (const char* off : {R"json({"level": "O1", "fp8": false})json", R"json({"level": "O1", "fp8": null})json"})
+    EXPECT_FALSE(parse_config(off).fp8.has_value()) << off;
+}
+
+TEST(AmpConfigFp8, BadFp8BlocksNameTheKeyAndWhatIsAccepted) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"json({"level": "O1", "fp8": 3})json", "fp8: 3 is not a TransformerEngine recipe as your script constructs it"},
+      {R"json({"level": "O1", "fp8": {"keep": ["head"]}})json", "\"recipe\" is missing"},
+      {R"json({"level": "O1", "fp8": {"recipe": "DelayedScaling()", "kep": []}})json", "kep"},
+      {R"json({"level": "O1", "fp8": {"recipe": "DelayedScaling()", "keep": "head"}})json", "fp8.keep"},
+      {R"json({"level": "O1", "fp8": {"recipe": "DelayedScaling()", "keep": [""]}})json", "fp8.keep[0]"},
+      {R"json({"level": "O1", "fp8": "NVFP4BlockScaling()"})json", "fp8: fp8 recipe 'NVFP4BlockScaling()': NVFP4BlockScaling is "
+                                                          "not a recipe ampcheck runs"},
+      {R"json({"level": "O1", "fp8": {"recipe": "DelayedScaling(margin=x)"}})json", "fp8.recipe: DelayedScaling: margin must be"},
+  };
+  for (const auto& [text, says] : cases) {
+    const std::string e = error_of(text);
+    EXPECT_NE(e.find(says), std::string::npos) << text << " -> " << e;
   }
 }
 
