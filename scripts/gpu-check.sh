@@ -10,7 +10,9 @@
 #   4. `ampcheck run --device cuda` on every sample (samples/models/ORDER) at O0, O1 and
 #      O2, each beside the same run on the CPU: the verdict (and exit code) must agree;
 #   5. step times on the GPU: each sample at O0/O1/O2, and PyTorch on the same model
-#      (fp32, and autocast float16 + GradScaler) where `import torch` works with CUDA.
+#      (fp32, and autocast float16 + GradScaler) where `import torch` works with CUDA;
+#   6. which kernels really ran (CUPTI), and fp8 on cuBLASLt (the fp8 samples' GEMMs read
+#      as fp8 on tensor cores, the CPU's verdict and loss).
 # Writes bench/results/DATE-gpu-<gpu name>.{md,json} (naming the GPU, driver and
 # versions, from `ampcheck doctor --json`) even when a check fails, then exits 1 if any
 # did. Without a GPU it exits 1 at once, saying so.
@@ -278,6 +280,45 @@ except (OSError, ValueError, KeyError) as e:
     problems.append("CUPTI: " + cupti["error"])
 print("cupti: " + json.dumps({k: v for k, v in cupti.items() if k not in ("by_type",)})[:3000], flush=True)
 
+# ---- 6b. fp8 on cuBLASLt (issue 33): the fp8 transformer sample (DelayedScaling) and the
+# same under Float8CurrentScaling, traced; its fp8_linear instances must show fp8
+# tensor-core GEMMs (forward and backward), the run's verdict must be the CPU's, and its
+# final loss within 10% of the CPU run's (fp8 GEMM accumulation orders differ; the casts do
+# not: parity per op is ParityCuda's).
+fp8 = {}
+for name, extra in (("delayed", []), ("current", ["--fp8", "Float8CurrentScaling()"])):
+    entry = {}
+    gpu_json, cpu_json = f"{work}/fp8-{name}-gpu.json", f"{work}/fp8-{name}-cpu.json"
+    g = run(["run", "--model", "fp8_transformer", "--device", "cuda", "--inspect", "trace", "--steps", "40", "--quiet",
+             "--report", gpu_json] + extra)
+    c = run(["run", "--model", "fp8_transformer", "--device", "cpu", "--inspect", "stats", "--steps", "40", "--quiet",
+             "--report", cpu_json] + extra)
+    entry["rc"] = [g.returncode, c.returncode]
+    try:
+        gr, cr = json.load(open(gpu_json)), json.load(open(cpu_json))
+        entry["verdicts"] = [gr["summary"]["verdict"], cr["summary"]["verdict"]]
+        entry["final_loss"] = [gr["summary"]["final_loss"], cr["summary"]["final_loss"]]
+        kernels = {}
+        for op in gr["ops"]:
+            if op["type"].startswith("fp8_linear"):
+                for k in op.get("gpu_kernels") or []:
+                    if k["kind"] == "gemm":
+                        kernels.setdefault(op["type"], set()).add((k["name"][:100], k["input"], k["tensor_cores"]))
+        entry["gemms"] = {t: sorted(v) for t, v in kernels.items()}
+        for t in ("fp8_linear", "fp8_linear_grad"):
+            if not any(inp == "fp8" and tc == "yes" for _, inp, tc in kernels.get(t, [])):
+                problems.append(f"fp8 ({name}): no fp8 tensor-core GEMM read for {t} on the GPU")
+        if entry["verdicts"][0] != entry["verdicts"][1]:
+            problems.append(f"fp8 ({name}): verdict {entry['verdicts'][0]} on the GPU, {entry['verdicts'][1]} on the CPU")
+        gl, cl = entry["final_loss"]
+        if not (isinstance(gl, (int, float)) and isinstance(cl, (int, float)) and abs(gl - cl) <= 0.1 * abs(cl)):
+            problems.append(f"fp8 ({name}): final loss {gl} on the GPU, {cl} on the CPU")
+    except (OSError, ValueError, KeyError) as e:
+        entry["error"] = f"{type(e).__name__}: {e}; stderr: {g.stderr.strip()[-500:]}"
+        problems.append(f"fp8 ({name}): " + entry["error"])
+    fp8[name] = entry
+print("fp8: " + json.dumps(fp8)[:3000], flush=True)
+
 # ---- 7. the inspector's overhead on the GPU, CUPTI off and on (bench/inspector_bench.cpp)
 overhead = {}
 inspector_bench = os.path.join(os.path.dirname(peer_step), "ampcheck_bench_inspector")
@@ -366,7 +407,7 @@ doc = {"ampcheck_gpu_check": 1, "date": date, "gpu": gpu, "cpu": doctor["cpu"]["
                  "ampcheck's bench/peer_step worker (the step of `run --inspect off`), PyTorch's step of the same model",
                  "torch_note": torch_note,
                  "rows": bench},
-       "cupti": cupti, "inspector_overhead": overhead, "onnx": onnx_rows, "problems": problems}
+       "cupti": cupti, "fp8": fp8, "inspector_overhead": overhead, "onnx": onnx_rows, "problems": problems}
 
 
 def num(v):
