@@ -598,6 +598,23 @@ const Keys kTorchAutocastArgs = {"device_type", "dtype", "enabled", "cache_enabl
 // backoff_factor=0.5, growth_interval=2000, enabled=True)
 const Keys kTorchGradScalerArgs = {"device",         "init_scale",      "growth_factor",
                                    "backoff_factor", "growth_interval", "enabled"};
+// A list of names at `key` of `o` (module paths, op names): each a non-empty string.
+// `accepted` says what the list is, `item` what each entry is; `path` names the key in
+// messages about an entry ("fp8.keep").
+std::vector<std::string> read_names(const Obj& o, std::string_view key, const std::string& path,
+                                    std::string_view accepted, std::string_view item) {
+  std::vector<std::string> out;
+  const json* list = o.raw(key);
+  if (list == nullptr) return out;
+  if (!list->is_array()) o.fail(key, *list, accepted);
+  for (std::size_t i = 0; i < list->size(); ++i) {
+    const json& e = (*list)[i];
+    if (!e.is_string() || e.get<std::string>().empty()) Obj::fail_path(path + "[" + std::to_string(i) + "]", e, item);
+    out.push_back(e.get<std::string>());
+  }
+  return out;
+}
+
 // "fp8": the recipe TransformerEngine's fp8_autocast gets, its constructor as the script
 // writes it, or {"recipe": "...", "keep": [layers kept out of fp8]}; false or null: none.
 void read_fp8(const Obj& top, Config& c) {
@@ -612,15 +629,8 @@ void read_fp8(const Obj& top, Config& c) {
     const Obj o(*f, "fp8", {"recipe", "keep"});
     recipe = o.raw("recipe");
     if (recipe == nullptr) Obj::fail_path("fp8", *f, accepted, "\"recipe\" is missing");
-    if (const json* k = o.raw("keep")) {
-      if (!k->is_array()) o.fail("keep", *k, "a list of linear layers (module paths) kept out of fp8, e.g. [\"head\"]");
-      for (std::size_t i = 0; i < k->size(); ++i) {
-        const json& item = (*k)[i];
-        if (!item.is_string() || item.get<std::string>().empty())
-          Obj::fail_path("fp8.keep[" + std::to_string(i) + "]", item, "a module path (a non-empty string)");
-        s.keep.push_back(item.get<std::string>());
-      }
-    }
+    s.keep = read_names(o, "keep", "fp8.keep", "a list of linear layers (module paths) kept out of fp8, e.g. [\"head\"]",
+                        "a module path (a non-empty string)");
   }
   if (!recipe->is_string()) Obj::fail_path(f->is_object() ? "fp8.recipe" : "fp8", *recipe, accepted);
   try {
@@ -1072,27 +1082,14 @@ void read_ampcheck(const json& j, Config& c) {
   const auto white = read_op_list(top, "custom_white_list", ConfigStyle::ampcheck, c.notes);
   const auto black = read_op_list(top, "custom_black_list", ConfigStyle::ampcheck, c.notes);
   set_lists(c.amp, white, black, "custom_white_list", "custom_black_list");
-  if (const json* m = top.raw("fp32_modules")) {
-    if (!m->is_array()) top.fail("fp32_modules", *m, "a list of module paths, e.g. [\"encoder.layers.1.attn\"]");
-    for (std::size_t i = 0; i < m->size(); ++i) {
-      const json& item = (*m)[i];
-      if (!item.is_string() || item.get<std::string>().empty())
-        Obj::fail_path("fp32_modules[" + std::to_string(i) + "]", item, "a module path (a non-empty string)");
-      c.amp.fp32_modules.push_back(item.get<std::string>());
-    }
-  }
+  c.amp.fp32_modules = read_names(top, "fp32_modules", "fp32_modules",
+                                  "a list of module paths, e.g. [\"encoder.layers.1.attn\"]",
+                                  "a module path (a non-empty string)");
   c.amp.keep_norm_fp32 = top.boolean("keep_norm_fp32", true);
   c.amp.master_weight = top.boolean("master_weight", true);
-  if (const json* a = top.raw("allow_inf")) {
-    if (!a->is_array())
-      top.fail("allow_inf", *a, "a list of op names or module paths whose Inf/-Inf is intended, e.g. [\"masked_fill\"]");
-    for (std::size_t i = 0; i < a->size(); ++i) {
-      const json& item = (*a)[i];
-      if (!item.is_string() || item.get<std::string>().empty())
-        Obj::fail_path("allow_inf[" + std::to_string(i) + "]", item, "an op name or a module path (a non-empty string)");
-      c.allow_inf.push_back(item.get<std::string>());
-    }
-  }
+  c.allow_inf = read_names(top, "allow_inf", "allow_inf",
+                           "a list of op names or module paths whose Inf/-Inf is intended, e.g. [\"masked_fill\"]",
+                           "an op name or a module path (a non-empty string)");
 
   constexpr std::string_view behaviours = "\"static\", \"pytorch\", \"paddle\", \"deepspeed\" or \"apex\"";
   if (const json* ls = top.raw("loss_scaling")) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 #include <map>
 #include <optional>
@@ -256,31 +257,25 @@ class Parser {
     n.args = {not_test()};
     return make(n);
   }
+  // A left-associative run of binary operators of one precedence: `operand (op operand)*`.
+  NodePtr left_assoc(std::initializer_list<const char*> ops, NodePtr (Parser::*operand)()) {
+    NodePtr a = (this->*operand)();
+    for (;;) {
+      const char* found = nullptr;
+      for (const char* o : ops)
+        if (at_op(o)) found = o;
+      if (found == nullptr) return a;
+      ++pos_;
+      Node n;
+      n.kind = Node::binary;
+      n.op = found;
+      n.args = {a, (this->*operand)()};
+      a = make(n);
+    }
+  }
   // Python's precedence: comparisons bind looser than | and &, which bind looser than + -.
-  NodePtr bitwise_or() {
-    NodePtr a = bitwise_and();
-    while (at_op("|")) {
-      ++pos_;
-      Node n;
-      n.kind = Node::binary;
-      n.op = "|";
-      n.args = {a, bitwise_and()};
-      a = make(n);
-    }
-    return a;
-  }
-  NodePtr bitwise_and() {
-    NodePtr a = arith();
-    while (at_op("&")) {
-      ++pos_;
-      Node n;
-      n.kind = Node::binary;
-      n.op = "&";
-      n.args = {a, arith()};
-      a = make(n);
-    }
-    return a;
-  }
+  NodePtr bitwise_or() { return left_assoc({"|"}, &Parser::bitwise_and); }
+  NodePtr bitwise_and() { return left_assoc({"&"}, &Parser::arith); }
   NodePtr comparison() {
     NodePtr a = bitwise_or();
     NodePtr result;
@@ -308,26 +303,9 @@ class Parser {
     }
     return result ? result : a;
   }
-  NodePtr arith() {
-    NodePtr a = term();
-    while (at_op("+") || at_op("-")) {
-      Node n;
-      n.kind = Node::binary;
-      n.op = next().text;
-      n.args = {a, term()};
-      a = make(n);
-    }
-    return a;
-  }
+  NodePtr arith() { return left_assoc({"+", "-"}, &Parser::term); }
   NodePtr term() {
-    NodePtr a = factor();
-    while (at_op("*") || at_op("/") || at_op("//")) {
-      Node n;
-      n.kind = Node::binary;
-      n.op = next().text;
-      n.args = {a, factor()};
-      a = make(n);
-    }
+    NodePtr a = left_assoc({"*", "/", "//"}, &Parser::factor);
     if (at_op("%")) fail(peek(), "'%' is not supported in a scaling function");
     return a;
   }
