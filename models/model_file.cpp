@@ -843,6 +843,25 @@ ModelFile load_model(const std::string& model, const ModelCatalog& catalog) {
                        ", or a model file path (docs/model-format.md)");
 }
 
+namespace {
+constexpr std::size_t kMaxNesting = 32;
+// How deeply arrays and objects nest in `doc` (a scalar is 0), walked without recursion,
+// and no further than one level past kMaxNesting.
+std::size_t nesting_depth(const json& doc) {
+  std::size_t deepest = 0;
+  std::vector<std::pair<const json*, std::size_t>> todo = {{&doc, 0}};
+  while (!todo.empty()) {
+    const auto [j, depth] = todo.back();
+    todo.pop_back();
+    if (!j->is_structured()) continue;
+    deepest = std::max(deepest, depth + 1);
+    if (deepest > kMaxNesting) return deepest;
+    for (const json& child : *j) todo.emplace_back(&child, depth + 1);
+  }
+  return deepest;
+}
+}  // namespace
+
 ModelFile parse_model(const std::string& text, const std::string& source, const std::string& folder) {
   json doc;
   try {
@@ -851,6 +870,11 @@ ModelFile parse_model(const std::string& text, const std::string& source, const 
     throw ModelFileError(e.what());  // names the file, the line and column, and the fix
   }
   if (!doc.is_object()) fail(source, "a model file is a JSON object");
+  // Parts of the document are copied (a node's fields, the inline samples), and a JSON copy
+  // recurses once per level: a document nested deeper than any model file is refused first.
+  if (const std::size_t depth = nesting_depth(doc); depth > kMaxNesting)
+    fail(source, "nested more than " + std::to_string(depth - 1) + " levels deep (arrays and objects); a model file "
+                 "needs a handful (inline samples of images: 7)");
   if (!doc.contains("ampcheck_model"))
     fail(source, "not an ampcheck model file: it needs \"ampcheck_model\": 1 (docs/model-format.md)");
   if (doc["ampcheck_model"] != 1)
