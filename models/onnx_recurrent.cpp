@@ -133,6 +133,10 @@ void op_recurrent(Exec& e) {
   const Tensor w = e.tensor(1), r = e.tensor(2);
   const std::int64_t dirs = directions_of(e);
   const std::int64_t hidden = e.attr_i("hidden_size", r.dim() == 3 ? r.size(2) : 0);
+  // hidden_size is the file's: it must be R's last size (a hostile one would overflow the
+  // shape products below).
+  if (r.dim() != 3 || hidden != r.size(2))
+    e.fail("hidden_size " + std::to_string(hidden) + " is not R " + to_string(r.shape()) + "'s last size");
   if (w.shape() != Shape{dirs, g * hidden, features} || r.shape() != Shape{dirs, g * hidden, hidden})
     e.fail("W " + to_string(w.shape()) + " and R " + to_string(r.shape()) + " do not match " + std::to_string(dirs) +
            " direction(s), hidden_size " + std::to_string(hidden) + " and X " + to_string(x.shape()));
