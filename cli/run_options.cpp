@@ -108,7 +108,8 @@ void add_run_args(CLI::App* cmd, RunArgs& a, bool level) {
     cmd->add_option("--fp8", a.fp8,
                     "train the model's linear layers in fp8 with a TransformerEngine recipe, its constructor as in "
                     "your script: 'DelayedScaling(fp8_format=Format.HYBRID, amax_history_len=16, "
-                    "amax_compute_algo=\"max\")' (docs/fp8.md)");
+                    "amax_compute_algo=\"max\")' or 'Float8CurrentScaling()'; it replaces the model's or the "
+                    "config's \"fp8\" recipe, and none turns fp8 off (docs/fp8.md)");
     cmd->add_option("--fp8-keep", a.fp8_keep,
                     "with --fp8: linear layers (module paths, or a path's prefix) kept out of fp8, comma separated")
         ->delimiter(',');
