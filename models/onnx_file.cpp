@@ -240,6 +240,39 @@ void check_window_attributes(const onnx::NodeProto& n, const std::string& where)
 }
 
 // Every node of `graph` and of the graphs nested in its attributes.
+// A tensor's raw_data must hold its dims' worth of its type's bytes: the ONNX library's
+// shape inference copies it as whole elements without checking (ParseData: 4 bytes for an
+// int64 scalar wrote through a null pointer). Strings and packed 4-bit types, which have
+// no byte size per element, and data kept in typed fields or external files are not judged
+// here, nor types newer than the ONNX library here (its inference does not parse them).
+void check_raw_data(const onnx::TensorProto& t, const std::string& where) {
+  if (t.raw_data().empty()) return;
+  int bytes = 0;
+  switch (t.data_type()) {
+    case onnx::TensorProto::UINT8: case onnx::TensorProto::INT8: case onnx::TensorProto::BOOL: bytes = 1; break;
+    case onnx::TensorProto::UINT16: case onnx::TensorProto::INT16: case onnx::TensorProto::FLOAT16:
+    case onnx::TensorProto::BFLOAT16: bytes = 2; break;
+    case onnx::TensorProto::FLOAT: case onnx::TensorProto::INT32: case onnx::TensorProto::UINT32: bytes = 4; break;
+    case onnx::TensorProto::INT64: case onnx::TensorProto::UINT64: case onnx::TensorProto::DOUBLE:
+    case onnx::TensorProto::COMPLEX64: bytes = 8; break;
+    case onnx::TensorProto::COMPLEX128: bytes = 16; break;
+    default: return;
+  }
+  std::uint64_t n = 1;
+  bool overflow = false;
+  for (const std::int64_t d : t.dims()) {
+    if (d < 0) fail(where, "tensor \"" + t.name() + "\" has a negative dimension (" + std::to_string(d) + ")");
+    overflow = overflow || (d != 0 && n > std::numeric_limits<std::uint64_t>::max() / static_cast<std::uint64_t>(d));
+    n *= static_cast<std::uint64_t>(d);
+  }
+  if (overflow || n > std::numeric_limits<std::uint64_t>::max() / static_cast<std::uint64_t>(bytes) ||
+      n * static_cast<std::uint64_t>(bytes) != t.raw_data().size())
+    fail(where, "tensor \"" + t.name() + "\" holds " + std::to_string(t.raw_data().size()) + " bytes of raw_data for " +
+                    (overflow ? std::string("dims whose product overflows")
+                              : std::to_string(n) + (n == 1 ? " value" : " values") + " of " + std::to_string(bytes) + " bytes") +
+                    ": the file is truncated or malformed");
+}
+
 void precheck_graph(const onnx::GraphProto& graph, const std::string& path, int depth) {
   if (depth > kMaxGraphNesting)
     fail(path, "subgraphs (If, Loop, Scan) are nested more than " + std::to_string(kMaxGraphNesting) +
@@ -261,7 +294,18 @@ void precheck_graph(const onnx::GraphProto& graph, const std::string& path, int 
     for (const auto& a : n.attribute()) {
       if (a.has_g()) precheck_graph(a.g(), path, depth + 1);
       for (const auto& g : a.graphs()) precheck_graph(g, path, depth + 1);
+      if (a.has_t()) check_raw_data(a.t(), where);
+      for (const auto& t : a.tensors()) check_raw_data(t, where);
+      if (a.has_sparse_tensor()) {
+        check_raw_data(a.sparse_tensor().values(), where);
+        check_raw_data(a.sparse_tensor().indices(), where);
+      }
     }
+  }
+  for (const onnx::TensorProto& t : graph.initializer()) check_raw_data(t, path + ": initializer");
+  for (const onnx::SparseTensorProto& t : graph.sparse_initializer()) {
+    check_raw_data(t.values(), path + ": sparse initializer");
+    check_raw_data(t.indices(), path + ": sparse initializer");
   }
 }
 
@@ -362,7 +406,10 @@ Graph load(const std::string& path) {
   if (!model.has_graph() || model.graph().node_size() == 0) fail(path, "the model has no graph nodes");
   precheck_graph(model.graph(), path, 0);
   for (onnx::TensorProto& t : *model.mutable_graph()->mutable_initializer())
-    if (t.data_location() == onnx::TensorProto::EXTERNAL) inline_external_data(t, path);
+    if (t.data_location() == onnx::TensorProto::EXTERNAL) {
+      inline_external_data(t, path);
+      check_raw_data(t, path + ": initializer");
+    }
   for (onnx::NodeProto& n : *model.mutable_graph()->mutable_node())
     for (onnx::AttributeProto& a : *n.mutable_attribute())
       if (a.has_t() && a.t().data_location() == onnx::TensorProto::EXTERNAL) inline_external_data(*a.mutable_t(), path);

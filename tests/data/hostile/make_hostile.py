@@ -237,8 +237,10 @@ out("arrays", "pb_claims_huge_dims.pb",
     TensorProto(name="input", data_type=TensorProto.FLOAT, dims=[2**31, 2**31, 4], raw_data=b"\0" * 8).SerializeToString())
 out("arrays", "pb_garbage.pb", b"\x0a\xff\xff\xff\xff\x0f" + b"\x01" * 10)
 
-# recurrent_hidden_size_int64_max.onnx: found by fuzz.onnx (issue 33's session), kept as it
-# was found: an LSTM whose hidden_size is INT64_MAX overflowed 4 * hidden_size.
+# recurrent_hidden_size_int64_max.onnx and int64_scalar_raw_data_4_bytes.onnx: found by
+# fuzz.onnx (issue 33's session), kept as they were found: an LSTM whose hidden_size is
+# INT64_MAX overflowed 4 * hidden_size; an int64 initializer with 4 bytes of raw_data made
+# the ONNX library's shape inference write through a null pointer.
 
 # ---- model files ---------------------------------------------------------------------------
 base = {"ampcheck_model": 1, "name": "hostile", "data": {"generator": "spiral", "n_per_class": 10, "classes": 3},
