@@ -164,10 +164,10 @@ Resolved resolve(const RunArgs& a) {
   // fp8: the model file's "amp" block, replaced by a config file's (with or without fp8),
   // its recipe replaced by --fp8 ("none" turns it off), its kept layers added to by --fp8-keep.
   std::optional<amp::Fp8Settings> fp8;
-  std::string fp8_from;
+  std::string fp8_from, fp8_keep_from;  // where the recipe, and the kept layers, were given
   if (file.amp && file.amp->fp8) {
     fp8 = file.amp->fp8;
-    fp8_from = "--model " + a.model + ": \"amp\": \"fp8\"";
+    fp8_from = fp8_keep_from = "--model " + a.model + ": \"amp\": \"fp8\"";
   }
   std::vector<std::string> config_allow_inf;
   if (!a.config.empty()) {
@@ -175,7 +175,7 @@ Resolved resolve(const RunArgs& a) {
       const amp::Config c = amp::load_config(a.config);
       config_allow_inf = c.allow_inf;
       fp8 = c.fp8;
-      fp8_from = a.config + ": \"fp8\"";
+      fp8_from = fp8_keep_from = a.config + ": \"fp8\"";
       o.amp = c.amp;
       o.scaling = c.scaling;
       r.semantics = std::string(amp::style_name(c.style));
@@ -214,6 +214,7 @@ Resolved resolve(const RunArgs& a) {
                        "`ampcheck fp` shows what its E8M0-scaled blocks do to a value");
     o.fp8 = recipe;
     o.fp8_keep = fp8->keep;
+    o.fp8_keep_from.assign(fp8->keep.size(), fp8_keep_from + ": \"keep\":");
     o.fp8_keep.insert(o.fp8_keep.end(), a.fp8_keep.begin(), a.fp8_keep.end());
     o.fp8_amax_group = a.fp8_amax_group;
   } else if (!a.fp8_keep.empty() || a.fp8_amax_group != 0) {

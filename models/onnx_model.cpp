@@ -1991,10 +1991,24 @@ const OnnxOpInfo* find_onnx_op(std::string_view op_type) {
   return d ? &d->info : nullptr;
 }
 
+// onnx_refusal of a node of `g`, its own errors (a wrongly typed attribute: NodeAttrs::fail
+// names the node) naming the file too.
+std::optional<OnnxRefusal> refusal_in(const Graph& g, const Node& n);
+
 std::optional<OnnxRefusal> onnx_refusal(const Node& n) {
   const OpDef* d = n.domain.empty() ? find_def(n.op_type) : nullptr;
   if (!d || !d->check) return std::nullopt;
   return d->check(NodeAttrs{n});
+}
+
+std::optional<OnnxRefusal> refusal_in(const Graph& g, const Node& n) {
+  try {
+    return onnx_refusal(n);
+  } catch (const OnnxError& e) {
+    const std::string what = e.what();
+    if (what.rfind(g.path + ": ", 0) == 0) throw;
+    throw OnnxError(g.path + ": " + what);
+  }
 }
 
 std::string refusal_message(const Node& n, const OnnxRefusal& r) {
@@ -2069,7 +2083,7 @@ OnnxModel::OnnxModel(std::shared_ptr<const Graph> g, std::string output, std::ui
   OnnxRefusal why;
   int others = 0;
   for (const Node& n : graph.nodes)
-    if (auto r = onnx_refusal(n)) {
+    if (auto r = refusal_in(graph, n)) {
       if (refused) {
         ++others;
         continue;
@@ -2314,7 +2328,7 @@ std::vector<OnnxOpUse> onnx_op_uses(const Graph& g) {
     if (added) out.push_back({type, 0, n.domain.empty() ? find_onnx_op(n.op_type) : nullptr, {}, {}});
     OnnxOpUse& u = out[it->second];
     ++u.count;
-    if (auto r = onnx_refusal(n)) u.refused.emplace_back(&n, *r);
+    if (auto r = refusal_in(g, n)) u.refused.emplace_back(&n, *r);
     const std::string m = module_path_of(g, n);
     if (u.modules.size() < 3 && std::find(u.modules.begin(), u.modules.end(), m) == u.modules.end()) u.modules.push_back(m);
   }

@@ -84,7 +84,7 @@ struct Trainer::State {
     data.x.move_to_(o.device);
     data.y.move_to_(o.device);
     for (Tensor& t : data.more) t.move_to_(o.device);
-    if (o.fp8) enable_fp8(*o.fp8, o.fp8_keep);
+    if (o.fp8) enable_fp8(*o.fp8, o.fp8_keep, o.fp8_keep_from);
     result.lr = o.lr > 0 ? o.lr : file.train.lr;
     optimizer = make_optimizer(file.train, *model, result.lr);
     amp::decorate(*model, optimizer.get(), o.amp);
@@ -127,7 +127,8 @@ struct Trainer::State {
     throw OutOfMemory(o.model + ": " + e.what());
   }
   // The model's linear layers in fp8 but those kept or of sizes fp8 GEMMs do not take.
-  void enable_fp8(const amp::Fp8Recipe& recipe, const std::vector<std::string>& keep) {
+  void enable_fp8(const amp::Fp8Recipe& recipe, const std::vector<std::string>& keep,
+                  const std::vector<std::string>& keep_from) {
     for (const auto& entry : model->named_modules()) {
       const std::string& path = entry.first;
       auto* linear = dynamic_cast<nn::Linear*>(entry.second);
@@ -148,11 +149,14 @@ struct Trainer::State {
       }
       result.fp8_layers.push_back(l);
     }
-    for (const std::string& k : keep)
+    for (std::size_t i = 0; i < keep.size(); ++i) {
+      const std::string& k = keep[i];
       if (std::none_of(result.fp8_layers.begin(), result.fp8_layers.end(), [&](const Fp8Layer& l) {
             return l.layer == k || l.layer.rfind(k + ".", 0) == 0;
           }))
-        throw std::invalid_argument("--fp8-keep " + k + ": no linear layer of the model is named so or lies under it");
+        throw std::invalid_argument((i < keep_from.size() ? keep_from[i] : std::string("--fp8-keep")) + " " + k +
+                                    ": no linear layer of the model is named so or lies under it");
+    }
   }
   // The end of a step in fp8: every layer's amaxes (reduced over the ranks' group under
   // mpirun), then each layer's scale update; what each rank used, for the consensus check.

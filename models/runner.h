@@ -45,6 +45,9 @@ struct RunOptions {
   // Current scaling carries no scale from step to step: nothing to reduce or to agree on.
   std::optional<amp::Fp8Recipe> fp8;
   std::vector<std::string> fp8_keep;
+  // Where each kept layer was named, for the message when none is so named ("--fp8-keep",
+  // or a config's "fp8" block); an entry without one is --fp8-keep's.
+  std::vector<std::string> fp8_keep_from;
   int fp8_amax_group = 0;
 };
 

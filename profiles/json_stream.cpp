@@ -253,7 +253,9 @@ bool JsonStream::read_micros_as_ns(std::int64_t& out) {
   if (negative) ++i;
   std::int64_t micros = 0;
   std::size_t digits = 0;
-  for (; i < n.size() && n[i] >= '0' && n[i] <= '9'; ++i, ++digits) micros = micros * 10 + (n[i] - '0');
+  // (More than 16 digits go through the double below: not accumulated past int64's range.)
+  for (; i < n.size() && n[i] >= '0' && n[i] <= '9'; ++i, ++digits)
+    if (digits < 17) micros = micros * 10 + (n[i] - '0');
   std::int64_t nanos = 0;
   if (i < n.size() && n[i] == '.') {
     ++i;

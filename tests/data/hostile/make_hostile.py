@@ -241,6 +241,12 @@ out("arrays", "pb_garbage.pb", b"\x0a\xff\xff\xff\xff\x0f" + b"\x01" * 10)
 # fuzz.onnx (issue 33's session), kept as they were found: an LSTM whose hidden_size is
 # INT64_MAX overflowed 4 * hidden_size; an int64 initializer with 4 bytes of raw_data made
 # the ONNX library's shape inference write through a null pointer.
+# attribute_wrong_type_*.onnx (fuzz.onnx, kept as found): a node attribute of the wrong type
+# (activations not a list of strings, auto_pad or direction not a string) was refused naming
+# the node but not the file. config/fp8_keep_names_no_layer.json (fuzz.config): a config's
+# fp8 keep list naming no layer was reported as --fp8-keep's. profile/
+# duration_of_many_digits.json.gz (fuzz.profile): a duration of 19 digits overflowed int64
+# before it reached the reader's double path.
 
 # ---- model files ---------------------------------------------------------------------------
 base = {"ampcheck_model": 1, "name": "hostile", "data": {"generator": "spiral", "n_per_class": 10, "classes": 3},
