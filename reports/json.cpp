@@ -1018,9 +1018,18 @@ Report from_json(std::string_view text, std::string_view source) {
                                   "steps), got an array of {} (is the file damaged? write it again with ampcheck run "
                                   "--report)",
                                   n, size));
-      if (t.binades.size() > 64)
+      if (t.binades.size() > 32)
         reader.fail(fmt::format("fp8.tensors[{}].binades", i),
                     fmt::format("expected at most 32 binades (E5M2's), got {}", t.binades.size()));
+      // Counts of the values of a cast: none negative, none more than the values cast.
+      for (std::size_t k = 0; k < n; ++k)
+        for (const auto& [name, v] : {std::pair<const char*, std::int64_t>{"saturated", t.saturated[k]},
+                                      {"flushed", t.flushed[k]}, {"zero", t.zero[k]}, {"nan", t.nan[k]}})
+          if (t.count[k] < 0 || v < 0 || v > t.count[k])
+            reader.fail(fmt::format("fp8.tensors[{}].{}[{}]", i, name, k),
+                        fmt::format("expected a count from 0 to the {} values cast, got {} (is the file damaged? "
+                                    "write it again with ampcheck run --report)",
+                                    t.count[k], v));
     }
   // fp8 calls are some of the `other` calls.
   auto check_fp8 = [&reader](const DtypeCounts& c, const std::string& where) {

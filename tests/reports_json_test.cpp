@@ -163,6 +163,15 @@ TEST(ReportJson, Fp8CastsAndFindingsRoundTrip) {
                                         "nan per step (2 steps), got an array of 1"),
             std::string::npos)
       << read_error(bad.dump());
+  // A count beyond the values cast (or below 0) is refused: the text and HTML subtract them.
+  bad = doc;
+  bad["fp8"]["tensors"][0]["zero"][0] = 513;
+  EXPECT_NE(read_error(bad.dump()).find("fp8.tensors[0].zero[0]: expected a count from 0 to the 512 values cast, got 513"),
+            std::string::npos)
+      << read_error(bad.dump());
+  bad = doc;
+  bad["fp8"]["tensors"][0]["count"][1] = -(std::int64_t{1} << 62);
+  EXPECT_NE(read_error(bad.dump()).find("fp8.tensors[0].saturated[1]"), std::string::npos) << read_error(bad.dump());
 }
 
 TEST(ReportJson, NonFiniteDoublesAreStringsAndComeBackInClass) {
