@@ -849,14 +849,14 @@ constexpr std::size_t kMaxNesting = 32;
 // and no further than one level past kMaxNesting.
 std::size_t nesting_depth(const json& doc) {
   std::size_t deepest = 0;
-  std::vector<std::pair<const json*, std::size_t>> todo = {{&doc, 0}};
-  while (!todo.empty()) {
-    const auto [j, depth] = todo.back();
-    todo.pop_back();
+  std::vector<std::pair<const json*, std::size_t>> pending = {{&doc, 0}};
+  while (!pending.empty()) {
+    const auto [j, depth] = pending.back();
+    pending.pop_back();
     if (!j->is_structured()) continue;
     deepest = std::max(deepest, depth + 1);
     if (deepest > kMaxNesting) return deepest;
-    for (const json& child : *j) todo.emplace_back(&child, depth + 1);
+    for (const json& child : *j) pending.emplace_back(&child, depth + 1);
   }
   return deepest;
 }

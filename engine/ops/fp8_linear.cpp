@@ -7,9 +7,10 @@
 //              dW = (1/s_g)(1/s_x) g8^T x8              (wgrad)
 //              db = sum of G's rows                     (the unquantized gradient, as TE's dbias)
 // The scales and formats come from the module's recipe state (Fp8LinearMeta), or under
-// current scaling from each tensor's own amax at the cast; the casts write their amaxes there (the input's and the weight's in the forward, the gradient's in
-// the backward), which the recipe's update reads at the end of the step. y and dx have x's
-// dtype, dW the weight's, db the bias's.
+// current scaling from each tensor's own amax at the cast; the casts write their amaxes
+// there (the input's and the weight's in the forward, the gradient's in the backward),
+// which the recipe's update reads at the end of the step. y and dx have x's dtype, dW the
+// weight's, db the bias's.
 //
 // In f64 (an f64 x or weight: the inspector's shadow recompute, gradient checks) the op is
 // the exact linear it approximates, forward and backward (linear's own), with no cast and
@@ -19,6 +20,7 @@
 #include <string>
 
 #include "engine/dispatch.h"
+#include "engine/dtype/fp8.h"  // info: the formats' largest values
 #include "engine/ops/impl.h"
 #include "engine/ops/op_util.h"  // float_dtype
 #include "engine/ops/ops.h"
@@ -96,8 +98,8 @@ float scale_for(const Tensor& t, float delayed, Fp8Format format, const Fp8Linea
   if (!m.current) return delayed;
   float amax = 0.0f;
   (void)quantize(t, 1.0f, format, &amax);
-  const float max = format == Fp8Format::e4m3 ? 448.0f : 57344.0f;
-  return kernels::fp8_scale_from_amax(amax, max, m.current->power_2_scales, m.current->amax_epsilon);
+  return kernels::fp8_scale_from_amax(amax, static_cast<float>(info(format).max()), m.current->power_2_scales,
+                                      m.current->amax_epsilon);
 }
 
 }  // namespace
