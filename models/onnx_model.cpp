@@ -2231,8 +2231,15 @@ std::vector<Tensor> OnnxModel::run(const std::vector<Tensor>& inputs, const std:
     for (std::size_t k = 0; k < n.outputs.size(); ++k) {
       if (n.outputs[k].empty()) continue;
       if (k >= e.out.size() || !e.out[k].defined()) {
+        // The graph reads an output the op does not give (a node declaring more outputs than
+        // its op has) or one ampcheck does not compute: the file's defect or a missing feature.
         if (consumed_.count(n.outputs[k]))
-          e.fail("output " + std::to_string(k) + " (\"" + n.outputs[k] + "\") is not supported");
+          throw OnnxError(g_->path + ": " + n.label() + ": the graph reads its output " + std::to_string(k) + " (\"" +
+                          n.outputs[k] + "\"), but " +
+                          (k >= e.out.size() ? n.op_type + " gives " + std::to_string(e.out.size()) + " output" +
+                                                   (e.out.size() == 1 ? "" : "s") + "; check the exporter's graph"
+                                             : "ampcheck does not compute that output of " + n.op_type +
+                                                   "; choose an output that does not depend on it (--output)"));
         continue;
       }
       values[n.outputs[k]] = std::move(e.out[k]);
