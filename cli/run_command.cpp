@@ -270,6 +270,7 @@ InstrumentedRun instrumented_run(const RunArgs& args, const Resolved& resolved, 
     if (setup.mode != inspector::Mode::off) {
       inspector::Fp8WatchOptions watch;
       watch.delayed = std::holds_alternative<amp::DelayedScaling>(*resolved.options.fp8);
+      watch.block = std::holds_alternative<amp::MXFP8BlockScaling>(*resolved.options.fp8);
       fp8_watch.emplace(watch);
     }
   }

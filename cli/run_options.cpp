@@ -108,8 +108,8 @@ void add_run_args(CLI::App* cmd, RunArgs& a, bool level) {
     cmd->add_option("--fp8", a.fp8,
                     "train the model's linear layers in fp8 with a TransformerEngine recipe, its constructor as in "
                     "your script: 'DelayedScaling(fp8_format=Format.HYBRID, amax_history_len=16, "
-                    "amax_compute_algo=\"max\")' or 'Float8CurrentScaling()'; it replaces the model's or the "
-                    "config's \"fp8\" recipe, and none turns fp8 off (docs/fp8.md)");
+                    "amax_compute_algo=\"max\")', 'Float8CurrentScaling()' or 'MXFP8BlockScaling()' (on the CPU); it "
+                    "replaces the model's or the config's \"fp8\" recipe, and none turns fp8 off (docs/fp8.md)");
     cmd->add_option("--fp8-keep", a.fp8_keep,
                     "with --fp8: linear layers (module paths, or a path's prefix) kept out of fp8, comma separated")
         ->delimiter(',');
@@ -208,10 +208,6 @@ Resolved resolve(const RunArgs& a) {
     } catch (const amp::Fp8RecipeError& e) {
       throw UsageError(fp8_from + ": " + e.what());
     }
-    if (std::holds_alternative<amp::MXFP8BlockScaling>(recipe))
-      throw UsageError(fp8_from + ": " + amp::to_string(recipe) + ": training runs DelayedScaling and "
-                       "Float8CurrentScaling; MXFP8's block-scaled GEMMs (Blackwell's) are not in the engine, and "
-                       "`ampcheck fp` shows what its E8M0-scaled blocks do to a value");
     o.fp8 = recipe;
     o.fp8_keep = fp8->keep;
     o.fp8_keep_from.assign(fp8->keep.size(), fp8_keep_from + ": \"keep\":");
@@ -234,10 +230,20 @@ Resolved resolve(const RunArgs& a) {
   const auto device = parse_device_request(a.device);
   if (!device) throw UsageError("--device \"" + a.device + "\" is not a device; use auto, cpu or cuda");
   // A GPU asked for by name and absent is a usage error; auto falls back with a notice.
+  // MXFP8's block-scaled GEMMs are emulated on the CPU only (kernels/fp8_gemm_kernels.h).
+  const bool block_scaled = o.fp8 && std::holds_alternative<amp::MXFP8BlockScaling>(*o.fp8);
+  if (block_scaled && *device == DeviceRequest::cuda)
+    throw UsageError("--device cuda: " + amp::to_string(*o.fp8) + " trains on the CPU (--device cpu): ampcheck's GPU "
+                     "backend runs Hopper's per-tensor fp8 GEMMs (DelayedScaling, Float8CurrentScaling), not "
+                     "Blackwell's block-scaled ones");
   try {
     std::ostringstream notices;
-    r.options.device = resolve_device(*device, notices);
+    r.options.device = resolve_device(block_scaled ? DeviceRequest::cpu : *device, notices);
     r.device_notice = notices.str();
+    std::ostringstream unused;
+    if (block_scaled && *device == DeviceRequest::any && resolve_device(DeviceRequest::any, unused) == Device::cuda)
+      r.device_notice += "ampcheck: note: " + amp::to_string(*o.fp8) +
+                         " runs on the CPU (its block-scaled GEMMs are emulated there, not on the GPU)\n";
     if (r.onnx && !r.onnx->check_note.empty()) r.device_notice += "ampcheck: note: " + a.model + ": " + r.onnx->check_note + "\n";
   } catch (const DeviceError& e) {
     throw UsageError(e.what());  // it names --device cuda itself

@@ -57,17 +57,25 @@ void Fp8Watch::on_op_end(const OpEvent& e) {
   const Tensor& x = (*e.inputs)[0];
   if (x.dtype() == DType::f64) return;  // the exact form: no cast ran
   if (e.phase == Phase::forward) {
-    record(e.module, Fp8Tensor::input, e.step, x, m.input_scale, m.input_format);
-    record(e.module, Fp8Tensor::weight, e.step, (*e.inputs)[1], m.weight_scale, m.weight_format);
+    // Under block scaling: the rowwise casts (the input's and the weight's blocks along
+    // `in`, the gradient's along `out`), those of the forward GEMM and of dgrad.
+    const Tensor& w = (*e.inputs)[1];
+    record(e.module, Fp8Tensor::input, e.step, x, m.input_scale, m.input_format, m.block_scaling ? w.size(1) : 0);
+    record(e.module, Fp8Tensor::weight, e.step, w, m.weight_scale, m.weight_format, m.block_scaling ? w.size(1) : 0);
   } else if (e.phase == Phase::backward && e.grad_output != nullptr) {
-    record(e.module, Fp8Tensor::grad_output, e.step, *e.grad_output, m.grad_scale, m.grad_format);
+    const std::int64_t out = (*e.inputs)[1].size(0);
+    record(e.module, Fp8Tensor::grad_output, e.step, *e.grad_output, m.grad_scale, m.grad_format,
+           m.block_scaling ? out : 0);
   }
 }
 
 void Fp8Watch::record(const std::string& layer, Fp8Tensor tensor, std::int64_t step, const Tensor& values, float scale,
-                      Fp8Format format) {
-  const kernels::Fp8CastStats s =
-      dispatch<kernels::Fp8Kernels>("fp8 inspector", {&values}).cast_stats(view_of(values), scale, format);
+                      Fp8Format format, std::int64_t mx_row) {
+  const auto& casts = dispatch<kernels::Fp8Kernels>("fp8 inspector", {&values});
+  const kernels::Fp8CastStats s = mx_row > 0 ? casts.cast_stats_mx(view_of(values), mx_row, format)
+                                             : casts.cast_stats(view_of(values), scale, format);
+  if (mx_row > 0)  // the scale of the block that holds the amax (each block has its own)
+    scale = 1.0f / kernels::e8m0_to_f32(kernels::e8m0_scale_bits(s.amax, static_cast<float>(fp8_max(format))));
   const auto key = std::make_pair(layer, tensor);
   auto [it, added] = index_.try_emplace(key, histories_.size());
   if (added) histories_.push_back({layer, tensor, {}});
@@ -160,15 +168,31 @@ std::vector<Fp8Finding> fp8_findings(const Fp8TensorHistory& h, const Fp8WatchOp
       case Fp8FindingKind::underflow: {
         f.failure = judged[static_cast<std::size_t>(f.kind)] >= o.underflow_failure;
         const int below = kernels::fp8_min_exponent(first.format) - 1;  // half the smallest subnormal
+        const int binades = kernels::fp8_max_exponent(first.format) - kernels::fp8_min_exponent(first.format) + 1;
+        const std::string lost =
+            f.failure ? ": most of its mass lies below the format's smallest subnormal, its signal is lost" : "";
+        const std::string bf16 = fmt::format("a tensor whose range exceeds {}'s {} binades needs its GEMMs in bf16 "
+                                             "(ampcheck bisect-nan finds which layers)",
+                                             fmt_name, binades);
+        if (o.block) {  // each block's own scale: what flushes lies too far below its block's largest value
+          f.text = fmt::format(
+              "{}: {} of its nonzero values flushed to 0 in {} at step {}, {} step(s), at worst {}{}. Each block of 32 "
+              "is scaled by its own largest value, and a value more than {}'s {} binades below it flushes (|x| <= 2^{} "
+              "x the block's scale); {}",
+              what, percent(f.share), fmt_name, f.step, f.steps, percent(f.worst_share), lost, fmt_name, binades,
+              below, bf16);
+          break;
+        }
         f.text = fmt::format(
             "{}: {} of its nonzero values flushed to 0 in {} at step {} (|x| <= 2^{} / scale = {:.3g}, scale "
-            "{:.6g}), {} step(s), at worst {}{}. A scale held small by an old spike in the amax history recovers "
-            "sooner with a shorter amax_history_len or amax_compute_algo=\"most_recent\"; a tensor whose range "
-            "exceeds {}'s {} binades needs its GEMMs in bf16 (ampcheck bisect-nan finds which layers)",
+            "{:.6g}), {} step(s), at worst {}{}. {}; {}",
             what, percent(f.share), fmt_name, f.step, below, std::ldexp(1.0, below) / static_cast<double>(f.scale),
-            static_cast<double>(f.scale), f.steps, percent(f.worst_share),
-            f.failure ? ": most of its mass lies below the format's smallest subnormal, its signal is lost" : "",
-            fmt_name, kernels::fp8_max_exponent(first.format) - kernels::fp8_min_exponent(first.format) + 1);
+            static_cast<double>(f.scale), f.steps, percent(f.worst_share), lost,
+            o.delayed ? "A scale held small by an old spike in the amax history recovers sooner with a shorter "
+                        "amax_history_len or amax_compute_algo=\"most_recent\""
+                      : "The scale came from this cast's own amax: the flushed values lie that far below the "
+                        "tensor's largest",
+            bf16);
         break;
       }
     }

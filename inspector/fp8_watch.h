@@ -6,7 +6,10 @@
 // cast used (the module's meta). For each of them, every observed step, it keeps the
 // tensor's amax, the scale, and the account of the cast (kernels/fp8_kernels.h: values that
 // saturate, values that flush to zero, the binades of the rest), computed on the tensor's
-// own device by the same element rule the cast uses.
+// own device by the same element rule the cast uses. Under block scaling (MXFP8) the
+// account is of the rowwise casts, each block of 32 with its own scale, and the step's
+// scale is that of the block holding the amax (no block saturates; values far below their
+// block's largest still flush).
 //
 // Findings, each named with its layer, tensor, step and numbers:
 // A tensor's first cast runs with the initial scale, before any amax was recorded: what it
@@ -101,6 +104,9 @@ struct Fp8WatchOptions {
   // amax; what it clamps or flushes is a warning only. Current scaling's first cast is
   // scaled by its own amax like every other: judged as any.
   bool delayed = true;
+  // Block scaling (MXFP8): each block of 32 has the scale of its own amax; an underflow is
+  // values too far below their block's largest.
+  bool block = false;
 };
 
 class Fp8Watch : public Observer {
@@ -115,8 +121,10 @@ class Fp8Watch : public Observer {
   std::vector<Fp8Finding> findings() const;
 
  private:
+  // mx_row > 0: block scaling (MXFP8), values as rows of mx_row values, each block of 32
+  // scaled by its own amax; the step's scale is then that of the block holding the amax.
   void record(const std::string& layer, Fp8Tensor tensor, std::int64_t step, const Tensor& values, float scale,
-              kernels::Fp8Format format);
+              kernels::Fp8Format format, std::int64_t mx_row = 0);
 
   Fp8WatchOptions options_;
   std::vector<Fp8TensorHistory> histories_;

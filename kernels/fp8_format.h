@@ -9,4 +9,8 @@ namespace ampcheck::kernels {
 
 enum class Fp8Format : std::uint8_t { e4m3, e5m2 };
 
+// One MXFP8 block (OCP MX, TransformerEngine's MXFP8BlockScaling): kMxBlock consecutive
+// values of a row share an E8M0 scale (the row's last block may be shorter).
+inline constexpr std::int64_t kMxBlock = 32;
+
 }  // namespace ampcheck::kernels

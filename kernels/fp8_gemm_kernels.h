@@ -45,6 +45,15 @@ struct Fp8GemmDesc {
   // TE's use_split_accumulator (its dgrad and wgrad GEMMs): cuBLASLt's fast accumulation
   // off. The CPU always accumulates every product in binary32.
   bool split_accumulator = true;
+  // MXFP8 (block scaling, Fp8Kernels::quantize_mx): one E8M0 scale per kMxBlock values along
+  // k, for A [m, k] (not transposed) and B [n, k] (trans_b): the k-contiguous ("TN") layout
+  // TE's MXFP8 GEMMs take; scales [m, ceil(k / kMxBlock)] and [n, ceil(k / kMxBlock)], row
+  // by row. Both or neither; with them the per-tensor scale_invs are 1. Each code times its
+  // block's scale is exact in binary32 (a power of two; but for results below binary32's
+  // normals), so a product is too, and the sum is the same chain over k as above. cpu()
+  // only: Blackwell's block-scaled GEMMs are not in the CUDA backend, which refuses them.
+  const std::uint8_t* a_block_scales = nullptr;
+  const std::uint8_t* b_block_scales = nullptr;
 };
 
 struct Fp8GemmKernels {
@@ -65,7 +74,7 @@ AMPCHECK_HD void fp8_gemm_finish(float scaled_sum, bool accumulate, const void* 
 }
 
 // Throws std::invalid_argument naming desc.op for what no device runs: negative sizes, a
-// C or bias of another dtype or shape, E5M2 x E5M2.
+// C or bias of another dtype or shape, E5M2 x E5M2, block scales not as described above.
 void check_fp8_gemm(const Fp8GemmDesc& desc);
 
 }  // namespace ampcheck::kernels

@@ -13,6 +13,13 @@
 // x is f32, f16 or bf16 (widened exactly first), contiguous, on the device of the codes.
 // Both are elementwise with integer counts and a max, so the result is the same bits on
 // the CPU and the GPU and for any thread count.
+//
+// MXFP8 (TransformerEngine's MXFP8BlockScaling): quantize_mx and cast_stats_mx do the same
+// with one scale per block of kMxBlock consecutive values of each row of x, seen as
+// [numel / cols, cols]: the block's E8M0 scale from its own amax (fp_bits.h,
+// e8m0_scale_bits), its elements times the scale's exact reciprocal. They run on the CPU;
+// ampcheck's GPU backend has Hopper's per-tensor fp8 GEMMs, not Blackwell's block-scaled
+// ones, and its CUDA table refuses them saying so.
 #pragma once
 
 #include <array>
@@ -120,9 +127,20 @@ struct Fp8QuantizeDesc {
   float scale = 1.0f;
 };
 
+struct Fp8MxQuantizeDesc {
+  const char* op = "fp8_quantize_mx";  // named by every error message
+  View x;                               // f32, f16 or bf16, [numel / cols, cols]
+  std::int64_t cols = 0;                // the length of a row (> 0, divides numel)
+  std::uint8_t* codes = nullptr;        // x.numel() bytes
+  std::uint8_t* scales = nullptr;       // rows * ceil(cols / kMxBlock) E8M0 codes, row by row
+  Fp8Format format = Fp8Format::e4m3;
+};
+
 struct Fp8Kernels {
   float (*quantize)(const Fp8QuantizeDesc& desc);  // returns the amax
   Fp8CastStats (*cast_stats)(const View& x, float scale, Fp8Format format);
+  float (*quantize_mx)(const Fp8MxQuantizeDesc& desc);  // returns the amax of the whole of x
+  Fp8CastStats (*cast_stats_mx)(const View& x, std::int64_t cols, Fp8Format format);
 
   static const Fp8Kernels& cpu();
   static const Fp8Kernels& cuda();

@@ -171,6 +171,44 @@ TEST(Fp8Gemm, EachElementIsOneFmaChainThenOneScale) {
     }
 }
 
+// MXFP8: random codes with random E8M0 block scales (a block of 32 along k, k = 300 ends
+// in a short one): every element is the fma chain over k of (code value x its block's
+// power of two), the plainest loop that says so, with no per-tensor scale.
+TEST(Fp8Gemm, BlockScaledOperandsMultiplyEachCodeByItsBlocksScale) {
+  std::mt19937 rng(35);
+  Problem p = make(false, true, 7, 11, 300, Fp8Format::e4m3, Fp8Format::e5m2, rng, false);
+  const i64 blocks = (p.k + 31) / 32;
+  std::uniform_int_distribution<int> exponent(127 - 12, 127 + 12);
+  std::vector<std::uint8_t> sa(static_cast<std::size_t>(p.m * blocks)), sb(static_cast<std::size_t>(p.n * blocks));
+  for (auto& e : sa) e = static_cast<std::uint8_t>(exponent(rng));
+  for (auto& e : sb) e = static_cast<std::uint8_t>(exponent(rng));
+  std::vector<float> got(static_cast<std::size_t>(p.m * p.n));
+  Fp8GemmDesc d = desc_of(p, p.a.data(), p.b.data());
+  d.a_block_scales = sa.data();
+  d.b_block_scales = sb.data();
+  d.c = kernels::View{got.data(), DType::f32, {p.m, p.n}};
+  Fp8GemmKernels::cpu().gemm(d);
+  for (i64 i = 0; i < p.m; ++i)
+    for (i64 j = 0; j < p.n; ++j) {
+      float chain = 0.0f;
+      for (i64 q = 0; q < p.k; ++q) {
+        const float a = std::ldexp(p.opa(i, q), sa[static_cast<std::size_t>(i * blocks + q / 32)] - 127);
+        const float b = std::ldexp(p.opb(q, j), sb[static_cast<std::size_t>(j * blocks + q / 32)] - 127);
+        chain = std::fmaf(a, b, chain);
+      }
+      ASSERT_EQ(kernels::bits_of(got[static_cast<std::size_t>(i * p.n + j)]), kernels::bits_of(chain)) << i << "," << j;
+    }
+  // Block scales for one operand, or operands not k-contiguous: refused.
+  d.b_block_scales = nullptr;
+  EXPECT_THROW(Fp8GemmKernels::cpu().gemm(d), std::invalid_argument);
+  d.b_block_scales = sb.data();
+  d.trans_b = false;
+  EXPECT_THROW(Fp8GemmKernels::cpu().gemm(d), std::invalid_argument);
+  d.trans_b = true;
+  d.a_scale_inv = 0.5f;
+  EXPECT_THROW(Fp8GemmKernels::cpu().gemm(d), std::invalid_argument);
+}
+
 TEST(Fp8Gemm, WhatNoDeviceRunsIsRefusedNamingTheOp) {
   std::vector<std::uint8_t> a(4), b(4);
   std::vector<float> c(4);

@@ -39,8 +39,11 @@ struct Case {
   std::shared_ptr<Fp8LinearMeta> meta = std::make_shared<Fp8LinearMeta>();
 };
 
-Case make_case(std::uint64_t seed) {
+Case make_case(std::uint64_t seed, i64 rows = 6, i64 in = 40, i64 out = 24) {
   Case c;
+  c.rows = rows;
+  c.in = in;
+  c.out = out;
   Generator gen(seed);
   c.x = Tensor::uniform({c.rows, c.in}, gen, -1.0, 1.0, DType::f64).to_f64();
   c.w = Tensor::uniform({c.out, c.in}, gen, -0.5, 0.5, DType::f64).to_f64();
@@ -193,6 +196,98 @@ TEST(Fp8Linear, UnderCurrentScalingEachCastTakesTheScaleOfItsOwnAmax) {
       EXPECT_EQ(m.input_scale, std::exp2(std::floor(std::log2(m.input_scale))));
     }
     expect_the_fp8_gemms(c, m, y, x, w, b);
+  }
+}
+
+// MXFP8BlockScaling: each block of 32 values along a GEMM's k takes the power of two at or
+// above its amax / fp8_max (the quotient in binary32, as TE divides), and its values are cast
+// times that power's reciprocal by the scalar casts, then read back times it: rowwise
+// blocks (along `in`) for the forward, blocks along `out` for dgrad (G's rows, W's
+// columns), blocks along the rows for wgrad (the columns of G and x), as TE's MXFP8 Linear
+// makes its rowwise and columnwise copies. Written here from that definition; the sizes
+// leave a short last block in every direction.
+double mx_scale(double amax, Fp8Format f) {
+  const float q = static_cast<float>(amax) / (f == Fp8Format::e4m3 ? 448.0f : 57344.0f);
+  return q == 0.0f ? std::ldexp(1.0, -127) : std::exp2(std::ceil(std::log2(static_cast<double>(q))));
+}
+// v [rows, cols], cast in blocks along each row or (down_columns) down each column.
+std::vector<double> mx_casts(const std::vector<double>& v, i64 rows, i64 cols, bool down_columns, Fp8Format f) {
+  std::vector<double> r(v.size());
+  const i64 lines = down_columns ? cols : rows, length = down_columns ? rows : cols;
+  auto at = [&](i64 line, i64 p) { return static_cast<std::size_t>(down_columns ? p * cols + line : line * cols + p); };
+  for (i64 l = 0; l < lines; ++l)
+    for (i64 first = 0; first < length; first += 32) {
+      const i64 end = std::min(length, first + 32);
+      double amax = 0;
+      for (i64 p = first; p < end; ++p) amax = std::max(amax, std::fabs(v[at(l, p)]));
+      const double s = mx_scale(amax, f);
+      for (i64 p = first; p < end; ++p) r[at(l, p)] = cast(v[at(l, p)], static_cast<float>(1.0 / s), f) * s;
+    }
+  return r;
+}
+
+TEST(Fp8Linear, UnderBlockScalingEachBlockOf32AlongTheGemmsKTakesTheScaleOfItsOwnAmax) {
+  for (const bool hybrid : {false, true}) {
+    Case c = make_case(hybrid ? 31 : 32, 40, 48, 40);
+    // Outliers that push the rest of their blocks into E4M3's subnormals (and some of it to
+    // zero): the blocks of a row and of a column then give different values.
+    c.x[5] = 16384.0;                                       // row 0, column 5
+    c.g[static_cast<std::size_t>(3 * c.out + 7)] = 1000.0;  // row 3, column 7
+    c.meta->block_scaling = true;
+    c.meta->input_format = c.meta->weight_format = Fp8Format::e4m3;
+    c.meta->grad_format = hybrid ? Fp8Format::e5m2 : Fp8Format::e4m3;
+    c.meta->input_scale = c.meta->weight_scale = c.meta->grad_scale = 1.0f;
+    const Fp8LinearMeta m = *c.meta;
+    Tensor x = Tensor::from(c.x, {c.rows, c.in}).set_requires_grad(true);
+    Tensor w = Tensor::from(c.w, {c.out, c.in}).set_requires_grad(true);
+    Tensor b = Tensor::from(c.b, {c.out}).set_requires_grad(true);
+    const Tensor y = fp8_linear(x, w, b, c.meta);
+    y.backward(Tensor::from(c.g, {c.rows, c.out}));
+
+    const auto x_rows = mx_casts(c.x, c.rows, c.in, false, m.input_format);
+    const auto w_rows = mx_casts(c.w, c.out, c.in, false, m.weight_format);
+    const auto g_rows = mx_casts(c.g, c.rows, c.out, false, m.grad_format);
+    const auto w_columns = mx_casts(c.w, c.out, c.in, true, m.weight_format);
+    const auto g_columns = mx_casts(c.g, c.rows, c.out, true, m.grad_format);
+    const auto x_columns = mx_casts(c.x, c.rows, c.in, true, m.input_format);
+    auto line = [](const std::vector<double>& v, i64 index, i64 count, i64 stride, i64 step) {
+      std::vector<double> r;
+      for (i64 p = 0; p < count; ++p) r.push_back(v[static_cast<std::size_t>(index * stride + p * step)]);
+      return r;
+    };
+    const std::vector<double> got_y = y.to_f64(), got_dx = x.grad().to_f64(), got_dw = w.grad().to_f64();
+    for (i64 i = 0; i < c.rows; ++i)
+      for (i64 j = 0; j < c.out; ++j) {
+        const Ref r = fp8_dot(line(x_rows, i, c.in, c.in, 1), line(w_rows, j, c.in, c.in, 1), c.in, 1.0f, 1.0f,
+                              c.b[static_cast<std::size_t>(j)]);
+        EXPECT_NEAR(got_y[static_cast<std::size_t>(i * c.out + j)], r.value, r.bound) << "y " << i << "," << j;
+      }
+    for (i64 i = 0; i < c.rows; ++i)
+      for (i64 j = 0; j < c.in; ++j) {
+        const Ref r = fp8_dot(line(g_rows, i, c.out, c.out, 1), line(w_columns, j, c.out, 1, c.in), c.out, 1.0f, 1.0f, 0);
+        EXPECT_NEAR(got_dx[static_cast<std::size_t>(i * c.in + j)], r.value, r.bound) << "dx " << i << "," << j;
+      }
+    int rowwise_would_differ = 0;  // the test tells the orientations apart
+    for (i64 o = 0; o < c.out; ++o)
+      for (i64 j = 0; j < c.in; ++j) {
+        const Ref r = fp8_dot(line(g_columns, o, c.rows, 1, c.out), line(x_columns, j, c.rows, 1, c.in), c.rows, 1.0f,
+                              1.0f, 0);
+        const double got = got_dw[static_cast<std::size_t>(o * c.in + j)];
+        EXPECT_NEAR(got, r.value, r.bound) << "dW " << o << "," << j;
+        const Ref wrong = fp8_dot(line(g_rows, o, c.rows, 1, c.out), line(x_rows, j, c.rows, 1, c.in), c.rows, 1.0f,
+                                  1.0f, 0);
+        if (std::fabs(got - wrong.value) > wrong.bound) ++rowwise_would_differ;
+      }
+    EXPECT_GT(rowwise_would_differ, 0);
+    auto amax = [](const std::vector<double>& v) {
+      double a = 0;
+      for (double e : v) a = std::max(a, std::fabs(e));
+      return a;
+    };
+    EXPECT_EQ(static_cast<double>(c.meta->input_amax), 16384.0);
+    EXPECT_EQ(static_cast<double>(c.meta->weight_amax), amax(c.w));
+    EXPECT_EQ(static_cast<double>(c.meta->grad_amax), 1000.0);
+    EXPECT_EQ(c.meta->input_scale, 1.0f);  // no per-tensor scale
   }
 }
 

@@ -32,9 +32,6 @@ void Linear::enable_fp8(const amp::Fp8Recipe& recipe) {
     throw std::invalid_argument("linear layer " + (path().empty() ? std::string() : "'" + path() + "' ") + "[" +
                                 std::to_string(out) + ", " + std::to_string(in) + "]: fp8 GEMMs need sizes that are multiples of 16 (cuBLASLt's, and "
                                 "TransformerEngine's check); keep this layer out of fp8 or pad it");
-  if (std::holds_alternative<amp::MXFP8BlockScaling>(recipe))
-    throw std::invalid_argument("MXFP8BlockScaling: the engine's fp8 GEMMs take one scale per tensor, not one per block "
-                                "of 32 (Blackwell's block-scaled GEMMs); train with DelayedScaling or Float8CurrentScaling");
   auto s = std::make_shared<Fp8State>();
   s->meta = std::make_shared<Fp8LinearMeta>();
   amp::Fp8RecipeFormat format = amp::Fp8RecipeFormat::hybrid;
@@ -42,6 +39,9 @@ void Linear::enable_fp8(const amp::Fp8Recipe& recipe) {
     s->delayed = *d;
     format = d->fp8_format;
     for (amp::DelayedScalingState& st : s->states) st = amp::initial_state(*d);
+  } else if (const auto* mx = std::get_if<amp::MXFP8BlockScaling>(&recipe)) {
+    format = mx->fp8_format;
+    s->meta->block_scaling = true;
   } else {
     const auto& c = std::get<amp::Float8CurrentScaling>(recipe);
     format = c.fp8_format;
@@ -76,7 +76,7 @@ std::array<amp::DelayedScalingUpdate, 3> Linear::update_scales(const std::option
   const std::array<float, 3> amax = step_amaxes();
   const std::array<Fp8Format, 3> formats = {m.input_format, m.weight_format, m.grad_format};
   std::array<amp::DelayedScalingUpdate, 3> done;
-  if (!fp8_->delayed) {  // current scaling: each cast made its own scale; nothing is carried
+  if (!fp8_->delayed) {  // current or block scaling: each cast made its own scale; nothing is carried
     const std::array<float, 3> used = {m.input_scale, m.weight_scale, m.grad_scale};
     for (std::size_t r = 0; r < 3; ++r) {
       done[r].step_amax = amax[r];

@@ -32,11 +32,12 @@ class Linear : public Module {
   Tensor weight, bias;
 
   // Throws std::invalid_argument naming the layer where in or out is not a multiple of 16
-  // (cuBLASLt's fp8 GEMM and TransformerEngine's check), and for MXFP8BlockScaling (whose
-  // block-scaled GEMMs the engine does not run).
+  // (cuBLASLt's fp8 GEMM and TransformerEngine's check). Under MXFP8BlockScaling each cast
+  // scales its own blocks of 32 (the CPU's only: engine/ops/fp8_linear.cpp).
   void enable_fp8(const amp::Fp8Recipe& recipe);
   bool fp8() const { return fp8_ != nullptr; }
-  // Delayed scaling: the scales kept from step to step (current scaling has none to keep).
+  // Delayed scaling: the scales kept from step to step (current and block scaling have
+  // none to keep).
   bool fp8_delayed() const { return fp8_ && fp8_->delayed.has_value(); }
   // The roles in amp::Fp8Role order (input, weight, grad_output). `reduced`: this step's
   // amaxes after the reduction over the amax reduction group, where there is one (data

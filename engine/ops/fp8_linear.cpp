@@ -6,6 +6,11 @@
 //              dx = (1/s_g)(1/s_w) g8 w8                (dgrad)
 //              dW = (1/s_g)(1/s_x) g8^T x8              (wgrad)
 //              db = sum of G's rows                     (the unquantized gradient, as TE's dbias)
+// Under block scaling (MXFP8BlockScaling) each operand is cast in blocks of 32 along its
+// GEMM's k, each block with the power-of-two scale of its own amax: x and W along `in`
+// (rowwise) for the forward, G along `out` and W along `out` (W's columns) for dgrad, G and
+// x along the rows (their columns) for wgrad, as TE's MXFP8 Linear makes its rowwise and
+// columnwise copies; the GEMMs take the blocks' scales (kernels/fp8_gemm_kernels.h).
 // The scales and formats come from the module's recipe state (Fp8LinearMeta), or under
 // current scaling from each tensor's own amax at the cast; the casts write their amaxes
 // there (the input's and the weight's in the forward, the gradient's in the backward),
@@ -102,6 +107,93 @@ float scale_for(const Tensor& t, float delayed, Fp8Format format, const Fp8Linea
                                       m.current->amax_epsilon);
 }
 
+// ---- block scaling (MXFP8) ----
+
+// An operand cast in blocks along the rows of its [rows, cols] form: codes and E8M0 scales.
+struct MxOperand {
+  Codes codes, scales;
+};
+// t (CPU, its elements row-major) as [rows, cols], or where `transposed` as the transpose
+// of its [cols, rows] form: the columnwise copy TE makes for a GEMM that contracts t's rows.
+MxOperand quantize_mx(const Tensor& t, std::int64_t rows, std::int64_t cols, bool transposed, Fp8Format format,
+                      float* amax) {
+  Tensor src = t;
+  if (transposed) {
+    const Tensor f = t.dtype() == DType::f32 ? t : t.to(DType::f32);  // exact
+    src = Tensor::empty({rows, cols}, DType::f32, t.device());
+    const float* from = f.data<float>();
+    float* to = src.data<float>();
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < cols; ++c) to[r * cols + c] = from[c * rows + r];
+  }
+  const std::int64_t blocks = (cols + kernels::kMxBlock - 1) / kernels::kMxBlock;
+  MxOperand o{{Tensor::empty({std::max<std::int64_t>(1, (rows * cols + 3) / 4)}, DType::f32, t.device())},
+              {Tensor::empty({std::max<std::int64_t>(1, (rows * blocks + 3) / 4)}, DType::f32, t.device())}};
+  kernels::Fp8MxQuantizeDesc d;
+  d.op = "fp8_linear";
+  d.x = view_of(src);
+  d.cols = cols;
+  d.codes = o.codes.data();
+  d.scales = o.scales.data();
+  d.format = format;
+  const float a = dispatch<kernels::Fp8Kernels>("fp8_linear", {&src}).quantize_mx(d);
+  if (amax != nullptr) *amax = std::max(*amax, a);
+  return o;
+}
+
+// C [m, n] = A [m, k] B [n, k]^T of two block-scaled operands.
+void mx_gemm(const MxOperand& a, Fp8Format a_format, const MxOperand& b, Fp8Format b_format, std::int64_t m,
+             std::int64_t n, std::int64_t k, const Tensor& c, const Tensor* bias, const std::vector<Tensor>& on) {
+  kernels::Fp8GemmDesc d;
+  d.op = "fp8_linear";
+  d.trans_b = true;
+  d.m = m;
+  d.n = n;
+  d.k = k;
+  d.a = a.codes.data();
+  d.a_format = a_format;
+  d.a_block_scales = a.scales.data();
+  d.b = b.codes.data();
+  d.b_format = b_format;
+  d.b_block_scales = b.scales.data();
+  d.c = view_of(c);
+  if (bias != nullptr) d.bias = view_of(*bias);
+  dispatch<kernels::Fp8GemmKernels>("fp8_linear", on).gemm(d);
+}
+
+Tensor mx_forward(const ForwardArgs& a, Fp8LinearMeta& meta) {
+  const Tensor& x = a.in[0];
+  const Tensor& w = a.in[1];
+  const std::int64_t rows = rows_of(x), in = w.size(1), out = w.size(0);
+  const MxOperand x8 = quantize_mx(x, rows, in, false, meta.input_format, &meta.input_amax);
+  const MxOperand w8 = quantize_mx(w, out, in, false, meta.weight_format, &meta.weight_amax);
+  Shape out_shape = x.shape();
+  out_shape.back() = out;
+  Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
+  const bool has_bias = a.in.size() == 3 && a.in[2].defined();
+  mx_gemm(x8, meta.input_format, w8, meta.weight_format, rows, out, in, y, has_bias ? &a.in[2] : nullptr, a.in);
+  return y;  // the backward casts x and W again, columnwise (TE keeps both copies)
+}
+
+void mx_backward(const BackwardArgs& a, Fp8LinearMeta& meta, std::vector<Tensor>& grads) {
+  const Tensor& x = a.in[0];
+  const Tensor& w = a.in[1];
+  const Tensor& g = a.grad;
+  const std::int64_t rows = rows_of(x), in = w.size(1), out = w.size(0);
+  if (a.needs(0)) {  // dx [rows, in] = G [rows, out] W [out, in]: blocks along out
+    const MxOperand g8 = quantize_mx(g, rows, out, false, meta.grad_format, &meta.grad_amax);
+    const MxOperand wt8 = quantize_mx(w, in, out, true, meta.weight_format, nullptr);
+    grads[0] = Tensor::empty(x.shape(), x.dtype(), x.device());
+    mx_gemm(g8, meta.grad_format, wt8, meta.weight_format, rows, in, out, grads[0], nullptr, a.in);
+  }
+  if (a.needs(1)) {  // dW [out, in] = G^T [out, rows] x [rows, in]: blocks along the rows
+    const MxOperand gt8 = quantize_mx(g, out, rows, true, meta.grad_format, &meta.grad_amax);
+    const MxOperand xt8 = quantize_mx(x, in, rows, true, meta.input_format, nullptr);
+    grads[1] = Tensor::empty(w.shape(), w.dtype(), w.device());
+    mx_gemm(gt8, meta.grad_format, xt8, meta.input_format, out, in, rows, grads[1], nullptr, a.in);
+  }
+}
+
 }  // namespace
 
 Tensor fp8_linear_forward(const ForwardArgs& a) {
@@ -112,6 +204,7 @@ Tensor fp8_linear_forward(const ForwardArgs& a) {
   const bool has_bias = a.in.size() == 3 && a.in[2].defined();
   if (exact_reference(a.in)) return linear_forward(a);  // linear reads no params
   Fp8LinearMeta& meta = mutable_meta(a.params);
+  if (m.block_scaling) return mx_forward(a, meta);
   const float sx = scale_for(x, m.input_scale, m.input_format, m);
   const float sw = scale_for(w, m.weight_scale, m.weight_format, m);
   Codes x8 = quantize(x, sx, m.input_format, &meta.input_amax);
@@ -154,12 +247,14 @@ std::vector<Tensor> fp8_linear_backward(const BackwardArgs& a) {
   std::vector<Tensor> grads(a.in.size());
   if (exact_reference(a.in)) return linear_backward(a);
   const std::int64_t rows = rows_of(x), in = w.size(1), out = w.size(0);
-  const std::uint8_t* x8 = Codes::bytes(a.saved.tensors.at(0));
-  const std::uint8_t* w8 = Codes::bytes(a.saved.tensors.at(1));
-  const float sx = static_cast<float>(a.saved.tensors.at(2).item());
-  const float sw = static_cast<float>(a.saved.tensors.at(3).item());
   const bool want_dx = a.needs(0), want_dw = a.needs(1);
-  if (want_dx || want_dw) {
+  if (m.block_scaling) {
+    mx_backward(a, mutable_meta(a.params), grads);
+  } else if (want_dx || want_dw) {
+    const std::uint8_t* x8 = Codes::bytes(a.saved.tensors.at(0));
+    const std::uint8_t* w8 = Codes::bytes(a.saved.tensors.at(1));
+    const float sx = static_cast<float>(a.saved.tensors.at(2).item());
+    const float sw = static_cast<float>(a.saved.tensors.at(3).item());
     Fp8LinearMeta& meta = mutable_meta(a.params);
     const float sg = scale_for(g, m.grad_scale, m.grad_format, m);
     Codes g8 = quantize(g, sg, m.grad_format, &meta.grad_amax);

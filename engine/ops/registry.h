@@ -73,6 +73,10 @@ struct Fp8LinearMeta {
     float amax_epsilon = 0.0f;
   };
   std::optional<Current> current;
+  // Block scaling (TE's MXFP8BlockScaling): every cast in blocks of 32 values along its
+  // GEMM's k, each with the E8M0 scale of its own amax (kernels/fp8_kernels.h,
+  // quantize_mx); the scales above stay 1, the amaxes are recorded. The CPU's only.
+  bool block_scaling = false;
 };
 struct Fp8LinearParams { std::shared_ptr<Fp8LinearMeta> meta; };
 

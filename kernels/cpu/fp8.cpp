@@ -176,25 +176,32 @@ void dequantize_fp8(const std::uint8_t* src, float* dst, std::size_t n, float sc
   else dequantize<5>(src, dst, n, scale_inv, true, isa);
 }
 
+std::uint8_t mx_block_code(const float* x, std::size_t n, Fp8Format format) {
+  const float max_elem = format == Fp8Format::e4m3 ? 448.0f : 57344.0f;
+  float amax = 0.0f;
+  for (std::size_t i = 0; i < n; ++i) {
+    const float ax = float_of(bits_of(x[i]) & 0x7fffffffu);
+    if (ax > amax) amax = ax;  // NaN does not enter it
+  }
+  return e8m0_scale_bits(amax, max_elem);
+}
+
+float mx_block_multiplier(std::uint8_t code) {
+  // The reciprocal of a power of two 2^(c - 127) is 2^(127 - c): exact, in binary32's range
+  // for every code a finite amax gives (NaN scale: NaN elements).
+  return code == 0xffu ? e8m0_to_f32(code) : 1.0f / e8m0_to_f32(code);
+}
+
 void quantize_mxfp8(const float* src, std::uint8_t* codes, std::uint8_t* scales, std::int64_t rows, std::int64_t cols,
                     Fp8Format format, Isa isa) {
-  const float max_elem = format == Fp8Format::e4m3 ? 448.0f : 57344.0f;
   const std::int64_t blocks = (cols + kMxBlock - 1) / kMxBlock;
   for (std::int64_t r = 0; r < rows; ++r)
     for (std::int64_t b = 0; b < blocks; ++b) {
       const std::int64_t first = r * cols + b * kMxBlock;
       const auto n = static_cast<std::size_t>(std::min(kMxBlock, cols - b * kMxBlock));
-      float amax = 0.0f;
-      for (std::size_t i = 0; i < n; ++i) {
-        const float ax = float_of(bits_of(src[first + static_cast<std::int64_t>(i)]) & 0x7fffffffu);
-        if (ax > amax) amax = ax;  // NaN does not enter it
-      }
-      const std::uint8_t code = e8m0_scale_bits(amax, max_elem);
+      const std::uint8_t code = mx_block_code(src + first, n, format);
       scales[r * blocks + b] = code;
-      // The reciprocal of a power of two 2^(c - 127) is 2^(127 - c): exact, in binary32's
-      // range for every code a finite amax gives (NaN scale: NaN elements).
-      const float reciprocal = code == 0xffu ? e8m0_to_f32(code) : 1.0f / e8m0_to_f32(code);
-      quantize_fp8(src + first, codes + first, n, reciprocal, format, Fp8Overflow::saturate, isa);
+      quantize_fp8(src + first, codes + first, n, mx_block_multiplier(code), format, Fp8Overflow::saturate, isa);
     }
 }
 

@@ -29,6 +29,10 @@ float quantize_fp8(const float* src, std::uint8_t* dst, std::size_t n, float sca
 // dst[i] = value(src[i]) * scale_inv.
 void dequantize_fp8(const std::uint8_t* src, float* dst, std::size_t n, float scale_inv, Fp8Format format, Isa isa);
 
+// An MXFP8 block's E8M0 scale from the amax of its n values, and the exact reciprocal its
+// elements are multiplied by before their cast.
+std::uint8_t mx_block_code(const float* x, std::size_t n, Fp8Format format);
+float mx_block_multiplier(std::uint8_t code);
 // MXFP8 (OCP MX, as TransformerEngine's MXFP8BlockScaling quantizes): a [rows, cols]
 // row-major tensor in blocks of kMxBlock consecutive elements of a row (the last block of
 // a row may be shorter). Each block takes the E8M0 scale of its amax (fp_bits.h,
@@ -36,7 +40,6 @@ void dequantize_fp8(const std::uint8_t* src, float* dst, std::size_t n, float sc
 // NaN element does not enter the amax) and its elements are x / scale (times the
 // power-of-two reciprocal, exact but for results below the binary32 normals), cast
 // saturating. scales holds rows * ceil(cols / kMxBlock) codes, row by row.
-inline constexpr std::int64_t kMxBlock = 32;
 void quantize_mxfp8(const float* src, std::uint8_t* codes, std::uint8_t* scales, std::int64_t rows, std::int64_t cols,
                     Fp8Format format, Isa isa);
 // dst = value(code) * scale of its block, in binary32.

@@ -1,5 +1,5 @@
-// The fp8 GEMM on the CPU (kernels/fp8_gemm_kernels.h): widen, multiply in binary32 with
-// the project's GEMM, scale once, round once.
+// The fp8 GEMM on the CPU (kernels/fp8_gemm_kernels.h): widen (times each block's scale
+// under MXFP8), multiply in binary32 with the project's GEMM, scale once, round once.
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -26,6 +26,13 @@ void check_fp8_gemm(const Fp8GemmDesc& d) {
   if (d.bias.data != nullptr && (d.bias.numel() != d.n || !(d.bias.dtype == d.c.dtype || d.bias.dtype == DType::f32)))
     throw std::invalid_argument(op + ": the bias must hold n = " + std::to_string(d.n) +
                                 " elements of C's dtype or f32");
+  if ((d.a_block_scales == nullptr) != (d.b_block_scales == nullptr))
+    throw std::invalid_argument(op + ": block scales for one operand only: MXFP8 scales both A and B by blocks");
+  if (d.a_block_scales != nullptr && (d.trans_a || !d.trans_b))
+    throw std::invalid_argument(op + ": block-scaled operands run as A [m, k] and B [n, k] (trans_b), their blocks "
+                                     "along k, as TE's MXFP8 GEMMs take them");
+  if (d.a_block_scales != nullptr && (d.a_scale_inv != 1.0f || d.b_scale_inv != 1.0f))
+    throw std::invalid_argument(op + ": block-scaled operands take no per-tensor scale");
 }
 
 namespace cpu {
@@ -37,8 +44,13 @@ void fp8_gemm(const Fp8GemmDesc& d) {
   if (count == 0) return;
   const Isa isa = active_isa();
   std::vector<float> a(static_cast<std::size_t>(d.m * d.k)), b(static_cast<std::size_t>(d.k * d.n));
-  fp8_to_f32(d.a, a.data(), a.size(), d.a_format, isa);
-  fp8_to_f32(d.b, b.data(), b.size(), d.b_format, isa);
+  if (d.a_block_scales != nullptr) {  // A [m, k] and B [n, k], blocks along k
+    dequantize_mxfp8(d.a, d.a_block_scales, a.data(), d.m, d.k, d.a_format, isa);
+    dequantize_mxfp8(d.b, d.b_block_scales, b.data(), d.n, d.k, d.b_format, isa);
+  } else {
+    fp8_to_f32(d.a, a.data(), a.size(), d.a_format, isa);
+    fp8_to_f32(d.b, b.data(), b.size(), d.b_format, isa);
+  }
   std::vector<float> acc(static_cast<std::size_t>(count), 0.0f);
   if (d.k > 0) {
     const std::int64_t lda = std::max<std::int64_t>(1, d.trans_a ? d.m : d.k);

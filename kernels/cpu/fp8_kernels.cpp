@@ -61,11 +61,67 @@ Fp8CastStats cast_stats(const View& x_view, float scale, Fp8Format format) {
   return r;
 }
 
+// The rows of an MXFP8 operand: x as [numel / cols, cols].
+std::int64_t mx_rows(const View& x, std::int64_t cols, const char* op) {
+  check_source(x, op);
+  if (cols <= 0 || x.numel() % cols != 0)
+    throw std::invalid_argument(std::string(op) + ": rows of " + std::to_string(cols) + " values do not tile " +
+                                std::to_string(x.numel()) + " elements");
+  return x.numel() / cols;
+}
+
+// Rows a task takes: about kChunk elements.
+std::int64_t rows_per_task(std::int64_t cols) { return std::max<std::int64_t>(1, kChunk / cols); }
+
+float quantize_mx(const Fp8MxQuantizeDesc& d) {
+  const std::int64_t rows = mx_rows(d.x, d.cols, d.op), cols = d.cols;
+  const std::int64_t blocks = (cols + kMxBlock - 1) / kMxBlock, grain = rows_per_task(cols);
+  std::vector<float> amax(static_cast<std::size_t>((rows + grain - 1) / grain), 0.0f);
+  const Isa isa = active_isa();
+  parallel_for(rows, grain, [&](std::int64_t b, std::int64_t e) {
+    std::vector<float> buf(static_cast<std::size_t>((e - b) * cols));
+    const float* x = source(d.x, b * cols, (e - b) * cols, buf.data());
+    quantize_mxfp8(x, d.codes + b * cols, d.scales + b * blocks, e - b, cols, d.format, isa);
+    float& a = amax[static_cast<std::size_t>(b / grain)];
+    for (std::int64_t i = 0; i < (e - b) * cols; ++i) a = std::max(a, std::fabs(x[i]));  // NaN: max keeps a
+  });
+  float r = 0.0f;
+  for (const float a : amax) r = std::max(r, a);
+  return r;
+}
+
+Fp8CastStats cast_stats_mx(const View& x_view, std::int64_t cols, Fp8Format format) {
+  const std::int64_t rows = mx_rows(x_view, cols, "fp8 cast statistics"), grain = rows_per_task(cols);
+  std::vector<Fp8CastStats> parts(static_cast<std::size_t>((rows + grain - 1) / grain));
+  parallel_for(rows, grain, [&](std::int64_t b, std::int64_t e) {
+    std::vector<float> buf(static_cast<std::size_t>(cols));
+    Fp8CastStats& s = parts[static_cast<std::size_t>(b / grain)];
+    for (std::int64_t r = b; r < e; ++r) {
+      const float* x = source(x_view, r * cols, cols, buf.data());
+      for (std::int64_t first = 0; first < cols; first += kMxBlock) {
+        const std::int64_t n = std::min(kMxBlock, cols - first);
+        const float multiplier = mx_block_multiplier(mx_block_code(x + first, static_cast<std::size_t>(n), format));
+        for (std::int64_t i = first; i < first + n; ++i) {
+          int bin = -1;
+          fp8_cast_count(x[i], multiplier, format, s.nan, s.inf, s.zero, s.saturated, s.flushed, bin);
+          if (bin >= 0) ++s.binade[static_cast<std::size_t>(bin)];
+          const float a = std::fabs(x[i]);
+          if (a > s.amax) s.amax = a;  // false for NaN
+        }
+      }
+      s.count += cols;
+    }
+  });
+  Fp8CastStats r;
+  for (const Fp8CastStats& p : parts) r.merge(p);
+  return r;
+}
+
 }  // namespace
 }  // namespace cpu
 
 const Fp8Kernels& Fp8Kernels::cpu() {
-  static const Fp8Kernels k{&cpu::quantize, &cpu::cast_stats};
+  static const Fp8Kernels k{&cpu::quantize, &cpu::cast_stats, &cpu::quantize_mx, &cpu::cast_stats_mx};
   return k;
 }
 

@@ -61,6 +61,9 @@ struct Descriptors {
 
 void fp8_gemm(const Fp8GemmDesc& d) {
   check_fp8_gemm(d);
+  if (d.a_block_scales != nullptr)
+    throw std::invalid_argument(std::string(d.op) + ": MXFP8 block scaling runs on the CPU (--device cpu): ampcheck's "
+                                "GPU backend runs Hopper's per-tensor fp8 GEMMs, not Blackwell's block-scaled ones");
   const std::int64_t count = d.m * d.n;
   if (count == 0) return;
   const std::string_view op = d.op;
