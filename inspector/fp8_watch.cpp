@@ -75,7 +75,7 @@ void Fp8Watch::record(const std::string& layer, Fp8Tensor tensor, std::int64_t s
   const kernels::Fp8CastStats s = mx_row > 0 ? casts.cast_stats_mx(view_of(values), mx_row, format)
                                              : casts.cast_stats(view_of(values), scale, format);
   if (mx_row > 0)  // the scale of the block that holds the amax (each block has its own)
-    scale = 1.0f / kernels::e8m0_to_f32(kernels::e8m0_scale_bits(s.amax, static_cast<float>(fp8_max(format))));
+    scale = kernels::e8m0_multiplier(kernels::e8m0_scale_bits(s.amax, static_cast<float>(fp8_max(format))));
   const auto key = std::make_pair(layer, tensor);
   auto [it, added] = index_.try_emplace(key, histories_.size());
   if (added) histories_.push_back({layer, tensor, {}});

@@ -228,14 +228,18 @@ AMPCHECK_HD std::uint32_t e5m2_bits_to_f32_bits(std::uint8_t c) { return fp8_bit
 
 // ---- E8M0: MXFP8's shared block scale ---------------------------------------------------
 // A power of two 2^(code - 127), code 0..254; 0xff is NaN. A block of 32 values takes the
-// scale TransformerEngine's MXFP8 recipe gives it: amax / max_elem (max_elem 448 for E4M3,
-// 57344 for E5M2, divided in binary32) rounded up to a power of two, so that no element of
-// the block saturates; the elements are then x / scale, cast saturating. A quotient at or
-// below 2^-127 takes code 0 (a block of zeros too: its elements stay 0, no scale is ever
-// infinite); one beyond 2^127 takes 254; a non-finite amax the NaN scale.
+// scale TransformerEngine's MXFP8 kernels give it (transformer_engine/common/cast/mxfp8/
+// quantize_mxfp8.cuh: float_to_e8m0(amax * Quantized_Limits<OType>::max_norm_rcp), the
+// product with the binary32 reciprocal of max_elem, 448 for E4M3 and 57344 for E5M2;
+// common/util/ptx.cuh: float_to_e8m0 is Blackwell's cvt.rp.satfinite.ue8m0x2.f32): that
+// product rounded up to a power of two, so that no element of the block saturates (for every
+// normal binary32 amax the code of the quotient amax / max_elem: both max_elems' reciprocals
+// round up). A product at or below 2^-127 takes code 0 (a block of zeros too), one beyond
+// 2^127 code 254, an infinite amax code 254 (satfinite), a NaN one the NaN code.
 AMPCHECK_HD std::uint8_t e8m0_scale_bits(float amax, float max_elem) {
-  const std::uint32_t q = bits_of(amax / max_elem) & 0x7fffffffu;
-  if (q >= 0x7f800000u) return 0xffu;
+  const std::uint32_t q = bits_of(amax * (1.0f / max_elem)) & 0x7fffffffu;
+  if (q > 0x7f800000u) return 0xffu;
+  if (q == 0x7f800000u) return 0xfeu;
   const std::uint32_t e = q >> 23, m = q & 0x007fffffu;
   if (e == 0) return m > 0x00400000u ? 1u : 0u;  // binary32 subnormal: 2^-127 is code 0
   if (e >= 254u) return 254u;
@@ -245,6 +249,15 @@ AMPCHECK_HD float e8m0_to_f32(std::uint8_t code) {
   if (code == 0xffu) return float_of(0x7fc00000u);
   if (code == 0) return float_of(0x00400000u);  // 2^-127, a binary32 subnormal
   return float_of(static_cast<std::uint32_t>(code) << 23);
+}
+// What a block's elements are multiplied by before their cast: TE's exp2f_rcp (ptx.cuh),
+// 2^(127 - code) built from its bits, but 1 for code 0 (a block of zeros, or of values so
+// small that their amax product is at most 2^-127: their elements are cast unscaled) and 0
+// for code 254 (2^-127 is not built by the bits); NaN for the NaN code.
+AMPCHECK_HD float e8m0_multiplier(std::uint8_t code) {
+  if (code == 0xffu) return float_of(0x7fc00000u);
+  if (code == 0) return 1.0f;
+  return float_of(static_cast<std::uint32_t>(254u - code) << 23);
 }
 
 // Typed conveniences.

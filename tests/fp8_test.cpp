@@ -192,13 +192,17 @@ TEST(Fp8Enumerated, EveryCodeWidensToTheValueTheDefinitionGivesIt) {
   }
 }
 
-TEST(Fp8E8m0, TheBlockScaleIsThePowerOfTwoAtOrAboveAmaxOverMax) {
+// TransformerEngine's MXFP8 kernels (quantize_mxfp8.cuh, ptx.cuh): the E8M0 code of
+// amax x (1 / max_elem), both in binary32, rounded up to a power of two; satfinite.
+TEST(Fp8E8m0, TheBlockScaleIsThePowerOfTwoAtOrAboveAmaxTimesTheReciprocalOfMax) {
   for (const float max_elem : {448.0f, 57344.0f}) {
-    // Definition: the smallest power of two 2^k (k in [-127, 127]) with amax / max_elem <= 2^k,
-    // the quotient taken in binary32.
+    // Definition: the smallest power of two 2^k (k in [-127, 127]) with amax x rcp <= 2^k,
+    // the product taken in binary32 with rcp = 1 / max_elem in binary32; Inf: the largest.
+    const float rcp = 1.0f / max_elem;
     const auto expected = [&](float amax) -> int {
-      const float q = amax / max_elem;
-      if (!std::isfinite(q)) return 0xff;
+      const float q = amax * rcp;
+      if (std::isnan(q)) return 0xff;
+      if (std::isinf(q)) return 254;
       for (int k = -127; k <= 127; ++k)
         if (static_cast<double>(q) <= std::ldexp(1.0, k)) return k + 127;
       return 254;
@@ -212,7 +216,8 @@ TEST(Fp8E8m0, TheBlockScaleIsThePowerOfTwoAtOrAboveAmaxOverMax) {
     }
     for (const float amax : {0.0f, 448.0f, 449.0f, 57344.0f, 1.0f, std::ldexp(1.0f, -140), 3.4e38f})
       EXPECT_EQ(kernels::e8m0_scale_bits(amax, max_elem), expected(amax)) << amax;
-    EXPECT_EQ(kernels::e8m0_scale_bits(std::numeric_limits<float>::infinity(), max_elem), 0xff);
+    EXPECT_EQ(kernels::e8m0_scale_bits(std::numeric_limits<float>::infinity(), max_elem), 0xfe);
+    EXPECT_EQ(kernels::e8m0_scale_bits(std::numeric_limits<float>::quiet_NaN(), max_elem), 0xff);
     // The elements of a block divided by its scale never exceed max_elem: no saturation.
     for (const float amax : {1.0f, 449.0f, 1e-20f, 3e30f}) {
       const float scale = kernels::e8m0_to_f32(kernels::e8m0_scale_bits(amax, max_elem));
@@ -223,6 +228,13 @@ TEST(Fp8E8m0, TheBlockScaleIsThePowerOfTwoAtOrAboveAmaxOverMax) {
   EXPECT_EQ(kernels::e8m0_to_f32(127), 1.0f);
   EXPECT_EQ(kernels::e8m0_to_f32(0), std::ldexp(1.0f, -127));
   EXPECT_TRUE(std::isnan(kernels::e8m0_to_f32(0xff)));
+  // TE's exp2f_rcp: 2^(127 - code) from its bits, 1 for code 0, 0 for 254 (whose 2^-127
+  // the bits cannot build).
+  for (int code = 1; code <= 253; ++code)
+    EXPECT_EQ(kernels::e8m0_multiplier(static_cast<std::uint8_t>(code)), std::ldexp(1.0f, 127 - code)) << code;
+  EXPECT_EQ(kernels::e8m0_multiplier(0), 1.0f);
+  EXPECT_EQ(kernels::e8m0_multiplier(254), 0.0f);
+  EXPECT_TRUE(std::isnan(kernels::e8m0_multiplier(0xff)));
 }
 
 // TransformerEngine's cast of a tensor (kernels/cpu/fp8.h): on every path, each element

@@ -186,12 +186,6 @@ std::uint8_t mx_block_code(const float* x, std::size_t n, Fp8Format format) {
   return e8m0_scale_bits(amax, max_elem);
 }
 
-float mx_block_multiplier(std::uint8_t code) {
-  // The reciprocal of a power of two 2^(c - 127) is 2^(127 - c): exact, in binary32's range
-  // for every code a finite amax gives (NaN scale: NaN elements).
-  return code == 0xffu ? e8m0_to_f32(code) : 1.0f / e8m0_to_f32(code);
-}
-
 void quantize_mxfp8(const float* src, std::uint8_t* codes, std::uint8_t* scales, std::int64_t rows, std::int64_t cols,
                     Fp8Format format, Isa isa) {
   const std::int64_t blocks = (cols + kMxBlock - 1) / kMxBlock;
@@ -201,7 +195,7 @@ void quantize_mxfp8(const float* src, std::uint8_t* codes, std::uint8_t* scales,
       const auto n = static_cast<std::size_t>(std::min(kMxBlock, cols - b * kMxBlock));
       const std::uint8_t code = mx_block_code(src + first, n, format);
       scales[r * blocks + b] = code;
-      quantize_fp8(src + first, codes + first, n, mx_block_multiplier(code), format, Fp8Overflow::saturate, isa);
+      quantize_fp8(src + first, codes + first, n, e8m0_multiplier(code), format, Fp8Overflow::saturate, isa);
     }
 }
 

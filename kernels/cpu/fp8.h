@@ -29,17 +29,16 @@ float quantize_fp8(const float* src, std::uint8_t* dst, std::size_t n, float sca
 // dst[i] = value(src[i]) * scale_inv.
 void dequantize_fp8(const std::uint8_t* src, float* dst, std::size_t n, float scale_inv, Fp8Format format, Isa isa);
 
-// An MXFP8 block's E8M0 scale from the amax of its n values, and the exact reciprocal its
-// elements are multiplied by before their cast.
+// An MXFP8 block's E8M0 scale from the amax of its n values (fp_bits.h's e8m0_scale_bits;
+// its elements are multiplied by e8m0_multiplier of it before their cast).
 std::uint8_t mx_block_code(const float* x, std::size_t n, Fp8Format format);
-float mx_block_multiplier(std::uint8_t code);
 // MXFP8 (OCP MX, as TransformerEngine's MXFP8BlockScaling quantizes): a [rows, cols]
 // row-major tensor in blocks of kMxBlock consecutive elements of a row (the last block of
 // a row may be shorter). Each block takes the E8M0 scale of its amax (fp_bits.h,
-// e8m0_scale_bits: amax / max rounded up to a power of two, so no element saturates; a
-// NaN element does not enter the amax) and its elements are x / scale (times the
-// power-of-two reciprocal, exact but for results below the binary32 normals), cast
-// saturating. scales holds rows * ceil(cols / kMxBlock) codes, row by row.
+// e8m0_scale_bits: amax times 1 / max rounded up to a power of two, as TE's kernels; a NaN
+// element does not enter the amax) and its elements are x times e8m0_multiplier (the
+// scale's reciprocal: exact but for results below the binary32 normals), cast saturating.
+// scales holds rows * ceil(cols / kMxBlock) codes, row by row.
 void quantize_mxfp8(const float* src, std::uint8_t* codes, std::uint8_t* scales, std::int64_t rows, std::int64_t cols,
                     Fp8Format format, Isa isa);
 // dst = value(code) * scale of its block, in binary32.

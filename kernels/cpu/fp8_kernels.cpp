@@ -100,7 +100,7 @@ Fp8CastStats cast_stats_mx(const View& x_view, std::int64_t cols, Fp8Format form
       const float* x = source(x_view, r * cols, cols, buf.data());
       for (std::int64_t first = 0; first < cols; first += kMxBlock) {
         const std::int64_t n = std::min(kMxBlock, cols - first);
-        const float multiplier = mx_block_multiplier(mx_block_code(x + first, static_cast<std::size_t>(n), format));
+        const float multiplier = e8m0_multiplier(mx_block_code(x + first, static_cast<std::size_t>(n), format));
         for (std::int64_t i = first; i < first + n; ++i) {
           int bin = -1;
           fp8_cast_count(x[i], multiplier, format, s.nan, s.inf, s.zero, s.saturated, s.flushed, bin);
