@@ -52,6 +52,10 @@ Window window_of(const NodeAttrs& a, int sp, const Pair& in, const Pair& kernel)
   for (int d = 0; d < 2; ++d) {
     const std::size_t k = static_cast<std::size_t>(d);
     if (w.stride[k] < 1 || w.dilation[k] < 1 || w.kernel[k] < 1) a.fail("kernel, strides and dilations must be positive");
+    constexpr std::int64_t kLargest = std::int64_t{1} << 31;  // the window's arithmetic stays in int64
+    if (w.stride[k] > kLargest || w.dilation[k] > kLargest || w.kernel[k] > kLargest)
+      a.fail("kernel, strides and dilations beyond 2^31 (" + std::to_string(w.kernel[k]) + ", " +
+             std::to_string(w.stride[k]) + ", " + std::to_string(w.dilation[k]) + "): no input is that large");
     const std::int64_t n = in[k], eff = (w.kernel[k] - 1) * w.dilation[k] + 1;
     if (d == 0 && sp == 1) continue;
     const std::size_t p = static_cast<std::size_t>(sp == 1 ? 0 : d);
@@ -70,6 +74,9 @@ Window window_of(const NodeAttrs& a, int sp, const Pair& in, const Pair& kernel)
       w.end[k] = pads[p + static_cast<std::size_t>(sp)];
     }
     if (w.begin[k] < 0 || w.end[k] < 0) a.fail("negative pads " + fmt_ints(pads));
+    // Beyond 2^31 no padded input fits in memory, and the sums below stay far from overflow.
+    if (w.begin[k] > (std::int64_t{1} << 31) || w.end[k] > (std::int64_t{1} << 31))
+      a.fail("pads " + fmt_ints(pads) + " exceed 2^31: no padded input of that size fits in memory");
     const std::int64_t span = n + w.begin[k] + w.end[k] - eff;
     if (span < 0)
       a.fail("the window " + std::to_string(eff) + " is larger than the padded input " + std::to_string(n + w.begin[k] + w.end[k]));
@@ -106,6 +113,14 @@ Tensor pad_spatial(Tensor x, const Pair& before, const Pair& after, double fill)
 // dilation) the maximum over it is the maximum over its elements inside x, since a window
 // that reaches into the padding also covers the border element copied there; finite, so
 // nothing non-finite appears in the model that the framework's kernel never makes.
+// `count` copies of the one-wide slice t along dim, by doubling: a file's pad of any size
+// costs log2(count) concatenations, and the band's storage is what the memory limit sees.
+Tensor repeated(const Tensor& t, std::int64_t dim, std::int64_t count) {
+  Tensor band = t;
+  while (band.size(dim) < count) band = concat({band, band}, dim);
+  return band.size(dim) == count ? band : slice(band, dim, 0, count);
+}
+
 Tensor pad_edge(Tensor x, const Pair& before, const Pair& after) {
   for (int d = 0; d < 2; ++d) {
     const std::int64_t dim = 2 + d, b = before[static_cast<std::size_t>(d)], f = after[static_cast<std::size_t>(d)];
@@ -113,10 +128,9 @@ Tensor pad_edge(Tensor x, const Pair& before, const Pair& after) {
     if (b <= 0 && f <= 0) continue;
     const std::int64_t n = x.size(dim);
     std::vector<Tensor> parts;
-    const Tensor first = slice(x, dim, 0, 1), last = slice(x, dim, n - 1, n);
-    for (std::int64_t k = 0; k < b; ++k) parts.push_back(first);
+    if (b > 0) parts.push_back(repeated(slice(x, dim, 0, 1), dim, b));
     parts.push_back(x);
-    for (std::int64_t k = 0; k < f; ++k) parts.push_back(last);
+    if (f > 0) parts.push_back(repeated(slice(x, dim, n - 1, n), dim, f));
     x = concat(parts, dim);
   }
   return x;

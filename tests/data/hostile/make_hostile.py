@@ -250,6 +250,10 @@ out("arrays", "pb_garbage.pb", b"\x0a\xff\xff\xff\xff\x0f" + b"\x01" * 10)
 # node_reads_missing_output_*.onnx (fuzz.onnx, found by CI's run of issue 33's last commit,
 # kept as found): a recurrent node's op type changed to one with a single output (Transpose,
 # Cast) while the graph still reads its output 1; the refusal named the node, not the file.
+# maxpool_pads_2_to_the_40.onnx (fuzz.onnx, kept as found): a MaxPool padded by 2^40 columns
+# built its edge padding from 2^40 handles of one column (out of memory before any tensor
+# was allocated); the padding now doubles a band, and pads, kernels, strides and
+# dilations beyond 2^31 are refused.
 
 # ---- model files ---------------------------------------------------------------------------
 base = {"ampcheck_model": 1, "name": "hostile", "data": {"generator": "spiral", "n_per_class": 10, "classes": 3},
