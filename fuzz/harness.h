@@ -25,7 +25,11 @@ namespace ampcheck::fuzz {
 inline std::string input_file(const std::string& name, const std::uint8_t* data, std::size_t size) {
   static const std::string dir = [] {
     const char* tmp = std::getenv("TMPDIR");
-    return std::string(tmp && *tmp ? tmp : "/tmp") + "/ampcheck-fuzz-" + std::to_string(::getpid());
+    // The pid in a fixed width: the path, which messages quote, has the same length in every
+    // process (a fixed seed then makes the same inputs: fuzz/CMakeLists.txt).
+    char pid[16];
+    std::snprintf(pid, sizeof pid, "%07ld", static_cast<long>(::getpid()));
+    return std::string(tmp && *tmp ? tmp : "/tmp") + "/ampcheck-fuzz-" + pid;
   }();
   static const bool made = [] { return std::system(("mkdir -p '" + dir + "'").c_str()) == 0; }();
   if (!made) std::abort();

@@ -127,6 +127,11 @@ struct Fp8QuantizeDesc {
   float scale = 1.0f;
 };
 
+// Why the GPU refuses block scaling, after the op's name.
+inline constexpr const char* kMxfp8CpuOnly =
+    "MXFP8 block scaling runs on the CPU (--device cpu): ampcheck's GPU backend runs Hopper's per-tensor fp8 GEMMs, "
+    "not Blackwell's block-scaled ones";
+
 struct Fp8MxQuantizeDesc {
   const char* op = "fp8_quantize_mx";  // named by every error message
   View x;                               // f32, f16 or bf16, [numel / cols, cols]

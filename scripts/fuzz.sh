@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Fuzzes every reader of users' files for a long while (CI replays the hostile files of
-# tests/data/hostile through the same targets and fuzzes each for 30 s). Builds the
+# Fuzzes every reader of users' files for a long while, from random seeds (CI replays the
+# hostile files of tests/data/hostile through the same targets and fuzzes each for 20 s
+# from a fixed seed: fuzz/CMakeLists.txt). Builds the
 # sanitizer build (build-sanitize: clang-14 with libFuzzer, ASan and UBSan, the build of
 # scripts/test.sh --sanitize and CI's second pass), then runs each target for SECONDS on
 # its corpus (build-sanitize/fuzz/corpus/TARGET, grown from the project's own files of that

@@ -161,9 +161,16 @@ void mx_gemm(const MxOperand& a, Fp8Format a_format, const MxOperand& b, Fp8Form
   dispatch<kernels::Fp8GemmKernels>("fp8_linear", on).gemm(d);
 }
 
+// The block-scaled GEMMs are the CPU's (kernels/fp8_gemm_kernels.h).
+void require_cpu(const Tensor& x) {
+  if (x.device() != Device::cpu)
+    throw std::invalid_argument(std::string("fp8_linear: ") + kernels::kMxfp8CpuOnly);
+}
+
 Tensor mx_forward(const ForwardArgs& a, Fp8LinearMeta& meta) {
   const Tensor& x = a.in[0];
   const Tensor& w = a.in[1];
+  require_cpu(x);
   const std::int64_t rows = rows_of(x), in = w.size(1), out = w.size(0);
   const MxOperand x8 = quantize_mx(x, rows, in, false, meta.input_format, &meta.input_amax);
   const MxOperand w8 = quantize_mx(w, out, in, false, meta.weight_format, &meta.weight_amax);
@@ -179,6 +186,7 @@ void mx_backward(const BackwardArgs& a, Fp8LinearMeta& meta, std::vector<Tensor>
   const Tensor& x = a.in[0];
   const Tensor& w = a.in[1];
   const Tensor& g = a.grad;
+  require_cpu(x);
   const std::int64_t rows = rows_of(x), in = w.size(1), out = w.size(0);
   if (a.needs(0)) {  // dx [rows, in] = G [rows, out] W [out, in]: blocks along out
     const MxOperand g8 = quantize_mx(g, rows, out, false, meta.grad_format, &meta.grad_amax);

@@ -126,8 +126,7 @@ Fp8CastStats cast_stats(const View& x, float scale, Fp8Format format) {
 }
 
 [[noreturn]] void refuse_mx(const char* op) {
-  throw std::invalid_argument(std::string(op) + ": MXFP8 block scaling runs on the CPU (--device cpu): ampcheck's GPU "
-                              "backend runs Hopper's per-tensor fp8 GEMMs, not Blackwell's block-scaled ones");
+  throw std::invalid_argument(std::string(op) + ": " + kMxfp8CpuOnly);
 }
 float quantize_mx(const Fp8MxQuantizeDesc& d) { refuse_mx(d.op); }
 Fp8CastStats cast_stats_mx(const View&, std::int64_t, Fp8Format) { refuse_mx("fp8 cast statistics"); }

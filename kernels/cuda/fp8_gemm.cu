@@ -18,6 +18,7 @@
 #include "kernels/cuda/cublaslt.h"  // check_lt, lt_handle
 #include "kernels/cuda/runtime.h"
 #include "kernels/fp8_gemm_kernels.h"
+#include "kernels/fp8_kernels.h"  // kMxfp8CpuOnly
 #include "kernels/kernel_note.h"
 
 namespace ampcheck::kernels::cuda {
@@ -62,8 +63,7 @@ struct Descriptors {
 void fp8_gemm(const Fp8GemmDesc& d) {
   check_fp8_gemm(d);
   if (d.a_block_scales != nullptr)
-    throw std::invalid_argument(std::string(d.op) + ": MXFP8 block scaling runs on the CPU (--device cpu): ampcheck's "
-                                "GPU backend runs Hopper's per-tensor fp8 GEMMs, not Blackwell's block-scaled ones");
+    throw std::invalid_argument(std::string(d.op) + ": " + kMxfp8CpuOnly);
   const std::int64_t count = d.m * d.n;
   if (count == 0) return;
   const std::string_view op = d.op;
