@@ -297,7 +297,7 @@ TEST(CliRun, CurrentScalingCastsEachTensorWithTheScaleOfItsOwnAmax) {
 // own amax / 448 (E4M3 throughout; HYBRID's gradients E5M2): the report's scale of a step is
 // that of the block holding the tensor's amax, 2^-ceil(log2(amax / max)) (worked out here in
 // binary64 from the reported amax), and nothing saturates. The amax jump that saturates
-// under delayed scaling does not here.
+// under delayed scaling does not here, nor do the padding rows' gradients flush the rest.
 TEST(CliRun, BlockScalingScalesEachBlockByItsOwnAmax) {
   for (const bool hybrid : {false, true}) {
     const std::string recipe = hybrid ? "MXFP8BlockScaling(fp8_format=Format.HYBRID)" : "MXFP8BlockScaling()";
@@ -323,6 +323,16 @@ TEST(CliRun, BlockScalingScalesEachBlockByItsOwnAmax) {
   const Result jump = run({"run", "--model", "fp8_amax_jump", "--fp8", "MXFP8BlockScaling()", "--json", "-q"});
   EXPECT_EQ(jump.code, 0) << jump.err;
   EXPECT_EQ(reports::from_json(jump.out, "jump").summary.verdict, "healthy");
+  // The padding rows' gradients set the whole tensor's scale under current scaling too (the
+  // real rows' flush: the advice is current scaling's, not the amax history's); blocks of
+  // 32 keep the real rows' gradients under their own scales.
+  const Result current = run({"run", "--model", "fp8_padding_grads", "--fp8", "Float8CurrentScaling()", "-q"});
+  EXPECT_TRUE(has(current.out, "FAILED: fp8: 'l1' grad_output:")) << current.out;
+  EXPECT_TRUE(has(current.out, "The scale came from this cast's own amax")) << current.out;
+  EXPECT_FALSE(has(current.out, "amax_history_len")) << current.out;
+  const Result blocks =
+      run({"run", "--model", "fp8_padding_grads", "--fp8", "MXFP8BlockScaling(fp8_format=Format.HYBRID)", "--json", "-q"});
+  EXPECT_EQ(reports::from_json(blocks.out, "blocks").summary.verdict, "healthy");
 }
 
 // bisect-nan --loss-tolerance over fp8 layers holds each trial's loss curve to the run's
