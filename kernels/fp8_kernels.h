@@ -136,6 +136,10 @@ struct Fp8MxQuantizeDesc {
   const char* op = "fp8_quantize_mx";  // named by every error message
   View x;                               // f32, f16 or bf16, [numel / cols, cols]
   std::int64_t cols = 0;                // the length of a row (> 0, divides numel)
+  // Blocks down x's columns instead (the columnwise copy TE makes for a GEMM that contracts
+  // x's rows): the codes are then x's transpose, [cols, rows], and the scales
+  // [cols, ceil(rows / kMxBlock)].
+  bool columnwise = false;
   std::uint8_t* codes = nullptr;        // x.numel() bytes
   std::uint8_t* scales = nullptr;       // rows * ceil(cols / kMxBlock) E8M0 codes, row by row
   Fp8Format format = Fp8Format::e4m3;

@@ -234,14 +234,14 @@ TEST(Fp8Kernels, QuantizeGivesTheSaturatingCodeOfEachScaledValueAndTheAmax) {
   }
 }
 
-// MXFP8: each block of 32 values of a row (70 values a row: two blocks and a short one)
-// takes the E8M0 scale at or above amax / max (the quotient in binary32, rounded up to a
+// MXFP8: each block of 32 values of a row (70 values a row: two blocks and a short one), or
+// of a column for the columnwise copy (whose codes are the transpose), takes the E8M0 scale at or above amax / max (the quotient in binary32, rounded up to a
 // power of two, found here with frexp), its codes are the reference cast of x times the
 // scale's reciprocal, and the statistics are those of each block under its own scale,
 // added. Values over 48 binades, so that blocks flush their small values; every dtype, 1
 // and 3 threads.
 TEST(Fp8Kernels, BlockScaledCastsGiveEachBlockOf32TheScaleOfItsOwnAmax) {
-  const std::int64_t rows = 9, cols = 70, blocks = 3;
+  const std::int64_t rows = 41, cols = 70;  // columns of 41: a block of 32 and a short one
   std::vector<float> x;
   std::uint32_t state = 12345;
   for (std::int64_t i = 0; i < rows * cols; ++i) {
@@ -258,51 +258,62 @@ TEST(Fp8Kernels, BlockScaledCastsGiveEachBlockOf32TheScaleOfItsOwnAmax) {
       for (std::size_t i = 0; i < x.size(); ++i) held[i] = kernels::bf16_to_f32(narrow[i] = kernels::f32_to_bf16(x[i]));
     void* data = dtype == DType::f32 ? static_cast<void*>(held.data()) : static_cast<void*>(narrow.data());
     const View view{data, dtype, {rows, cols}};
-    for (const Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2}) {
-      const float max = f == Fp8Format::e4m3 ? 448.0f : 57344.0f;
-      std::vector<std::uint8_t> want_scales, want_codes(x.size());
-      Fp8CastStats want;
-      double amax_all = 0;
-      for (std::int64_t r = 0; r < rows; ++r)
-        for (std::int64_t b = 0; b < blocks; ++b) {
-          const std::int64_t first = r * cols + b * 32, end = std::min(first + 32, (r + 1) * cols);
-          double amax = 0;
-          for (std::int64_t i = first; i < end; ++i)
-            if (!std::isnan(held[static_cast<std::size_t>(i)])) amax = std::max(amax, std::fabs(static_cast<double>(held[static_cast<std::size_t>(i)])));
-          amax_all = std::max(amax_all, amax);
-          const float q = static_cast<float>(amax) / max;
-          int e = 0;
-          const double m = std::frexp(static_cast<double>(q), &e);  // q = m 2^e, m in [0.5, 1)
-          const int power = m == 0.5 ? e - 1 : e;                   // the power of two at or above q
-          want_scales.push_back(static_cast<std::uint8_t>(power + 127));
-          const float reciprocal = static_cast<float>(std::ldexp(1.0, -power));
-          std::vector<float> block(held.begin() + first, held.begin() + end);
-          want.merge(reference_stats(block, reciprocal, f));
-          for (std::int64_t i = first; i < end; ++i) {
-            const float y = held[static_cast<std::size_t>(i)] * reciprocal;
-            const int sign = std::signbit(y) ? 0x80 : 0;
-            const Cast c = std::isnan(y) ? Cast{f == Fp8Format::e4m3 ? 0x7f : 0x7e, false}
-                                         : reference_cast(f, std::fabs(static_cast<double>(y)));
-            EXPECT_FALSE(c.beyond) << "no element of a block saturates";
-            want_codes[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(sign | c.code);
+    for (const Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2})
+      for (const bool columnwise : {false, true}) {
+        // The operand cast: x, or its transpose [cols, rows] with blocks down x's columns.
+        const std::int64_t op_rows = columnwise ? cols : rows, op_cols = columnwise ? rows : cols;
+        const std::int64_t op_blocks = (op_cols + 31) / 32;
+        std::vector<float> operand(held.size());
+        for (std::int64_t r = 0; r < rows; ++r)
+          for (std::int64_t c = 0; c < cols; ++c)
+            operand[static_cast<std::size_t>(columnwise ? c * rows + r : r * cols + c)] = held[static_cast<std::size_t>(r * cols + c)];
+        const float max = f == Fp8Format::e4m3 ? 448.0f : 57344.0f;
+        std::vector<std::uint8_t> want_scales, want_codes(x.size());
+        Fp8CastStats want;
+        double amax_all = 0;
+        for (std::int64_t r = 0; r < op_rows; ++r)
+          for (std::int64_t b = 0; b < op_blocks; ++b) {
+            const std::int64_t first = r * op_cols + b * 32, end = std::min(first + 32, (r + 1) * op_cols);
+            double amax = 0;
+            for (std::int64_t i = first; i < end; ++i)
+              if (!std::isnan(operand[static_cast<std::size_t>(i)]))
+                amax = std::max(amax, std::fabs(static_cast<double>(operand[static_cast<std::size_t>(i)])));
+            amax_all = std::max(amax_all, amax);
+            const float q = static_cast<float>(amax) / max;
+            int e = 0;
+            const double m = std::frexp(static_cast<double>(q), &e);  // q = m 2^e, m in [0.5, 1)
+            const int power = m == 0.5 ? e - 1 : e;                   // the power of two at or above q
+            want_scales.push_back(static_cast<std::uint8_t>(power + 127));
+            const float reciprocal = static_cast<float>(std::ldexp(1.0, -power));
+            std::vector<float> block(operand.begin() + first, operand.begin() + end);
+            want.merge(reference_stats(block, reciprocal, f));
+            for (std::int64_t i = first; i < end; ++i) {
+              const float y = operand[static_cast<std::size_t>(i)] * reciprocal;
+              const int sign = std::signbit(y) ? 0x80 : 0;
+              const Cast c = std::isnan(y) ? Cast{f == Fp8Format::e4m3 ? 0x7f : 0x7e, false}
+                                           : reference_cast(f, std::fabs(static_cast<double>(y)));
+              EXPECT_FALSE(c.beyond) << "no element of a block saturates";
+              want_codes[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(sign | c.code);
+            }
           }
+        EXPECT_GT(want.flushed, 0) << "the data reaches below a block's range";
+        for (const int threads : {1, 3}) {
+          Threads t(threads);
+          std::vector<std::uint8_t> codes(x.size(), 0xaa), scales(static_cast<std::size_t>(op_rows * op_blocks), 0xaa);
+          kernels::Fp8MxQuantizeDesc d;
+          d.x = view;
+          d.cols = cols;
+          d.columnwise = columnwise;
+          d.codes = codes.data();
+          d.scales = scales.data();
+          d.format = f;
+          EXPECT_EQ(static_cast<double>(Fp8Kernels::cpu().quantize_mx(d)), amax_all);
+          EXPECT_EQ(scales, want_scales) << "columnwise " << columnwise;
+          EXPECT_EQ(codes, want_codes) << "columnwise " << columnwise;
+          if (!columnwise)
+            expect_same(Fp8Kernels::cpu().cast_stats_mx(view, cols, f), want, f == Fp8Format::e4m3 ? "mx e4m3" : "mx e5m2");
         }
-      EXPECT_GT(want.flushed, 0) << "the data reaches below a block's range";
-      for (const int threads : {1, 3}) {
-        Threads t(threads);
-        std::vector<std::uint8_t> codes(x.size(), 0xaa), scales(static_cast<std::size_t>(rows * blocks), 0xaa);
-        kernels::Fp8MxQuantizeDesc d;
-        d.x = view;
-        d.cols = cols;
-        d.codes = codes.data();
-        d.scales = scales.data();
-        d.format = f;
-        EXPECT_EQ(static_cast<double>(Fp8Kernels::cpu().quantize_mx(d)), amax_all);
-        EXPECT_EQ(scales, want_scales);
-        EXPECT_EQ(codes, want_codes);
-        expect_same(Fp8Kernels::cpu().cast_stats_mx(view, cols, f), want, f == Fp8Format::e4m3 ? "mx e4m3" : "mx e5m2");
       }
-    }
   }
 }
 

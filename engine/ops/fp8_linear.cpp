@@ -113,30 +113,22 @@ float scale_for(const Tensor& t, float delayed, Fp8Format format, const Fp8Linea
 struct MxOperand {
   Codes codes, scales;
 };
-// t (CPU, its elements row-major) as [rows, cols], or where `transposed` as the transpose
-// of its [cols, rows] form: the columnwise copy TE makes for a GEMM that contracts t's rows.
+// t as [rows, cols], or where `transposed` the transpose of its [cols, rows] form: the
+// columnwise copy TE makes for a GEMM that contracts t's rows.
 MxOperand quantize_mx(const Tensor& t, std::int64_t rows, std::int64_t cols, bool transposed, Fp8Format format,
                       float* amax) {
-  Tensor src = t;
-  if (transposed) {
-    const Tensor f = t.dtype() == DType::f32 ? t : t.to(DType::f32);  // exact
-    src = Tensor::empty({rows, cols}, DType::f32, t.device());
-    const float* from = f.data<float>();
-    float* to = src.data<float>();
-    for (std::int64_t r = 0; r < rows; ++r)
-      for (std::int64_t c = 0; c < cols; ++c) to[r * cols + c] = from[c * rows + r];
-  }
   const std::int64_t blocks = (cols + kernels::kMxBlock - 1) / kernels::kMxBlock;
   MxOperand o{{Tensor::empty({std::max<std::int64_t>(1, (rows * cols + 3) / 4)}, DType::f32, t.device())},
               {Tensor::empty({std::max<std::int64_t>(1, (rows * blocks + 3) / 4)}, DType::f32, t.device())}};
   kernels::Fp8MxQuantizeDesc d;
   d.op = "fp8_linear";
-  d.x = view_of(src);
-  d.cols = cols;
+  d.x = view_of(t);
+  d.cols = transposed ? rows : cols;
+  d.columnwise = transposed;
   d.codes = o.codes.data();
   d.scales = o.scales.data();
   d.format = format;
-  const float a = dispatch<kernels::Fp8Kernels>("fp8_linear", {&src}).quantize_mx(d);
+  const float a = dispatch<kernels::Fp8Kernels>("fp8_linear", {&t}).quantize_mx(d);
   if (amax != nullptr) *amax = std::max(*amax, a);
   return o;
 }
@@ -161,16 +153,9 @@ void mx_gemm(const MxOperand& a, Fp8Format a_format, const MxOperand& b, Fp8Form
   dispatch<kernels::Fp8GemmKernels>("fp8_linear", on).gemm(d);
 }
 
-// The block-scaled GEMMs are the CPU's (kernels/fp8_gemm_kernels.h).
-void require_cpu(const Tensor& x) {
-  if (x.device() != Device::cpu)
-    throw std::invalid_argument(std::string("fp8_linear: ") + kernels::kMxfp8CpuOnly);
-}
-
 Tensor mx_forward(const ForwardArgs& a, Fp8LinearMeta& meta) {
   const Tensor& x = a.in[0];
   const Tensor& w = a.in[1];
-  require_cpu(x);
   const std::int64_t rows = rows_of(x), in = w.size(1), out = w.size(0);
   const MxOperand x8 = quantize_mx(x, rows, in, false, meta.input_format, &meta.input_amax);
   const MxOperand w8 = quantize_mx(w, out, in, false, meta.weight_format, &meta.weight_amax);
@@ -186,7 +171,6 @@ void mx_backward(const BackwardArgs& a, Fp8LinearMeta& meta, std::vector<Tensor>
   const Tensor& x = a.in[0];
   const Tensor& w = a.in[1];
   const Tensor& g = a.grad;
-  require_cpu(x);
   const std::int64_t rows = rows_of(x), in = w.size(1), out = w.size(0);
   if (a.needs(0)) {  // dx [rows, in] = G [rows, out] W [out, in]: blocks along out
     const MxOperand g8 = quantize_mx(g, rows, out, false, meta.grad_format, &meta.grad_amax);

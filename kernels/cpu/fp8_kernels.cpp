@@ -74,13 +74,29 @@ std::int64_t mx_rows(const View& x, std::int64_t cols, const char* op) {
 std::int64_t rows_per_task(std::int64_t cols) { return std::max<std::int64_t>(1, kChunk / cols); }
 
 float quantize_mx(const Fp8MxQuantizeDesc& d) {
-  const std::int64_t rows = mx_rows(d.x, d.cols, d.op), cols = d.cols;
+  const std::int64_t x_rows = mx_rows(d.x, d.cols, d.op);
+  // The operand cast, [rows, cols] with blocks along its rows: x, or x's transpose.
+  const std::int64_t rows = d.columnwise ? d.cols : x_rows, cols = d.columnwise ? x_rows : d.cols;
+  std::vector<float> transposed;
+  if (d.columnwise) {  // x widened exactly, then transposed
+    const std::vector<float> all = values<float>(d.x);
+    transposed.resize(all.size());
+    for (std::int64_t r = 0; r < x_rows; ++r)
+      for (std::int64_t c = 0; c < d.cols; ++c)
+        transposed[static_cast<std::size_t>(c * x_rows + r)] = all[static_cast<std::size_t>(r * d.cols + c)];
+  }
   const std::int64_t blocks = (cols + kMxBlock - 1) / kMxBlock, grain = rows_per_task(cols);
   std::vector<float> amax(static_cast<std::size_t>((rows + grain - 1) / grain), 0.0f);
   const Isa isa = active_isa();
   parallel_for(rows, grain, [&](std::int64_t b, std::int64_t e) {
-    std::vector<float> buf(static_cast<std::size_t>((e - b) * cols));
-    const float* x = source(d.x, b * cols, (e - b) * cols, buf.data());
+    std::vector<float> buf;
+    const float* x = nullptr;
+    if (d.columnwise) {
+      x = transposed.data() + b * cols;
+    } else {
+      buf.resize(static_cast<std::size_t>((e - b) * cols));
+      x = source(d.x, b * cols, (e - b) * cols, buf.data());
+    }
     quantize_mxfp8(x, d.codes + b * cols, d.scales + b * blocks, e - b, cols, d.format, isa);
     float& a = amax[static_cast<std::size_t>(b / grain)];
     for (std::int64_t i = 0; i < (e - b) * cols; ++i) a = std::max(a, std::fabs(x[i]));  // NaN: max keeps a
