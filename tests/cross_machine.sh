@@ -35,8 +35,9 @@ done
 echo "cross-machine: core types ${coretypes[*]}; CPU paths ${isas[*]}"
 [[ ${#coretypes[@]} -gt 0 && ${#isas[@]} -gt 0 ]] || { echo "cross-machine: nothing to simulate on this CPU"; exit 1; }
 
-# Short runs that cover every op family and both low-precision dtypes, with full
-# inspection (numerics, shadow errors, NaN sources): sample level dtype steps.
+# Short runs that cover every op family, both low-precision dtypes and fp8 (the sample's
+# delayed scaling, and MXFP8's blocks with E5M2 gradients), with full inspection
+# (numerics, shadow errors, NaN sources, the fp8 watch): sample level dtype steps [option].
 runs=(
   "mlp O2 float16 40"
   "cnn O1 bfloat16 6"
@@ -45,6 +46,8 @@ runs=(
   "transformer O1 bfloat16 8"
   "attention_overflow O1 float16 4"
   "variance_overflow O1 float16 6"
+  "fp8_transformer O1 bfloat16 6"
+  "fp8_transformer O1 bfloat16 6 --fp8=MXFP8BlockScaling(fp8_format=Format.HYBRID)"
 )
 
 # Writes $1/<sample>.<level>.<dtype>.json (and .txt) for every run; exit 0 or 1 (the
@@ -52,15 +55,17 @@ runs=(
 reports() {
   local dir=$1
   mkdir -p "$dir"
-  local r sample level dtype steps rc
+  local r sample level dtype steps option name rc
   for r in "${runs[@]}"; do
-    read -r sample level dtype steps <<<"$r"
+    read -r sample level dtype steps option <<<"$r"
+    name=$sample.$level.$dtype${option:+.${option%%(*}}
+    name=${name//[^A-Za-z0-9._]/}
     rc=0
     "$AMPCHECK" run --model "$sample" --level "$level" --dtype "$dtype" --steps "$steps" --inspect full \
-      --quiet --report "$dir/$sample.$level.$dtype.json" >"$dir/$sample.$level.$dtype.txt" 2>&1 || rc=$?
+      ${option:+"$option"} --quiet --report "$dir/$name.json" >"$dir/$name.txt" 2>&1 || rc=$?
     if [[ $rc -gt 1 ]]; then
-      echo "FAIL: ampcheck run --model $sample --level $level --dtype $dtype exited $rc:"
-      tail -5 "$dir/$sample.$level.$dtype.txt"
+      echo "FAIL: ampcheck run --model $sample --level $level --dtype $dtype $option exited $rc:"
+      tail -5 "$dir/$name.txt"
       return 1
     fi
   done
