@@ -291,6 +291,21 @@ TEST(Fp8Linear, UnderBlockScalingEachBlockOf32AlongTheGemmsKTakesTheScaleOfItsOw
   }
 }
 
+// A batch of no rows under block scaling: empty outputs and gradients (the columnwise
+// copies of an empty operand are empty), zero weight gradient.
+TEST(Fp8Linear, UnderBlockScalingAnEmptyBatchGivesEmptyResults) {
+  auto meta = std::make_shared<Fp8LinearMeta>();
+  meta->block_scaling = true;
+  meta->grad_format = Fp8Format::e4m3;
+  Tensor x = Tensor::zeros({0, 32}).set_requires_grad(true);
+  Tensor w = Tensor::ones({16, 32}).set_requires_grad(true);
+  const Tensor y = fp8_linear(x, w, {}, meta);
+  EXPECT_EQ(y.shape(), (Shape{0, 16}));
+  y.backward(Tensor::zeros({0, 16}));
+  EXPECT_EQ(x.grad().shape(), (Shape{0, 32}));
+  for (const double v : w.grad().to_f64()) EXPECT_EQ(v, 0.0);
+}
+
 // A second call in the same step keeps the larger amax (one GEMM called twice: TE's
 // casts write into the same slot with max).
 TEST(Fp8Linear, TheAmaxesOfTwoCallsInAStepAreTheirMaximum) {

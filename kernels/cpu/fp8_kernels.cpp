@@ -64,6 +64,7 @@ Fp8CastStats cast_stats(const View& x_view, float scale, Fp8Format format) {
 // The rows of an MXFP8 operand: x as [numel / cols, cols].
 std::int64_t mx_rows(const View& x, std::int64_t cols, const char* op) {
   check_source(x, op);
+  if (cols == 0 && x.numel() == 0) return 0;  // an empty operand (a batch of no rows, columnwise)
   if (cols <= 0 || x.numel() % cols != 0)
     throw std::invalid_argument(std::string(op) + ": rows of " + std::to_string(cols) + " values do not tile " +
                                 std::to_string(x.numel()) + " elements");
@@ -71,7 +72,7 @@ std::int64_t mx_rows(const View& x, std::int64_t cols, const char* op) {
 }
 
 // Rows a task takes: about kChunk elements.
-std::int64_t rows_per_task(std::int64_t cols) { return std::max<std::int64_t>(1, kChunk / cols); }
+std::int64_t rows_per_task(std::int64_t cols) { return cols > 0 ? std::max<std::int64_t>(1, kChunk / cols) : 1; }
 
 float quantize_mx(const Fp8MxQuantizeDesc& d) {
   const std::int64_t x_rows = mx_rows(d.x, d.cols, d.op);
