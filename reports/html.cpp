@@ -1378,9 +1378,13 @@ std::string fp8_section(const Fp8Training& f) {
       plot.legend({name, std::string(kSeriesColors[k]), LegendEntry::Kind::line});
     }
     out += plot.render();
-    out += "<p class=\"caption\">Each cast's largest value against the format's: a delayed scale lags a growing "
-           "amax (above 1: the largest values clamp to the fp8 max); far below 1, values under the format's smallest "
-           "subnormal flush to 0. A scale that is not finite (a zero amax's) is not drawn.</p>\n";
+    out += f.recipe.rfind("MXFP8BlockScaling", 0) == 0
+               ? "<p class=\"caption\">Each cast's largest value against the format's, under the scale of its own "
+                 "block of 32 (every block has its own power of two, so none reaches above 1); values more than the "
+                 "format's range below their block's largest flush to 0.</p>\n"
+               : "<p class=\"caption\">Each cast's largest value against the format's: a delayed scale lags a growing "
+                 "amax (above 1: the largest values clamp to the fp8 max); far below 1, values under the format's "
+                 "smallest subnormal flush to 0. A scale that is not finite (a zero amax's) is not drawn.</p>\n";
   }
   Table t({"layer", "tensor", "format", "#steps", "#amax min", "#amax max", "#last scale", "#worst saturated",
            "#at step", "#worst flushed (of nonzero)", "#at step "});

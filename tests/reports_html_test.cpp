@@ -358,6 +358,12 @@ TEST(ReportHtml, Fp8SectionHasTheFindingsTheTensorsAndTheHeadroomOfTheNamedOnes)
   EXPECT_EQ(polyline_point_counts(plot), std::vector<std::size_t>{3});
   EXPECT_NE(plot.find("fp8 max"), std::string::npos);
   EXPECT_NE(page.find("<a href=\"#fp8\">"), std::string::npos);
+  EXPECT_NE(section.find("a delayed scale lags a growing amax"), std::string::npos);
+  // Under MXFP8 the caption speaks of each block's own scale, not of a lagging one.
+  f.recipe = "MXFP8BlockScaling(fp8_format=Format.E4M3)";
+  const std::string mx = to_html(r);
+  EXPECT_NE(mx.find("under the scale of its own block of 32"), std::string::npos);
+  EXPECT_EQ(mx.find("a delayed scale lags"), std::string::npos);
 }
 
 }  // namespace
