@@ -14,6 +14,7 @@
 #include "cli/dtype_option.h"
 #include "cli/output.h"
 #include "cli/usage_error.h"
+#include "engine/amp/fp8_scale_fn.h"  // to_f32
 #include "engine/device.h"
 #include "engine/dtype/convert.h"
 #include "engine/dtype/dtype.h"
@@ -133,6 +134,67 @@ struct Row {
   std::vector<FpValue> per_dtype;
 };
 
+// A value in an MXFP8 block whose largest |value| is `amax`, as TransformerEngine casts it
+// (kernels/fp_bits.h): the block's E8M0 scale, the value times the scale's reciprocal
+// (binary32), cast saturating, and read back times the scale.
+struct MxValue {
+  std::string text;  // as typed
+  double input = 0;
+  Fp8Format format = Fp8Format::e4m3;
+  std::uint8_t scale_code = 0;  // E8M0
+  double scale = 0;             // 2^(code - 127)
+  std::uint8_t code = 0;        // the fp8 code
+  double back = 0;              // its value times the scale: what the GEMM multiplies
+};
+
+MxValue mx_value(const std::string& text, double x, double amax, Fp8Format f) {
+  MxValue v;
+  v.text = text;
+  v.input = x;
+  v.format = f;
+  v.scale_code = kernels::e8m0_scale_bits(amp::to_f32(amax), static_cast<float>(info(f).max()));
+  v.scale = kernels::e8m0_to_f32(v.scale_code);
+  const float y = amp::to_f32(x) * kernels::e8m0_multiplier(v.scale_code);
+  v.code = encode_fp8(y, f, kernels::Fp8Overflow::saturate);
+  v.back = decode_fp8(v.code, f) * v.scale;
+  return v;
+}
+
+std::string mx_text(const std::vector<MxValue>& mx, double amax) {
+  reports::TextTable t({"input", "format", "block scale", "E8M0", "code", "stored (exact)", "error", "rel error", "class"});
+  for (std::size_t c : {1, 2, 5, 8}) t.align(c, reports::TextTable::Align::left);
+  for (const MxValue& v : mx) {
+    const double err = v.back - v.input;
+    // Nothing in a block saturates (its scale holds its largest value); below the format's
+    // normals a value keeps fewer bits, below half its smallest subnormal none.
+    const int mantissa_bits = info(v.format).mantissa_bits;
+    const bool subnormal = (v.code & 0x7f) != 0 && ((v.code & 0x7f) >> mantissa_bits) == 0;
+    const std::string cls = std::isnan(v.back)              ? "nan"
+                            : v.back == 0 && v.input != 0 ? "flushed to 0"
+                            : subnormal                   ? "subnormal"
+                                                          : "normal";
+    t.add_row({v.text, std::string(info(v.format).name), fmt::format("{} ({})", fmt_g(v.scale), pow2(v.scale)),
+               fmt::format("0x{:02x}", v.scale_code), fmt::format("0x{:02x}", v.code), exact_decimal(v.back),
+               fmt_g(err), v.input != 0 ? fmt_g(std::fabs(err / v.input), 3) : "0", cls});
+  }
+  return fmt::format("\nIn an MXFP8 block whose largest |value| is {} (TransformerEngine's MXFP8BlockScaling):\n", fmt_g(amax)) +
+         t.render() +
+         "block scale: the power of two at or above amax / max (E8M0); each value is cast times its\n"
+         "reciprocal, saturating, and read back times it; values too far below the block's largest flush.\n";
+}
+
+ordered_json mx_json(const std::vector<MxValue>& mx, double amax) {
+  ordered_json arr = ordered_json::array();
+  for (const MxValue& v : mx)
+    arr.push_back({{"input", v.text},
+                   {"format", info(v.format).name},
+                   {"block_scale", json_number(v.scale)},
+                   {"e8m0", v.scale_code},
+                   {"code", v.code},
+                   {"stored", json_number(v.back)}});
+  return {{"block_amax", json_number(amax)}, {"values", arr}};
+}
+
 std::string values_text(const std::vector<Row>& rows) {
   reports::TextTable t({"input", "dtype", "stored (exact)", "sign exponent mantissa", "hex",
                         "error", "rel error", "ulp", "class"});
@@ -208,6 +270,10 @@ CLI::App* add_options(CLI::App& app, FpOptions& o) {
                  "where the conversion runs: auto (GPU if usable, else CPU), cpu, cuda")
       ->capture_default_str();
   fp->add_option("--output,-o", o.output, "write to this file (atomically) instead of stdout");
+  fp->add_option("--mx-amax", o.mx_amax,
+                 "MXFP8: also show what each value becomes in a block of 32 whose largest |value| is this (its "
+                 "E8M0 scale, as TransformerEngine's MXFP8BlockScaling casts it), in the fp8 formats of --dtype "
+                 "(e4m3 where it names none)");
   return fp;
 }
 
@@ -254,7 +320,28 @@ int run_fp(const FpOptions& o, std::ostream& out, std::ostream& err) {
     // fp8 on the host: its casts are the GEMM operands' of the CPU emulation (issue 33).
     for (Fp8Format f : fp8)
       for (std::size_t i = 0; i < values.size(); ++i) rows[i].per_dtype.push_back(inspect_fp8(values[i], f));
-    text = o.json ? values_json(rows, device).dump(2) + "\n" : values_text(rows);
+    if (o.mx_amax) {
+      const double amax = parse_value(*o.mx_amax);
+      if (!(std::fabs(amax) <= 3.4028234663852886e38))
+        throw UsageError("--mx-amax " + *o.mx_amax + ": a block's largest |value| is a finite float32 number");
+      std::vector<MxValue> mx;
+      for (Fp8Format f : fp8.empty() ? std::vector<Fp8Format>{Fp8Format::e4m3} : fp8)
+        for (std::size_t i = 0; i < values.size(); ++i) {
+          if (std::fabs(values[i]) > std::fabs(amax))
+            throw UsageError("--mx-amax " + *o.mx_amax + " is the largest |value| of the block, but " + o.values[i] +
+                             " is larger: give at least " + fmt_g(std::fabs(values[i])));
+          mx.push_back(mx_value(o.values[i], values[i], std::fabs(amax), f));
+        }
+      if (o.json) {
+        ordered_json j = values_json(rows, device);
+        j["mxfp8"] = mx_json(mx, std::fabs(amax));
+        text = j.dump(2) + "\n";
+      } else {
+        text = values_text(rows) + mx_text(mx, std::fabs(amax));
+      }
+    } else {
+      text = o.json ? values_json(rows, device).dump(2) + "\n" : values_text(rows);
+    }
   }
 
   write_output(text, o.output, out);

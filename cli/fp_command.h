@@ -1,6 +1,7 @@
 // `ampcheck fp`: the number explorer.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,8 @@ struct FpOptions {
   bool json = false;
   std::string device = "auto";
   std::string output;  // empty: standard output
+  // MXFP8: the largest |value| of the block of 32 the values sit in (absent: no block view).
+  std::optional<std::string> mx_amax;
 };
 
 Command add_fp_command(CLI::App& app);

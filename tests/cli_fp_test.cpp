@@ -103,6 +103,36 @@ TEST(CliFp, Fp8FormatsShowTheCastAndTheSaturatingCast) {
   EXPECT_EQ(limits[1]["min_subnormal"], std::ldexp(1.0, -16));
 }
 
+// MXFP8, worked by hand: a block whose largest |value| is 300 takes the E4M3 scale 2^0
+// (300 / 448 <= 1; E8M0 code 127) and the E5M2 scale 2^-7 (300 / 57344 ~ 2^-7.6); 1e-4 is
+// below half E4M3's smallest subnormal 2^-9 and flushes, 0.01 is E4M3's subnormal 5 x 2^-9,
+// and in E5M2, scaled by 2^7, 1e-4 becomes 0.0128 ~ 7 x 2^-9 (E5M2 normal 1.75 x 2^-7),
+// read back as 7 x 2^-16.
+TEST(CliFp, MxAmaxShowsAValueInAnMxfp8BlockOfThatLargestValue) {
+  const Result r = run({"fp", "1e-4", "0.01", "300", "--mx-amax", "300", "-d", "e4m3,e5m2", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto mx = nlohmann::json::parse(r.out)["mxfp8"];
+  EXPECT_EQ(mx["block_amax"], 300.0);
+  ASSERT_EQ(mx["values"].size(), 6u);  // e4m3's three, then e5m2's
+  EXPECT_EQ(mx["values"][0]["e8m0"], 127);
+  EXPECT_EQ(mx["values"][0]["stored"], 0.0);
+  EXPECT_EQ(mx["values"][1]["stored"], 5 * std::ldexp(1.0, -9));
+  EXPECT_EQ(mx["values"][2]["stored"], 288.0);  // 300 between 288 and 320, nearer 288
+  EXPECT_EQ(mx["values"][3]["format"], "e5m2");
+  EXPECT_EQ(mx["values"][3]["e8m0"], 127 - 7);
+  EXPECT_EQ(mx["values"][3]["stored"], 7 * std::ldexp(1.0, -16));
+  const Result text = run({"fp", "1e-4", "--mx-amax", "300"});  // e4m3 where -d names no fp8 format
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_TRUE(has(text.out, "In an MXFP8 block whose largest |value| is 300")) << text.out;
+  EXPECT_TRUE(has(text.out, "flushed to 0")) << text.out;
+  const Result larger = run({"fp", "500", "--mx-amax", "300"});
+  EXPECT_EQ(larger.code, 2);
+  EXPECT_TRUE(has(larger.err, "--mx-amax 300 is the largest |value| of the block, but 500 is larger")) << larger.err;
+  const Result inf = run({"fp", "1", "--mx-amax", "inf"});
+  EXPECT_EQ(inf.code, 2);
+  EXPECT_TRUE(has(inf.err, "--mx-amax inf: a block's largest |value| is a finite float32 number")) << inf.err;
+}
+
 TEST(CliFp, NegativeNumbersAndDtypeAliases) {
   const Result r = run({"fp", "--device", "cpu", "-d", "half,bfloat16,float", "--", "-2.5", "1e-8"});
   ASSERT_EQ(r.code, 0) << r.err;
