@@ -317,6 +317,12 @@ for name, extra in (("delayed", []), ("current", ["--fp8", "Float8CurrentScaling
         entry["error"] = f"{type(e).__name__}: {e}; stderr: {g.stderr.strip()[-500:]}"
         problems.append(f"fp8 ({name}): " + entry["error"])
     fp8[name] = entry
+# MXFP8's block-scaled GEMMs are the CPU's: --device cuda refuses it naming --device cpu.
+m = run(["run", "--model", "fp8_transformer", "--device", "cuda", "--fp8", "MXFP8BlockScaling()", "--steps", "2",
+         "--quiet"])
+fp8["mxfp8_on_gpu"] = {"rc": m.returncode, "stderr": m.stderr.strip()[-300:]}
+if m.returncode != 2 or "--device cpu" not in m.stderr:
+    problems.append(f"fp8 (MXFP8 on the GPU): exit {m.returncode}, expected 2 naming --device cpu: {m.stderr.strip()[-300:]}")
 print("fp8: " + json.dumps(fp8)[:3000], flush=True)
 
 # ---- 7. the inspector's overhead on the GPU, CUPTI off and on (bench/inspector_bench.cpp)
