@@ -107,8 +107,8 @@ int run_fp8_scale(const Fp8ScaleOptions& o, std::ostream& out) {
   }
   if (std::holds_alternative<amp::MXFP8BlockScaling>(recipe))
     throw UsageError("MXFP8BlockScaling scales each block of 32 values by that block's own amax at the cast: no "
-                     "scale is carried from step to step, so there is nothing to follow here (`ampcheck fp` shows "
-                     "what a value becomes in e4m3/e5m2)");
+                     "scale is carried from step to step, so there is nothing to follow here (`ampcheck fp VALUE "
+                     "--mx-amax AMAX` shows what a value becomes in a block of that largest value)");
   const amp::Fp8Role role = parse_role(o.role);
   const std::vector<float> amaxes = read_amaxes(o);
   const auto* delayed = std::get_if<amp::DelayedScaling>(&recipe);

@@ -107,6 +107,7 @@ TEST(CliFp8Scale, BadInputIsAUsageErrorNamingTheThing) {
   r = run({"fp8-scale", "--recipe", "MXFP8BlockScaling()", "--amax", "1"});
   EXPECT_EQ(r.code, 2);
   EXPECT_TRUE(has(r.err, "block of 32")) << r.err;
+  EXPECT_TRUE(has(r.err, "--mx-amax")) << r.err;
   r = run({"fp8-scale", "--role", "bias", "--amax", "1"});
   EXPECT_EQ(r.code, 2);
   EXPECT_TRUE(has(r.err, "--role bias")) << r.err;
