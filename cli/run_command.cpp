@@ -15,6 +15,7 @@
 #include "cli/mpi_launch.h"
 #include "cli/usage_error.h"
 #include "engine/dist/communicator.h"
+#include "engine/nn/layers.h"  // fp8_size_multiple
 #include "inspector/consensus.h"
 #include "inspector/fp8_watch.h"
 #include "inspector/to_report.h"
@@ -265,7 +266,10 @@ InstrumentedRun instrumented_run(const RunArgs& args, const Resolved& resolved, 
                        "model file (docs/model-format.md)");
     if (setup.command == "run" && std::none_of(layers.begin(), layers.end(), [](const models::Fp8Layer& l) { return l.fp8; }))
       throw UsageError("--fp8: no linear layer of the model can run in fp8 (every one is kept or has a size that is "
-                       "not a multiple of 16)");
+                       "not a multiple of " + std::to_string(nn::fp8_size_multiple(*resolved.options.fp8)) +
+                       (std::holds_alternative<amp::MXFP8BlockScaling>(*resolved.options.fp8)
+                            ? ", MXFP8's blocks: TransformerEngine refuses such a tensor too)"
+                            : ")"));
     if (!args.quiet) err << fp8_notice(*resolved.options.fp8, trainer->result().fp8_layers);
     if (setup.mode != inspector::Mode::off) {
       inspector::Fp8WatchOptions watch;

@@ -45,6 +45,7 @@ std::string_view fp8_finding_name(Fp8FindingKind k) {
     case Fp8FindingKind::zero_amax_infinite_scale: return "zero_amax_infinite_scale";
     case Fp8FindingKind::saturation: return "saturation";
     case Fp8FindingKind::underflow: return "underflow";
+    case Fp8FindingKind::te_shape: return "te_shape";
   }
   return "?";
 }
@@ -60,6 +61,7 @@ void Fp8Watch::on_op_end(const OpEvent& e) {
     // Under block scaling: the rowwise casts (the input's and the weight's blocks along
     // `in`, the gradient's along `out`), those of the forward GEMM and of dgrad.
     const Tensor& w = (*e.inputs)[1];
+    note_shape(e.module, e.step, x, m.block_scaling);
     record(e.module, Fp8Tensor::input, e.step, x, m.input_scale, m.input_format, m.block_scaling ? w.size(1) : 0);
     record(e.module, Fp8Tensor::weight, e.step, w, m.weight_scale, m.weight_format, m.block_scaling ? w.size(1) : 0);
   } else if (e.phase == Phase::backward && e.grad_output != nullptr) {
@@ -85,6 +87,27 @@ void Fp8Watch::record(const std::string& layer, Fp8Tensor tensor, std::int64_t s
     return;
   }
   steps.push_back({step, scale, format, s});
+}
+
+void Fp8Watch::note_shape(const std::string& layer, std::int64_t step, const Tensor& x, bool block_scaling) {
+  const std::int64_t in = x.dim() > 0 ? x.size(-1) : 1, rows = in > 0 ? x.numel() / in : 0, multiple = block_scaling ? 32 : 8;
+  if (rows % multiple == 0) return;
+  for (const Fp8Finding& f : shape_findings_)
+    if (f.layer == layer) return;
+  Fp8Finding f;
+  f.kind = Fp8FindingKind::te_shape;
+  f.layer = layer;
+  f.tensor = Fp8Tensor::input;
+  f.step = step;
+  f.steps = 1;
+  f.text = fmt::format(
+      "'{}' input {}: {} rows ahead of its last dim, not a multiple of {}: TransformerEngine refuses it ({}); "
+      "pad the batch or the sequence to a multiple of {} (ampcheck computed on{})",
+      layer, to_string(x.shape()), rows, multiple,
+      block_scaling ? "\"MXFP8 requires tensor dims that are divisible by 32\""
+                    : "\"FP8 execution requires the product of all dimensions except the last to be divisible by 8\"",
+      multiple, block_scaling ? ", casting the short blocks as blocks" : "");
+  shape_findings_.push_back(std::move(f));
 }
 
 std::vector<Fp8Finding> fp8_findings(const Fp8TensorHistory& h, const Fp8WatchOptions& o) {
@@ -195,6 +218,8 @@ std::vector<Fp8Finding> fp8_findings(const Fp8TensorHistory& h, const Fp8WatchOp
             bf16);
         break;
       }
+      case Fp8FindingKind::te_shape:  // Fp8Watch::note_shape's, not a history's
+        break;
     }
     f.first_cast_only = f.kind != Fp8FindingKind::zero_amax_infinite_scale && f.steps == 1 && f.step == first_step;
     if (f.first_cast_only)
@@ -206,7 +231,7 @@ std::vector<Fp8Finding> fp8_findings(const Fp8TensorHistory& h, const Fp8WatchOp
 }
 
 std::vector<Fp8Finding> Fp8Watch::findings() const {
-  std::vector<Fp8Finding> all;
+  std::vector<Fp8Finding> all = shape_findings_;
   for (const Fp8TensorHistory& h : histories_) {
     std::vector<Fp8Finding> f = fp8_findings(h, options_);
     all.insert(all.end(), f.begin(), f.end());

@@ -30,6 +30,11 @@
 //                             past its history's maximum clamps the largest values: a small
 //                             share clipped by a little is delayed scaling working as
 //                             designed, and is not reported; Fp8WatchOptions.)
+//   te_shape                  an fp8 layer's input whose leading dims (batch x sequence) hold
+//                             a number of rows TransformerEngine refuses: not a multiple of 8
+//                             (its fp8 execution check), of 32 under MXFP8 (its quantizer's
+//                             blocks). ampcheck computes on; TE would raise. A warning, once
+//                             per layer: the cure is padding, not keeping layers out of fp8.
 //   underflow                 a share of the tensor's nonzero values flushed to zero in the
 //                             cast (the tensor's mass below the format's smallest subnormal:
 //                             E5M2 gradients losing a layer's signal). A warning from
@@ -67,7 +72,7 @@ struct Fp8TensorHistory {
   std::vector<Fp8CastStep> steps;  // in step order
 };
 
-enum class Fp8FindingKind : std::uint8_t { zero_amax_infinite_scale, saturation, underflow };
+enum class Fp8FindingKind : std::uint8_t { zero_amax_infinite_scale, saturation, underflow, te_shape };
 std::string_view fp8_finding_name(Fp8FindingKind k);
 
 struct Fp8Finding {
@@ -125,10 +130,13 @@ class Fp8Watch : public Observer {
   // scaled by its own amax; the step's scale is then that of the block holding the amax.
   void record(const std::string& layer, Fp8Tensor tensor, std::int64_t step, const Tensor& values, float scale,
               kernels::Fp8Format format, std::int64_t mx_row = 0);
+  // A te_shape finding for the layer's input x where TE would refuse its rows (once).
+  void note_shape(const std::string& layer, std::int64_t step, const Tensor& x, bool block_scaling);
 
   Fp8WatchOptions options_;
   std::vector<Fp8TensorHistory> histories_;
   std::map<std::pair<std::string, Fp8Tensor>, std::size_t> index_;
+  std::vector<Fp8Finding> shape_findings_;  // te_shape, the first per layer
 };
 
 // The findings of one tensor's history (what findings() gathers): exposed for tests and

@@ -140,8 +140,8 @@ struct Trainer::State {
       const std::int64_t out = linear->weight.size(0), in = linear->weight.size(1);
       if (kept) {
         l.kept = "kept by name";  // --fp8-keep, or the "fp8" block's "keep"
-      } else if (in % 16 != 0 || out % 16 != 0) {
-        l.kept = "[" + std::to_string(out) + ", " + std::to_string(in) + "]: not multiples of 16";
+      } else if (const std::int64_t multiple = nn::fp8_size_multiple(recipe); in % multiple != 0 || out % multiple != 0) {
+        l.kept = "[" + std::to_string(out) + ", " + std::to_string(in) + "]: not multiples of " + std::to_string(multiple);
       } else {
         linear->enable_fp8(recipe);
         l.fp8 = true;

@@ -595,7 +595,7 @@ struct Fp8TensorRecord {
   std::vector<std::int64_t> binades;
 };
 struct Fp8FindingRecord {
-  std::string kind;  // "zero_amax_infinite_scale", "saturation", "underflow"
+  std::string kind;  // "zero_amax_infinite_scale", "saturation", "underflow", "te_shape"
   bool failure = false;
   std::string layer, tensor;
   std::int64_t step = 0;   // the first step it was seen

@@ -26,12 +26,19 @@ Tensor Linear::forward(const Tensor& x) {
   return fp8_ ? fp8_linear(x, weight, bias, fp8_->meta) : linear(x, weight, bias);
 }
 
+std::int64_t fp8_size_multiple(const amp::Fp8Recipe& recipe) {
+  return std::holds_alternative<amp::MXFP8BlockScaling>(recipe) ? 32 : 16;
+}
+
 void Linear::enable_fp8(const amp::Fp8Recipe& recipe) {
-  const std::int64_t out = weight.size(0), in = weight.size(1);
-  if (in % 16 != 0 || out % 16 != 0)
-    throw std::invalid_argument("linear layer " + (path().empty() ? std::string() : "'" + path() + "' ") + "[" +
-                                std::to_string(out) + ", " + std::to_string(in) + "]: fp8 GEMMs need sizes that are multiples of 16 (cuBLASLt's, and "
-                                "TransformerEngine's check); keep this layer out of fp8 or pad it");
+  const std::int64_t out = weight.size(0), in = weight.size(1), multiple = fp8_size_multiple(recipe);
+  if (in % multiple != 0 || out % multiple != 0)
+    throw std::invalid_argument(
+        "linear layer " + (path().empty() ? std::string() : "'" + path() + "' ") + "[" + std::to_string(out) + ", " +
+        std::to_string(in) + "]: " +
+        (multiple == 32 ? "MXFP8 needs sizes that are multiples of 32 (TransformerEngine's MXFP8 quantizer: its blocks of 32)"
+                        : "fp8 GEMMs need sizes that are multiples of 16 (cuBLASLt's, and TransformerEngine's check)") +
+        "; keep this layer out of fp8 or pad it");
   auto s = std::make_shared<Fp8State>();
   s->meta = std::make_shared<Fp8LinearMeta>();
   amp::Fp8RecipeFormat format = amp::Fp8RecipeFormat::hybrid;

@@ -25,15 +25,20 @@ namespace ampcheck::nn {
 // fp8_meta(), and update_scales() at the end of the step (after the backward) rolls each
 // amax history and sets the next step's scales, as TE's amax_and_scale_update does. Every
 // scale starts at 1 and every history at zeros, as TE's.
+// The multiple a linear layer's sizes must be of to run in fp8: 16 (cuBLASLt's fp8 GEMM and
+// TransformerEngine's check), 32 under MXFP8BlockScaling (TE's MXFP8 quantizer refuses a
+// tensor whose dims are not multiples of its blocks of 32).
+std::int64_t fp8_size_multiple(const amp::Fp8Recipe& recipe);
+
 class Linear : public Module {
  public:
   Linear(std::int64_t in, std::int64_t out, Generator& gen, bool bias = true);
   Tensor forward(const Tensor& x) override;
   Tensor weight, bias;
 
-  // Throws std::invalid_argument naming the layer where in or out is not a multiple of 16
-  // (cuBLASLt's fp8 GEMM and TransformerEngine's check). Under MXFP8BlockScaling each cast
-  // scales its own blocks of 32 (the CPU's only: engine/ops/fp8_linear.cpp).
+  // Throws std::invalid_argument naming the layer where in or out is not a multiple of
+  // fp8_size_multiple(recipe). Under MXFP8BlockScaling each cast scales its own blocks of
+  // 32 (the CPU's only: engine/ops/fp8_linear.cpp).
   void enable_fp8(const amp::Fp8Recipe& recipe);
   bool fp8() const { return fp8_ != nullptr; }
   // Delayed scaling: the scales kept from step to step (current and block scaling have
