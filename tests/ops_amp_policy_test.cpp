@@ -110,6 +110,17 @@ TEST(AmpPolicy, BadListsNameTheOpAndTheFix) {
     EXPECT_NE(std::string(e.what()).find("custom_black_list: unknown op \"sofmax\" (did you mean \"softmax\"?)"),
               std::string::npos) << e.what();
   }
+  // A hostile name (fuzz.config's, 89 KB) is quoted by its start and its length.
+  o.custom_black_list = {"lay" + std::string(10000, '(')};
+  try {
+    Policy p(o);
+    FAIL() << "expected PolicyError";
+  } catch (const amp::PolicyError& e) {
+    const std::string what = e.what();
+    EXPECT_LT(what.size(), 400u) << what.size();
+    EXPECT_NE(what.find("unknown op \"lay((((("), std::string::npos) << what.substr(0, 300);
+    EXPECT_NE(what.find("...\" (10003 characters)"), std::string::npos) << what.substr(0, 300);
+  }
   o.custom_black_list = {"exp"};
   o.custom_white_list = {"exp"};
   EXPECT_THROW(Policy{o}, amp::PolicyError);

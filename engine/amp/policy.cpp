@@ -86,10 +86,19 @@ std::string_view reason_name(Reason r) {
   return "?";
 }
 
+namespace {
+// A name as a message quotes it: whole when short, its start and its length when long (a
+// hostile list is not echoed back whole).
+std::string quoted_name(std::string_view name) {
+  if (name.size() <= 100) return "\"" + std::string(name) + "\"";
+  return "\"" + std::string(name.substr(0, 60)) + "...\" (" + std::to_string(name.size()) + " characters)";
+}
+}  // namespace
+
 Op resolve_op_name(std::string_view name, std::string_view list_name) {
   if (auto op = op_from_name(name)) return *op;
   if (auto it = aliases().find(name); it != aliases().end()) return it->second;
-  std::string msg = std::string(list_name) + ": unknown op \"" + std::string(name) + "\"";
+  std::string msg = std::string(list_name) + ": unknown op " + quoted_name(name);
   std::string_view best = closest_op_name(name);
   if (best.empty()) {
     std::vector<std::string_view> alias_names;
