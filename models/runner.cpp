@@ -154,7 +154,8 @@ struct Trainer::State {
       if (std::none_of(result.fp8_layers.begin(), result.fp8_layers.end(), [&](const Fp8Layer& l) {
             return l.layer == k || l.layer.rfind(k + ".", 0) == 0;
           }))
-        throw std::invalid_argument((i < keep_from.size() ? keep_from[i] : std::string("--fp8-keep")) + " " + k +
+        throw std::invalid_argument((i < keep_from.size() ? keep_from[i] : std::string("--fp8-keep")) + " " +
+                                    (k.size() <= 100 ? k : k.substr(0, 60) + "... (" + std::to_string(k.size()) + " characters)") +
                                     ": no linear layer of the model is named so or lies under it");
     }
   }
