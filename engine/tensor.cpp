@@ -64,10 +64,11 @@ bool guards_intact(const MemoryKernels& mem, const unsigned char* base, std::siz
 }
 
 std::shared_ptr<void> allocate(const Shape& shape, DType dtype, Device device) {
-  // The size in bytes, checked: a shape such as [3e9, 4e9] overflows 64 bits.
-  std::uint64_t elements = 1;
-  bool overflow = false;
-  for (std::int64_t d : shape) overflow = overflow || __builtin_mul_overflow(elements, static_cast<std::uint64_t>(d), &elements);
+  // The size in bytes, checked: a shape such as [3e9, 4e9] overflows 64 bits (one with a
+  // zero is empty, whatever the rest: checked_numel).
+  const std::optional<std::int64_t> count = checked_numel(shape);
+  bool overflow = !count;
+  const std::uint64_t elements = count ? static_cast<std::uint64_t>(*count) : 0;
   std::uint64_t bytes = 0;
   overflow = overflow || elements > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) ||
              __builtin_mul_overflow(elements, static_cast<std::uint64_t>(element_size(dtype)), &bytes) ||
@@ -137,15 +138,20 @@ void store_each(Tensor& t, F value) {
 }  // namespace
 
 std::int64_t numel(const Shape& shape) {
+  // A zero anywhere is an empty tensor, whatever the other dims: their product alone may not
+  // fit (a file's claim of 120 dims and one zero).
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
   std::int64_t n = 1;
   for (std::int64_t d : shape) n *= d;
   return n;
 }
 
 std::optional<std::int64_t> checked_numel(const Shape& shape) {
+  if (std::any_of(shape.begin(), shape.end(), [](std::int64_t d) { return d < 0; })) return std::nullopt;
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;  // as numel
   std::int64_t n = 1;
   for (std::int64_t d : shape)
-    if (d < 0 || __builtin_mul_overflow(n, d, &n)) return std::nullopt;
+    if (__builtin_mul_overflow(n, d, &n)) return std::nullopt;
   return n;
 }
 

@@ -71,12 +71,15 @@ Array convert(const onnx::TensorProto& t, const std::string& where) {
   a.name = t.name();
   a.stored = elem_type_name(type);
   double count = 1;
+  bool huge_dim = false;  // beside a zero, a product of huge dims would overflow int64 before it
   for (std::int64_t d : t.dims()) {
     if (d < 0) fail(where, "tensor \"" + t.name() + "\" has a negative size");
     a.shape.push_back(d);
     count *= static_cast<double>(d);
+    huge_dim = huge_dim || static_cast<double>(d) > 1e11;
   }
-  if (count > 1e11) fail(where, "tensor \"" + t.name() + "\" claims " + to_string(a.shape) + " elements: the file is corrupt");
+  if (count > 1e11 || huge_dim)
+    fail(where, "tensor \"" + t.name() + "\" claims " + to_string(a.shape) + " elements: the file is corrupt");
   if (t.data_location() == onnx::TensorProto::EXTERNAL)
     fail(where, "tensor \"" + t.name() + "\" keeps its data in an external file: ampcheck reads self-contained models; "
                 "save with onnx.save_model(model, path, save_as_external_data=False)");
