@@ -52,7 +52,7 @@ void add_amaxes(const std::string& text, const std::string& where, std::vector<f
       throw UsageError(fmt::format("{}: cannot read \"{}\" as an amax (a number: 12.5, 3e4, inf, nan)", where, w));
     if (v < 0)
       throw UsageError(fmt::format("{}: amax {} is negative; an amax is the largest |x| of the tensor", where, w));
-    out.push_back(amp::to_f32(v));  // 1e300 is +inf in binary32, as the cast of a tensor would make it
+    out.push_back(kernels::f64_to_f32(v));  // 1e300 is +inf in binary32, as the cast of a tensor would make it
   }
 }
 

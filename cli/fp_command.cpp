@@ -14,7 +14,6 @@
 #include "cli/dtype_option.h"
 #include "cli/output.h"
 #include "cli/usage_error.h"
-#include "engine/amp/fp8_scale_fn.h"  // to_f32
 #include "engine/device.h"
 #include "engine/dtype/convert.h"
 #include "engine/dtype/dtype.h"
@@ -152,9 +151,9 @@ MxValue mx_value(const std::string& text, double x, double amax, Fp8Format f) {
   v.text = text;
   v.input = x;
   v.format = f;
-  v.scale_code = kernels::e8m0_scale_bits(amp::to_f32(amax), static_cast<float>(info(f).max()));
+  v.scale_code = kernels::e8m0_scale_bits(kernels::f64_to_f32(amax), static_cast<float>(info(f).max()));
   v.scale = kernels::e8m0_to_f32(v.scale_code);
-  const float y = amp::to_f32(x) * kernels::e8m0_multiplier(v.scale_code);
+  const float y = kernels::f64_to_f32(x) * kernels::e8m0_multiplier(v.scale_code);
   v.code = encode_fp8(y, f, kernels::Fp8Overflow::saturate);
   v.back = decode_fp8(v.code, f) * v.scale;
   return v;

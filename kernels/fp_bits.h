@@ -136,6 +136,16 @@ AMPCHECK_HD std::uint32_t f64_to_narrow_bits(std::uint64_t x) {
   return sign | (bits >= kInf ? kInf : bits);
 }
 
+// A double rounded once to binary32, to nearest even, as IEEE 754 rounds it: beyond FLT_MAX
+// but below the midpoint 2^128 - 2^103 it is FLT_MAX, from there +-Inf (a C++ cast of a
+// double beyond float's range is undefined behaviour); NaN stays NaN.
+AMPCHECK_HD float f64_to_f32(double x) {
+  const double a = x < 0 ? -x : x;  // false for NaN: the cast below keeps it
+  if (a >= 340282356779733661637539395458142568448.0) return float_of(x < 0 ? 0xff800000u : 0x7f800000u);
+  if (a > 340282346638528859811704183484516925440.0) return float_of(x < 0 ? 0xff7fffffu : 0x7f7fffffu);
+  return static_cast<float>(x);  // in range: the cast rounds to nearest even
+}
+
 AMPCHECK_HD std::uint16_t f64_to_f16_bits(std::uint64_t x) {
   return static_cast<std::uint16_t>(f64_to_narrow_bits<5, 10>(x));
 }

@@ -457,12 +457,12 @@ TEST(Fp8RecipeText, DeeplyNestedOrEndlessRecipesAreRefusedWithAShortMessage) {
 // or FLT_MAX below the midpoint 2^128 - 2^103), never through an undefined C++ cast.
 TEST(Fp8ScaleFunction, NumbersBeyondFloat32RoundAsIeeeRoundsThem) {
   const double midpoint = std::ldexp(1.0, 128) - std::ldexp(1.0, 103);
-  EXPECT_EQ(to_f32(static_cast<double>(kFltMax)), kFltMax);
-  EXPECT_EQ(to_f32(std::nextafter(midpoint, 0.0)), kFltMax);
-  EXPECT_EQ(to_f32(midpoint), kInf);  // the tie goes to the even significand: Inf
-  EXPECT_EQ(to_f32(-1e300), -kInf);
-  EXPECT_EQ(to_f32(1e-50), 0.0f);
-  EXPECT_TRUE(std::isnan(to_f32(std::nan(""))));
+  EXPECT_EQ(kernels::f64_to_f32(static_cast<double>(kFltMax)), kFltMax);
+  EXPECT_EQ(kernels::f64_to_f32(std::nextafter(midpoint, 0.0)), kFltMax);
+  EXPECT_EQ(kernels::f64_to_f32(midpoint), kInf);  // the tie goes to the even significand: Inf
+  EXPECT_EQ(kernels::f64_to_f32(-1e300), -kInf);
+  EXPECT_EQ(kernels::f64_to_f32(1e-50), 0.0f);
+  EXPECT_TRUE(std::isnan(kernels::f64_to_f32(std::nan(""))));
   EXPECT_EQ(eval_fn("lambda a, s, m, r: 1e300 * a", 1.0f), kInf);
   EXPECT_EQ(eval_fn("lambda a, s, m, r: -1e300 * a", 1.0f), -kInf);
 }

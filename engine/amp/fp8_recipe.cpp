@@ -253,7 +253,7 @@ std::pair<bool, float> qparams(const Keywords& recipe, const std::string& key, b
     q.only_default(fp4, "False", "an NVFP4 feature, not part of fp8 current scaling");
   const double eps = q.number("amax_epsilon", 0.0);
   if (eps < 0) q.fail("amax_epsilon", "must not be negative");
-  return {q.boolean("power_2_scale", default_pow2), to_f32(eps)};
+  return {q.boolean("power_2_scale", default_pow2), kernels::f64_to_f32(eps)};
 }
 
 }  // namespace

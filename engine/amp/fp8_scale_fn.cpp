@@ -10,16 +10,11 @@
 #include <sstream>
 #include <vector>
 
+#include "kernels/fp_bits.h"  // f64_to_f32
+
 namespace ampcheck::amp {
 
-float to_f32(double x) {
-  // 2^128 - 2^103: the midpoint between FLT_MAX and 2^128, from which rounding goes to Inf.
-  constexpr double kOverflow = 340282356779733661637539395458142568448.0;
-  if (std::fabs(x) >= kOverflow) return x < 0 ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
-  if (std::fabs(x) > static_cast<double>(std::numeric_limits<float>::max()))
-    return x < 0 ? -std::numeric_limits<float>::max() : std::numeric_limits<float>::max();
-  return static_cast<float>(x);  // in range (or NaN): the cast rounds to nearest
-}
+using kernels::f64_to_f32;
 
 // ---- values: PyTorch's one-element float32 tensors and Python's numbers
 namespace {
@@ -31,7 +26,7 @@ struct Value {
   bool is_bool() const { return kind == tensor_bool || kind == py_bool; }
 };
 
-Value tensor_of(double x) { return {Value::tensor, static_cast<double>(to_f32(x))}; }
+Value tensor_of(double x) { return {Value::tensor, static_cast<double>(f64_to_f32(x))}; }
 Value py_float(double x) { return {Value::py_float, x}; }
 Value py_int(double x) { return {Value::py_int, x}; }
 
@@ -41,8 +36,8 @@ Value py_int(double x) { return {Value::py_int, x}; }
 Value arithmetic(const Value& a, const Value& b, double (*op)(double, double)) {
   if (a.kind == Value::none || b.kind == Value::none) throw std::domain_error("None in arithmetic");
   if (a.is_tensor() || b.is_tensor()) {
-    const double fa = to_f32(a.x), fb = to_f32(b.x);
-    return tensor_of(to_f32(op(fa, fb)));
+    const double fa = f64_to_f32(a.x), fb = f64_to_f32(b.x);
+    return tensor_of(f64_to_f32(op(fa, fb)));
   }
   const bool ints = (a.kind == Value::py_int || a.kind == Value::py_bool) && (b.kind == Value::py_int || b.kind == Value::py_bool);
   const double r = op(a.x, b.x);
@@ -52,7 +47,7 @@ Value arithmetic(const Value& a, const Value& b, double (*op)(double, double)) {
 Value compare(const Value& a, const Value& b, bool (*op)(double, double)) {
   if (a.kind == Value::none || b.kind == Value::none) throw std::domain_error("None in a comparison");
   if (a.is_tensor() || b.is_tensor()) {
-    const double fa = to_f32(a.x), fb = to_f32(b.x);
+    const double fa = f64_to_f32(a.x), fb = f64_to_f32(b.x);
     return {Value::tensor_bool, op(fa, fb) ? 1.0 : 0.0};
   }
   return {Value::py_bool, op(a.x, b.x) ? 1.0 : 0.0};
@@ -501,7 +496,7 @@ Value call(const Node& n, const Args& a) {
   std::vector<Value> v;
   for (const NodePtr& arg : n.args) v.push_back(eval(*arg, a));
   const std::string& f = n.op;
-  const auto f32 = [](const Value& x) { return static_cast<double>(to_f32(x.x)); };
+  const auto f32 = [](const Value& x) { return static_cast<double>(f64_to_f32(x.x)); };
   if (f == "torch.where") {
     if (!v[0].is_bool()) throw std::domain_error("torch.where's condition is not a boolean");
     return tensor_of(truth(v[0]) ? v[1].x : v[2].x);
@@ -538,14 +533,14 @@ Value call(const Node& n, const Args& a) {
   if (f == "torch.ceil") return tensor_of(std::ceil(f32(v[0])));
   if (f == "torch.round") return tensor_of(std::nearbyint(f32(v[0])));  // half to even, as torch.round
   if (f == "torch.trunc") return tensor_of(std::trunc(f32(v[0])));
-  if (f == "torch.log2") return tensor_of(std::log2(to_f32(v[0].x)));
-  if (f == "torch.log") return tensor_of(std::log(to_f32(v[0].x)));
-  if (f == "torch.exp") return tensor_of(std::exp(to_f32(v[0].x)));
-  if (f == "torch.exp2") return tensor_of(std::exp2(to_f32(v[0].x)));
-  if (f == "torch.sqrt") return tensor_of(std::sqrt(to_f32(v[0].x)));
-  if (f == "torch.rsqrt") return tensor_of(1.0f / std::sqrt(to_f32(v[0].x)));
-  if (f == "torch.reciprocal") return tensor_of(1.0f / to_f32(v[0].x));
-  if (f == "torch.pow") return tensor_of(std::pow(to_f32(v[0].x), to_f32(v[1].x)));
+  if (f == "torch.log2") return tensor_of(std::log2(f64_to_f32(v[0].x)));
+  if (f == "torch.log") return tensor_of(std::log(f64_to_f32(v[0].x)));
+  if (f == "torch.exp") return tensor_of(std::exp(f64_to_f32(v[0].x)));
+  if (f == "torch.exp2") return tensor_of(std::exp2(f64_to_f32(v[0].x)));
+  if (f == "torch.sqrt") return tensor_of(std::sqrt(f64_to_f32(v[0].x)));
+  if (f == "torch.rsqrt") return tensor_of(1.0f / std::sqrt(f64_to_f32(v[0].x)));
+  if (f == "torch.reciprocal") return tensor_of(1.0f / f64_to_f32(v[0].x));
+  if (f == "torch.pow") return tensor_of(std::pow(f64_to_f32(v[0].x), f64_to_f32(v[1].x)));
   if (f == "torch.full_like") return tensor_of(v[1].x);
   if (f == "torch.ones_like") return tensor_of(1.0);
   if (f == "torch.zeros_like") return tensor_of(0.0);
@@ -556,7 +551,7 @@ Value call(const Node& n, const Args& a) {
                                    : truth(compare(v[1], v[0], [](double x, double y) { return x < y; }));
     return second ? v[1] : v[0];
   }
-  if (f == "float") return py_float(v[0].is_tensor() ? to_f32(v[0].x) : v[0].x);
+  if (f == "float") return py_float(v[0].is_tensor() ? f64_to_f32(v[0].x) : v[0].x);
   if (f == "pow" || f == "math.pow") {
     if (f == "math.pow") return py_float(std::pow(v[0].x, v[1].x));
     return arithmetic(v[0], v[1], [](double x, double y) { return std::pow(x, y); });
@@ -604,14 +599,14 @@ Value eval(const Node& n, const Args& a) {
         // A Python number over a tensor is Tensor.__rtruediv__, self.reciprocal() * other
         // (torch/_tensor.py): two roundings in float32, not one division.
         if (!x.is_tensor() && y.is_tensor() && x.kind != Value::none)
-          return tensor_of(to_f32(1.0f / to_f32(y.x)) * to_f32(x.x));
+          return tensor_of(f64_to_f32(1.0f / f64_to_f32(y.x)) * f64_to_f32(x.x));
         Value r = arithmetic(x, y, [](double p, double q) { return p / q; });
         if (r.kind == Value::py_int) r.kind = Value::py_float;  // true division
         return r;
       }
       // **: with a tensor operand, powf; between Python numbers, Python's (int ** negative int is a float)
       if (x.is_tensor() || y.is_tensor())
-        return tensor_of(std::pow(to_f32(x.x), to_f32(y.x)));
+        return tensor_of(std::pow(f64_to_f32(x.x), f64_to_f32(y.x)));
       Value r = arithmetic(x, y, [](double p, double q) { return std::pow(p, q); });
       if (y.x < 0 && r.kind == Value::py_int) r.kind = Value::py_float;
       return r;
@@ -663,7 +658,7 @@ Fp8ScaleFunction Fp8ScaleFunction::parse(std::string_view text) {
 float Fp8ScaleFunction::operator()(float amax, float scale, float fp8_max, int margin, std::int64_t amax_history_len) const {
   const Value v = eval(*body_, Args{amax, scale, fp8_max, margin, amax_history_len});
   if (v.kind == Value::none || v.is_bool()) throw std::domain_error("it returned a boolean or None, not a scale");
-  return to_f32(v.x);
+  return f64_to_f32(v.x);
 }
 
 }  // namespace ampcheck::amp

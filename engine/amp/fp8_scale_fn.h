@@ -28,11 +28,6 @@
 
 namespace ampcheck::amp {
 
-// A double rounded to binary32 as IEEE 754 rounds it (to nearest, ties to even; beyond the
-// largest float, +-Inf), for every double: a plain cast of one beyond float's range is
-// undefined behaviour in C++.
-float to_f32(double x);
-
 // A recipe's or function's text as an error message quotes it: whole when short, its first
 // 100 characters and its length when long (a hostile recipe is not echoed back whole).
 std::string quoted_source(std::string_view text);

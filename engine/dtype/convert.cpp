@@ -16,7 +16,7 @@ namespace k = kernels;
 std::uint64_t encode(double x, DType to) {
   switch (to) {
     case DType::f64: return k::bits_of(x);
-    case DType::f32: return k::bits_of(static_cast<float>(x));
+    case DType::f32: return k::bits_of(k::f64_to_f32(x));
     case DType::f16: return k::f64_to_f16_bits(k::bits_of(x));
     case DType::bf16: return k::f64_to_bf16_bits(k::bits_of(x));
     case DType::i64: break;
