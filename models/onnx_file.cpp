@@ -71,15 +71,13 @@ Array convert(const onnx::TensorProto& t, const std::string& where) {
   a.name = t.name();
   a.stored = elem_type_name(type);
   double count = 1;
-  bool huge_dim = false;  // beside a zero, a product of huge dims would overflow int64 before it
   for (std::int64_t d : t.dims()) {
     if (d < 0) fail(where, "tensor \"" + t.name() + "\" has a negative size");
     a.shape.push_back(d);
     count *= static_cast<double>(d);
-    huge_dim = huge_dim || static_cast<double>(d) > 1e11;
   }
-  if (count > 1e11 || huge_dim)
-    fail(where, "tensor \"" + t.name() + "\" claims " + to_string(a.shape) + " elements: the file is corrupt");
+  // (A zero among the dims makes the tensor empty whatever the others: numel() says 0.)
+  if (count > 1e11) fail(where, "tensor \"" + t.name() + "\" claims " + to_string(a.shape) + " elements: the file is corrupt");
   if (t.data_location() == onnx::TensorProto::EXTERNAL)
     fail(where, "tensor \"" + t.name() + "\" keeps its data in an external file: ampcheck reads self-contained models; "
                 "save with onnx.save_model(model, path, save_as_external_data=False)");
@@ -242,7 +240,6 @@ void check_window_attributes(const onnx::NodeProto& n, const std::string& where)
   ints("output_shape", true, 1);
 }
 
-// Every node of `graph` and of the graphs nested in its attributes.
 // A tensor's raw_data must hold its dims' worth of its type's bytes: the ONNX library's
 // shape inference copies it as whole elements without checking (ParseData: 4 bytes for an
 // int64 scalar wrote through a null pointer). Strings and packed 4-bit types, which have
@@ -250,17 +247,11 @@ void check_window_attributes(const onnx::NodeProto& n, const std::string& where)
 // here, nor types newer than the ONNX library here (its inference does not parse them).
 void check_raw_data(const onnx::TensorProto& t, const std::string& where) {
   if (t.raw_data().empty()) return;
-  int bytes = 0;
-  switch (t.data_type()) {
-    case onnx::TensorProto::UINT8: case onnx::TensorProto::INT8: case onnx::TensorProto::BOOL: bytes = 1; break;
-    case onnx::TensorProto::UINT16: case onnx::TensorProto::INT16: case onnx::TensorProto::FLOAT16:
-    case onnx::TensorProto::BFLOAT16: bytes = 2; break;
-    case onnx::TensorProto::FLOAT: case onnx::TensorProto::INT32: case onnx::TensorProto::UINT32: bytes = 4; break;
-    case onnx::TensorProto::INT64: case onnx::TensorProto::UINT64: case onnx::TensorProto::DOUBLE:
-    case onnx::TensorProto::COMPLEX64: bytes = 8; break;
-    case onnx::TensorProto::COMPLEX128: bytes = 16; break;
-    default: return;
-  }
+  // The types ampcheck reads, and the complex ones the library's inference also copies.
+  const int bytes = t.data_type() == onnx::TensorProto::COMPLEX64    ? 8
+                    : t.data_type() == onnx::TensorProto::COMPLEX128 ? 16
+                                                                      : elem_bytes(t.data_type());
+  if (bytes == 0) return;
   std::uint64_t n = 1;
   bool overflow = false;
   for (const std::int64_t d : t.dims()) {
@@ -276,6 +267,7 @@ void check_raw_data(const onnx::TensorProto& t, const std::string& where) {
                     ": the file is truncated or malformed");
 }
 
+// Every node of `graph` and of the graphs nested in its attributes.
 void precheck_graph(const onnx::GraphProto& graph, const std::string& path, int depth) {
   if (depth > kMaxGraphNesting)
     fail(path, "subgraphs (If, Loop, Scan) are nested more than " + std::to_string(kMaxGraphNesting) +

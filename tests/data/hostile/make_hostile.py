@@ -251,8 +251,8 @@ out("arrays", "pb_garbage.pb", b"\x0a\xff\xff\xff\xff\x0f" + b"\x01" * 10)
 # kept as found): a recurrent node's op type changed to one with a single output (Transpose,
 # Cast) while the graph still reads its output 1; the refusal named the node, not the file.
 # arrays/pb_huge_dims_beside_a_zero.pb (fuzz.arrays, kept as found): a TensorProto whose dims
-# multiply to 0 in double but overflow int64 before its zero (UBSan); a dim beyond 1e11 is
-# refused as corrupt.
+# multiply to 0 but whose product before the zero overflowed int64 (UBSan); a shape with a
+# zero is now empty whatever its other dims.
 # config/black_list_name_of_89k.json (fuzz.config, kept as found): an unknown op name of
 # 89 KB in custom_black_list was echoed whole in the one-line error; names are now quoted by
 # their start and their length.
