@@ -10,7 +10,7 @@
 #include "engine/dispatch.h"           // kernels_on, view_of
 #include "inspector/to_report.h"
 #include "kernels/numerics_kernels.h"  // the scans over the elements, on the tensor's device
-#include "reports/advice.h"            // lost_text, flushed_gradient_text
+#include "reports/advice.h"            // lost_text, flushed_gradient_text, scale_text
 
 namespace ampcheck::inspector {
 namespace {
@@ -129,6 +129,21 @@ std::string number(double v) {
   return s.str();
 }
 
+// Skips in a row with one cause that show the overflow does not follow the loss scale
+// before they read persistent (the recorder's judge.py has the same rule).
+constexpr std::size_t kPersistentSkips = 3;
+
+// What a run of persistent skips shows, from scale_history[first] on.
+std::string persistent_text(const std::vector<ScaleRecord>& h, std::size_t first) {
+  std::size_t last = first;
+  while (last + 1 < h.size() && h[last + 1].reading == SkipReading::persistent) ++last;
+  return "the same op made it at every loss scale from " + reports::scale_text(h[first].event.scale_before) +
+         " down to " +
+         reports::scale_text(h[last].event.scale_before) + " (" + std::to_string(last - first + 1) +
+         " updates in a row) while its inputs did not shrink with the scale: no loss scale absorbs this overflow; "
+         "compute that op in fp32";
+}
+
 std::string counts_text(const NonFiniteCounts& c) {
   std::string s;
   auto add = [&](std::int64_t n, const char* what) {
@@ -220,6 +235,7 @@ std::string_view skip_reading_name(SkipReading r) {
     case SkipReading::lower: return "lower";
     case SkipReading::after_growth: return "after_growth";
     case SkipReading::counted: return "counted";
+    case SkipReading::persistent: return "persistent";
     case SkipReading::forward: return "forward";
     case SkipReading::not_absorbed: return "not_absorbed";
   }
@@ -734,12 +750,64 @@ void NanWatch::on_scaler_update(const amp::ScalerEvent& e) {
   // Once per collapse: the updates that stay below the floor add nothing new.
   const bool below = e.scale_after < options_.scale_floor;
   if (below && !below_floor_)
-    report_.failures.push_back({FailureKind::scale_below_floor, e.step,
-                                "scale " + number(e.scale_after) + " below the floor " +
-                                    number(options_.scale_floor)});
+    report_.failures.push_back(
+        {FailureKind::scale_below_floor, e.step,
+         "scale " + number(e.scale_after) + " below the floor " + number(options_.scale_floor) +
+             // The update that took it there says what kept overflowing.
+             (e.found_inf ? "; the update skipped for: " + cause_text(record.cause) : std::string())});
   below_floor_ = below;
   report_.scale_history.push_back(std::move(record));
+  note_streak();
   pending_ = Pending{};
+}
+
+namespace {
+
+// Whether an input of the same op's event moved with the loss scale between two skips:
+// its largest magnitude changed by a ratio nearer the scales' ratio than to 1. A pair
+// that cannot show it (the scale did not drop, no comparable input) counts as following.
+bool follows_scale(const ScaleRecord& prev, const ScaleRecord& cur) {
+  const double q = prev.event.scale_before > 0 ? cur.event.scale_before / prev.event.scale_before : 1.0;
+  if (!(q > 0 && q < 1)) return true;
+  bool compared = false;
+  for (const TensorRange& in : cur.cause.event->inputs)
+    for (const TensorRange& before : prev.cause.event->inputs) {
+      if (before.role != in.role) continue;
+      const double a = in.absmax, b = before.absmax;
+      if (!(a > 0 && b > 0 && std::isfinite(a) && std::isfinite(b))) continue;
+      compared = true;
+      const double r = std::log2(a / b);
+      if (std::abs(r - std::log2(q)) < std::abs(r)) return true;
+    }
+  return !compared;
+}
+
+bool same_cause(const NanEvent& a, const NanEvent& b) {
+  return a.op == b.op && a.phase == b.phase && a.module == b.module;
+}
+
+}  // namespace
+
+// The persistent reading (nan_source.h, SkipReading): an op that makes Inf/NaN from finite
+// values whatever the loss scale has the scaler back off forever, each skip looking like
+// probing (the scale at a new low) while the run never trains.
+void NanWatch::note_streak() {
+  ScaleRecord& rec = report_.scale_history.back();
+  const bool probing_skip = rec.event.skipped && rec.absorbed && is_probing(rec.reading);
+  if (!probing_skip || rec.cause.kind != SkipCause::Kind::op || !rec.cause.event) {
+    streak_.clear();
+    streak_independent_ = true;
+    return;
+  }
+  if (!streak_.empty() && same_cause(*report_.scale_history[streak_.front()].cause.event, *rec.cause.event)) {
+    streak_independent_ = streak_independent_ && !follows_scale(report_.scale_history[streak_.back()], rec);
+  } else {
+    streak_.clear();
+    streak_independent_ = true;
+  }
+  streak_.push_back(report_.scale_history.size() - 1);
+  if (streak_.size() >= kPersistentSkips && streak_independent_)
+    for (std::size_t i : streak_) report_.scale_history[i].reading = SkipReading::persistent;
 }
 
 NanReport NanWatch::report() const {
@@ -781,9 +849,10 @@ NanReport NanWatch::report() const {
       std::string detail = std::to_string(counted) + " of " + std::to_string(r.updates()) +
                            " updates skipped outside the scaler's probing (" + number(fraction) + " > " +
                            number(options_.max_skipped_fraction) + ")";
-      for (const ScaleRecord& rec : h)
-        if (rec.event.skipped && !is_probing(rec.reading)) {
-          detail += "; the first at update " + std::to_string(rec.event.step) + ": " + cause_text(rec.cause);
+      for (std::size_t i = 0; i < h.size(); ++i)
+        if (h[i].event.skipped && !is_probing(h[i].reading)) {
+          detail += "; the first at update " + std::to_string(h[i].event.step) + ": " + cause_text(h[i].cause);
+          if (h[i].reading == SkipReading::persistent) detail += "; " + persistent_text(h, i);
           break;
         }
       r.failures.push_back({FailureKind::skipped_fraction, r.updates(), detail});

@@ -187,6 +187,10 @@ enum class SkipReading : std::uint8_t {
                  // (growth_interval, incr_every_n_steps) and backed off
   counted,       // absorbed at a scale already proven, to no new low (a hysteresis or
                  // decr_every_n step): counts toward skipped_fraction
+  persistent,    // not probing though it looks so: kPersistentSkips or more skips in a row
+                 // with the same op as their cause, whose inputs did not shrink with the
+                 // scale between any two of them (exp of a saved activation overflows at
+                 // every scale): no scale absorbs it; counts toward skipped_fraction
   forward,       // after a non-finite forward value: that value's doing (forward_non_finite)
   not_absorbed,  // the scaler did not react (gradient_not_absorbed)
 };
@@ -333,6 +337,11 @@ class NanWatch : public Observer {
   bool stepped_any_ = false;
   double last_stepped_scale_ = 0;
   double lowest_scale_ = std::numeric_limits<double>::infinity();
+  // The persistent reading: scale_history's indices of the skips in a row with one op as
+  // their cause, and whether in each pair of them no input followed the scale.
+  std::vector<std::size_t> streak_;
+  bool streak_independent_ = true;
+  void note_streak();
   std::optional<NanEvent> first_forward_bad_;  // the first non-finite forward value reported
   std::string first_forward_note_;             // how it failed, when a mask's reader showed it
   bool forward_bad_since_update_ = false;      // a non-finite forward value since the last scaler update

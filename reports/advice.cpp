@@ -152,6 +152,7 @@ std::string skip_reading_text(const std::string& reading) {
   if (reading == "lower") return "probing: the scale to a new low";
   if (reading == "after_growth") return "probing after the scale grew";
   if (reading == "counted") return "counted: at a scale that had trained, to no new low";
+  if (reading == "persistent") return "persistent: the same op overflows at every scale";
   if (reading == "forward") return "after a non-finite forward value";
   if (reading == "not_absorbed") return "not absorbed: the scaler did not react";
   return reading;

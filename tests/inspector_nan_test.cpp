@@ -729,6 +729,76 @@ TEST(InspectorNan, EverySkippedUpdateIsReadByOneRule) {
   }
 }
 
+// `skips` updates in a row, each after one backward exp in 'act' that made +Inf from
+// finite values, with PyTorch's halving scale from 2^16, then one clean update. The
+// event's saved input stays 12 (the overflow does not depend on the scale: exp of a saved
+// activation in a custom backward); its grad_output holds 1e-3 times the scale when
+// `follows`, else a constant 1e-3.
+NanReport backward_overflows(int skips, bool follows) {
+  NanWatch watch;
+  const Params none{};
+  double scale = 65536;
+  const double inf = std::numeric_limits<double>::infinity();
+  for (int s = 1; s <= skips + 1; ++s) {
+    watch.on_step_begin(s);
+    const bool bad = s <= skips;
+    if (bad) {
+      const std::vector<Tensor> saved{Tensor::from(std::vector<double>{12.0, 3.0}, {2}, DType::f16)};
+      const Tensor g = Tensor::from(std::vector<double>{follows ? 1e-3 * scale : 1e-3, 0.0}, {2}, DType::f16);
+      const std::vector<Tensor> grads{Tensor::from(std::vector<double>{inf, 1.0}, {2}, DType::f16)};
+      OpEvent e;
+      e.step = s;
+      e.phase = Phase::backward;
+      e.op = Op::exp;
+      e.module = "act";
+      e.inputs = &saved;
+      e.params = &none;
+      e.grad_output = &g;
+      e.grad_inputs = &grads;
+      watch.on_op_end(e);
+    }
+    amp::ScalerEvent u;
+    u.step = s;
+    u.scale_before = scale;
+    u.scale_after = bad ? scale / 2 : scale;
+    u.found_inf = bad;
+    u.skipped = bad;
+    watch.on_scaler_update(u);
+    watch.on_step_end(s);
+    scale = u.scale_after;
+  }
+  return watch.report();
+}
+
+// The persistent reading (nan_source.h, SkipReading::persistent): skips with one op as
+// their cause whose inputs did not shrink with the scale read persistent from the third,
+// count toward skipped_fraction, and the failure says no scale absorbs it; the same
+// history with a gradient that halves with the scale is the scaler probing, and two such
+// skips are too few to tell.
+TEST(InspectorNan, AnOverflowThatDoesNotFollowTheScaleIsPersistentNotProbing) {
+  const NanReport persistent = backward_overflows(5, false);
+  std::vector<SkipReading> readings;
+  for (const ScaleRecord& rec : persistent.scale_history)
+    if (rec.event.skipped) readings.push_back(rec.reading);
+  EXPECT_EQ(readings, std::vector<SkipReading>(5, SkipReading::persistent)) << describe(persistent);
+  EXPECT_EQ(persistent.probing_skips(), 0);
+  ASSERT_TRUE(has_failure(persistent, FailureKind::skipped_fraction)) << describe(persistent);
+  for (const Failure& f : persistent.failures)
+    if (f.kind == FailureKind::skipped_fraction) {
+      EXPECT_NE(f.detail.find("exp_grad in 'act'"), std::string::npos) << f.detail;
+      EXPECT_NE(f.detail.find("at every loss scale from 2^16 down to 2^12 (5 updates in a row)"), std::string::npos)
+          << f.detail;
+      EXPECT_NE(f.detail.find("no loss scale absorbs this overflow"), std::string::npos) << f.detail;
+    }
+
+  const NanReport probing = backward_overflows(5, true);
+  EXPECT_EQ(probing.probing_skips(), 5) << describe(probing);
+  EXPECT_FALSE(probing.failed()) << describe(probing);
+
+  const NanReport short_run = backward_overflows(2, false);
+  EXPECT_EQ(short_run.probing_skips(), 2) << describe(short_run);
+}
+
 TEST(InspectorNan, SkipWithoutBackoffIsNotAbsorbed) {
   NanWatchOptions o;
   o.max_skipped_fraction = 1.0;

@@ -66,6 +66,9 @@ class ScaleRecord:
 
 
 PROBING = ("initial", "lower", "after_growth")
+# Skips in a row with one cause that show the overflow does not follow the loss scale
+# before they read "persistent" (inspector/nan_source.cpp's kPersistentSkips).
+PERSISTENT_SKIPS = 3
 
 
 MAX_PARAM_NAMES = 8
@@ -126,6 +129,39 @@ def _add_producer(lst: list, ev: dict):
     lst.insert(at, ev)
 
 
+def op_text(e: dict, grad: bool = True) -> str:
+    """An event's op as a sentence names it: "mm_grad" for a backward call (when `grad`),
+    "exp in the backward of autograd.Function ScaledExp" for a call in a custom Function's
+    backward, the script's own code."""
+    if e.get("function"):
+        return f"{e['op']} in the backward of autograd.Function {e['function']}"
+    return e["op"] + ("_grad" if grad and e["phase"] == "backward" else "")
+
+
+def _event_key(e: dict):
+    return (e["op"], e["phase"], e["module"], e.get("function", ""))
+
+
+def _follows_scale(prev: ScaleRecord, cur: ScaleRecord) -> bool:
+    """Whether an input of the same op's event moved with the loss scale between two skips:
+    its largest magnitude changed by a ratio nearer the scales' ratio than to 1. A pair
+    that cannot show it (the scale did not drop, no comparable input) counts as following."""
+    q = cur.event.scale_before / prev.event.scale_before if prev.event.scale_before > 0 else 1.0
+    if not (0 < q < 1):
+        return True
+    before = {i["role"]: i.get("absmax", math.nan) for i in prev.cause["event"].get("inputs", [])}
+    compared = False
+    for i in cur.cause["event"].get("inputs", []):
+        a, b = i.get("absmax", math.nan), before.get(i["role"], math.nan)
+        if not (a > 0 and b > 0 and math.isfinite(a) and math.isfinite(b)):
+            continue
+        compared = True
+        r = math.log2(a / b)
+        if abs(r - math.log2(q)) < abs(r):
+            return True
+    return not compared
+
+
 def cause_text(c: dict | None) -> str:
     """What made an update's gradients non-finite, in one line (inspector's cause_text)."""
     if c is None:
@@ -134,16 +170,16 @@ def cause_text(c: dict | None) -> str:
     e = c["event"]
     kind = c["kind"]
     if kind == "op":
-        suffix = "_grad " if e["phase"] == "backward" else " "
-        s = (f"{e['op']}{suffix}{where(e['module'])} ({e['phase']}) made "
+        phase = "" if e.get("function") else f" ({e['phase']})"
+        s = (f"{op_text(e)} {where(e['module'])}{phase} made "
              f"{_counts_text((e['out_nan'], e['out_pos_inf'], e['out_neg_inf']))} from finite values")
     elif kind == "accumulation":
-        s = (f"the gradient reaching {e['op']}_grad {where(e['module'])} was already non-finite: autograd's sum "
+        s = (f"the gradient reaching {op_text(e)} {where(e['module'])} was already non-finite: autograd's sum "
              "of the gradients of a value read in several places (a residual, a reused activation) overflowed")
     elif kind == "forward":
         s = "a forward value was non-finite already (the run's forward failure)"
         if e is not None:
-            s += f"; {e['op']}_grad {where(e['module'])} read it and passed the gradients on non-finite"
+            s += f"; {op_text(e)} {where(e['module'])} read it and passed the gradients on non-finite"
     elif kind == "parameter":
         s = "no backward op held it: a parameter's gradient summed over its uses (a shared or tied weight) overflowed"
     else:
@@ -155,6 +191,24 @@ def cause_text(c: dict | None) -> str:
         if c["params"] > len(c["names"]):
             s += ", ..."
     return s
+
+
+def _scale_text(scale: float) -> str:
+    if scale > 0 and math.isfinite(scale) and math.log2(scale) == math.floor(math.log2(scale)):
+        return f"2^{int(math.log2(scale))}"
+    return f"{scale:g}"
+
+
+def persistent_text(history: list, first: ScaleRecord) -> str:
+    """What a run of persistent skips shows, from its first record on."""
+    run = []
+    for r in history[history.index(first):]:
+        if r.reading != "persistent":
+            break
+        run.append(r)
+    return (f"the same op made it at every loss scale from {_scale_text(run[0].event.scale_before)} down to "
+            f"{_scale_text(run[-1].event.scale_before)} ({len(run)} updates in a row) while its inputs did not "
+            "shrink with the scale: no loss scale absorbs this overflow; compute that op in fp32")
 
 
 def _skip(r: ScaleRecord) -> dict:
@@ -174,7 +228,7 @@ def _num(v: float) -> str:
 
 def event_text(e: dict) -> str:
     out = (e["out_nan"], e["out_pos_inf"], e["out_neg_inf"])
-    return (f"{e['op']} in module '{e['module']}', {e['phase']}, step {e['step']}: output "
+    return (f"{op_text(e, grad=False)} in module '{e['module']}', {e['phase']}, step {e['step']}: output "
             f"{_counts_text(out)}")
 
 
@@ -233,6 +287,8 @@ class UpdateJudge:
         self.events_checked = 0
         self.healed_updates = 0
         self._stepped_any = False
+        self._streak: list[ScaleRecord] = []   # skips in a row with one op as their cause
+        self._streak_independent = True        # and in each pair, no input followed the scale
         self._last_stepped_scale = 0.0
         self._lowest_scale = math.inf
         self._pending = _Pending()
@@ -363,6 +419,7 @@ class UpdateJudge:
             self._stepped_any = True
             self._last_stepped_scale = e.scale_before
         self._lowest_scale = min(self._lowest_scale, e.scale_before, e.scale_after)
+        self._note_streak(rec)
         if had_bad_grads and not e.found_inf and e.checked:
             # Inf in a gradient on its way that never reached a parameter: PyTorch's relu,
             # where and max-pool backward select, so a dead unit's Inf becomes an exact 0
@@ -378,12 +435,36 @@ class UpdateJudge:
                                             f"{cause_text(rec.cause)}"})
         below = e.scale_after < self.options.scale_floor
         if below and not self._below_floor:
+            # The update that took it there says what kept overflowing.
+            why = f"; the update skipped for: {cause_text(rec.cause)}" if rec.cause is not None else ""
             self.failures.append({"kind": "scale_below_floor", "step": e.step,
                                   "detail": f"scale {_num(e.scale_after)} below the floor "
-                                            f"{_num(self.options.scale_floor)}"})
+                                            f"{_num(self.options.scale_floor)}{why}"})
         self._below_floor = below
         self.scale_history.append(rec)
         self._pending = _Pending()
+
+    def _note_streak(self, rec: ScaleRecord):
+        """The persistent reading (docs/inspector.md, skipped updates): an op that makes
+        Inf/NaN from finite values whatever the loss scale (exp of a saved activation, a
+        custom Function's own arithmetic) has the scaler back off forever; each skip looks
+        like probing (the scale at a new low) and the run never trains. Skips in a row with
+        the same op as their cause, whose inputs did not shrink with the scale between
+        any two of them, read "persistent" from the third: not probing, counted."""
+        c = rec.cause
+        probing_skip = rec.event.skipped and rec.absorbed and rec.reading in PROBING
+        if not (probing_skip and c is not None and c["kind"] == "op" and c["event"] is not None):
+            self._streak, self._streak_independent = [], True
+            return
+        if self._streak and _event_key(self._streak[0].cause["event"]) == _event_key(c["event"]):
+            self._streak_independent = (self._streak_independent
+                                        and not _follows_scale(self._streak[-1], rec))
+        else:
+            self._streak, self._streak_independent = [], True
+        self._streak.append(rec)
+        if len(self._streak) >= PERSISTENT_SKIPS and self._streak_independent:
+            for r in self._streak:
+                r.reading = "persistent"
 
     def _merge_real(self, p: _Pending):
         for ev in p.producers:
@@ -444,6 +525,8 @@ class UpdateJudge:
                 first = next((r for r in h if r.event.skipped and r.reading not in PROBING), None)
                 if first is not None:
                     detail += f"; the first at update {first.event.step}: {cause_text(first.cause)}"
+                    if first.reading == "persistent":
+                        detail += "; " + persistent_text(h, first)
                 failures.append({"kind": "skipped_fraction", "step": updates, "detail": detail})
             elif probing and skipped / updates > self.options.max_skipped_fraction:
                 probing["excused"] = True  # counting every skip would have failed the run: name the cure

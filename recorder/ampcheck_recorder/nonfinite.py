@@ -77,6 +77,7 @@ class OpEvent:
     outputs: list              # the tensors it produced (or wrote, in place)
     inserted_cast: bool = False
     recompute: object = None   # () -> the same call computed in fp32, or None when it cannot be
+    function: str = ""         # backward of a custom autograd.Function: its class name
 
 
 @dataclass
@@ -351,6 +352,8 @@ class NanWatch(UpdateJudge):
         event = {"_seq": ev.seq, "step": ev.step, "phase": ev.phase, "op": ev.op, "module": ev.module,
                  "inputs": [], "out_nan": produced[0], "out_pos_inf": produced[1],
                  "out_neg_inf": produced[2], "lost": [], "aten": ev.aten}
+        if ev.function:
+            event["function"] = ev.function
         inputs_finite = True
         only_allowed_bad = only_mask_bad = only_constant_masks = True
         roots_read: list[int] = []

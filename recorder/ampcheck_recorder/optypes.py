@@ -69,6 +69,9 @@ _BY_PACKET = {
     "max": "max",
     "_softmax": "softmax",
     "softmax": "softmax",
+    # scaled_dot_product_attention's math path (CPU, and CUDA without a fused kernel):
+    # a softmax that gives 0 for rows every value of which is -Inf (a padded query).
+    "_safe_softmax": "softmax",
     "_log_softmax": "log_softmax",
     "log_softmax": "log_softmax",
     "cross_entropy_loss": "cross_entropy",

@@ -53,12 +53,15 @@ def active() -> "Recorder | None":
 
 class NodeInfo:
     """What the forward call that created an autograd node was."""
-    __slots__ = ("module", "op", "occurrence", "reason", "inserted_cast", "row")
+    __slots__ = ("module", "op", "occurrence", "reason", "inserted_cast", "row", "function")
 
-    def __init__(self, module, op, occurrence, reason, inserted_cast):
+    def __init__(self, module, op, occurrence, reason, inserted_cast, function=""):
         self.module, self.op, self.occurrence, self.reason = module, op, occurrence, reason
         self.inserted_cast = inserted_cast
         self.row = op + "_grad"  # its backward calls' row of the op table
+        # A custom torch.autograd.Function's class name: its backward is the script's own
+        # code, whose aten calls are named in the report by that class and their aten op.
+        self.function = function
 
 
 class _Instance:
@@ -139,12 +142,13 @@ class _Instance:
 class _Call:
     """One aten call's place in the report, worked out before it runs."""
     __slots__ = ("seq", "step", "phase", "op", "row", "module", "k", "reason", "autocast", "inserted",
-                 "node_inserted", "device")
+                 "node_inserted", "device", "function")
 
-    def __init__(self, seq, step, phase, op, row, module, k, reason, autocast, inserted, node_inserted, device):
+    def __init__(self, seq, step, phase, op, row, module, k, reason, autocast, inserted, node_inserted, device,
+                 function=""):
         self.seq, self.step, self.phase, self.op, self.row, self.module = seq, step, phase, op, row, module
         self.k, self.reason, self.autocast, self.inserted = k, reason, autocast, inserted
-        self.node_inserted, self.device = node_inserted, device
+        self.node_inserted, self.device, self.function = node_inserted, device, function
 
 
 class _FuncInfo:
@@ -353,6 +357,7 @@ class Recorder:
         ]
         self._patch_scaler()
         self._patch_autograd()
+        self._patch_function_apply()
         self._fmode = listen.AutocastWatch(self.forcer)
         self._fmode.__enter__()
         self._mode = listen.RecordingMode(self._on_call)
@@ -439,8 +444,53 @@ class Recorder:
 
     def _patch(self, owner, name, make):
         original = getattr(owner, name)
-        self._patches.append((owner, name, original))
+        # What close() puts back: the class's own attribute (a classmethod's descriptor,
+        # not the method bound to this class), else what the lookup found.
+        self._patches.append((owner, name, owner.__dict__.get(name, original) if isinstance(owner, type)
+                              else original))
         setattr(owner, name, make(original))
+
+    def _patch_function_apply(self):
+        """A custom torch.autograd.Function runs its forward without grad mode and makes its
+        node after it, so no forward call claims the node: the recorder claims it here, for
+        the module that called apply(), so that the Function's backward (the script's own
+        code) belongs to that module and is named by the Function's class."""
+        rec = self
+        descriptor = torch.autograd.Function.__dict__["apply"]
+
+        def make(original):
+            def apply(cls, *args, **kwargs):
+                out = descriptor.__get__(None, cls)(*args, **kwargs)
+                if active() is rec and not rec._waiting and rec.internal_error is None:
+                    try:
+                        rec._claim_function_node(cls, out)
+                    except Exception:
+                        rec._broke()
+                return out
+            return classmethod(apply)
+
+        self._patch(torch.autograd.Function, "apply", make)
+
+    def _claim_function_node(self, cls, out):
+        s = listen.state()
+        if s.internal:
+            return
+        for t in listen.tensors_of(out):
+            node = t.grad_fn
+            if node is None:
+                continue
+            with self._lock:
+                seq = node._sequence_nr()
+                if seq in self._nodes:
+                    return
+                module = s.modules[-1] if s.modules else ""
+                name = cls.__name__
+                key = (module, name)
+                k = self._occurrences.get(key, 0)
+                self._occurrences[key] = k + 1
+                on = s.autocast_cuda if t.device.type == "cuda" else s.autocast_cpu
+                self._nodes[seq] = NodeInfo(module, name, k, "autocast" if on else "off", False, function=name)
+            return
 
     def _patch_scaler(self):
         scaler_cls = torch.amp.GradScaler
@@ -817,7 +867,7 @@ class Recorder:
                 if s.node_seq != seq:
                     s.node_seq, s.node_results = seq, 0
                 return _Call(self._seq, self.step_index, "backward", ni.op, ni.row, ni.module, ni.occurrence,
-                             ni.reason, autocast, False, ni.inserted_cast, device)
+                             ni.reason, autocast, False, ni.inserted_cast, device, ni.function)
             op = info.op or op_type(func, args)
             if s.optimizer_depth:
                 # The scaler's multiply of the loss makes a node backward runs first.
@@ -907,8 +957,11 @@ class Recorder:
         if phase == "forward" and info.recompute_ok and outs and outs[0].is_floating_point() \
                 and outs[0].dtype in nx.LOW_PRECISION:
             recompute = _make_recompute(func, args, kwargs)
-        ev = nf.OpEvent(call.seq, call.step, phase, call.op, aten, call.module,
-                        list(enumerate(tensors)), outs, call.inserted, recompute)
+        # A custom Function's backward is the script's own code: its calls are named by
+        # their own op, within the Function ("exp in the backward of autograd.Function F").
+        op = (info.op or op_type(func, args)) if call.function else call.op
+        ev = nf.OpEvent(call.seq, call.step, phase, op, aten, call.module,
+                        list(enumerate(tensors)), outs, call.inserted, recompute, call.function)
         self.watch.on_op(ev, call.node_inserted)
         if phase == "optimizer" or call.inserted:
             return
