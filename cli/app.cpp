@@ -103,6 +103,18 @@ int run(int argc, const char* const* argv, std::ostream& given_out, std::ostream
     }
   }
 
+  if (argc > 1) {
+    for (const Command& c : commands)
+      if (c.check_words && c.app->check_name(argv[1])) {
+        try {
+          c.check_words(std::vector<std::string>(argv + 2, argv + argc));
+        } catch (const UsageError& e) {
+          err << "ampcheck: " << one_line(e.what()) << '\n';
+          return kUsage;
+        }
+      }
+  }
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

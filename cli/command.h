@@ -5,6 +5,8 @@
 
 #include <functional>
 #include <ostream>
+#include <string>
+#include <vector>
 
 namespace CLI {
 class App;
@@ -16,6 +18,9 @@ struct Command {
   CLI::App* app = nullptr;
   // Returns the exit code (cli/exit_codes.h); bad input throws UsageError.
   std::function<int(std::ostream& out, std::ostream& err)> run;
+  // Optional: looks at the words after the command's name before CLI11 parses them and
+  // throws UsageError for a mistake CLI11 would answer less helpfully.
+  std::function<void(const std::vector<std::string>& words)> check_words = nullptr;
 };
 
 }  // namespace ampcheck::cli

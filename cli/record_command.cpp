@@ -12,6 +12,7 @@
 
 #include "cli/exit_codes.h"
 #include "cli/interrupt.h"
+#include "engine/util/strings.h"  // closest
 #include "cli/recorder_process.h"
 #include "cli/run_options.h"  // check_output, write_output
 #include "cli/usage_error.h"
@@ -65,6 +66,50 @@ CLI::App* add_options(CLI::App& app, RecordOptions& o) {
   cmd->add_option("command", o.command, "the command that trains, after --: python train.py --epochs 1")
       ->expected(-1);
   return cmd;
+}
+
+// The words after `record`, before CLI11 parses them: an option of ampcheck's misspelt, or
+// a command whose own options (or the interpreter's) came without `--` before it, which
+// CLI11 would answer with "The following argument was not expected". Either is a
+// UsageError naming the form to use.
+void check_record_words(const CLI::App& cmd, const std::vector<std::string>& words) {
+  std::vector<std::string> options;  // ampcheck's, before the command
+  for (std::size_t i = 0; i < words.size(); ++i) {
+    const std::string& w = words[i];
+    if (w == "--") return;
+    if (w.size() > 1 && w[0] == '-') {
+      const std::string name = w.substr(0, w.find('='));
+      const CLI::Option* opt = cmd.get_option_no_throw(name);
+      if (opt == nullptr) {
+        if (name == "-h" || name == "--help") return;
+        std::vector<std::string> names;
+        for (const CLI::Option* o : cmd.get_options())
+          for (const std::string& n : o->get_lnames()) names.push_back("--" + n);
+        const std::string_view best = closest(name, std::vector<std::string_view>(names.begin(), names.end()));
+        throw UsageError("record: unknown option \"" + name + "\"" +
+                         (best.empty() ? std::string() : " (did you mean \"" + std::string(best) + "\"?)") +
+                         "; a command's own options come after --: ampcheck record [options] -- python train.py "
+                         "[its options]");
+      }
+      options.push_back(w);
+      if (w.find('=') == std::string::npos && opt->get_expected_min() > 0 && i + 1 < words.size())
+        options.push_back(words[++i]);
+      continue;
+    }
+    // The command starts here. Words that look like options after it are the command's.
+    std::vector<std::string> theirs;
+    for (std::size_t j = i + 1; j < words.size() && words[j] != "--"; ++j)
+      if (words[j].size() > 1 && words[j][0] == '-') theirs.push_back(words[j]);
+    if (theirs.empty()) return;  // plain words: CLI11 takes them as the command
+    std::string form = "ampcheck record";
+    for (const std::string& o : options) form += " " + o;
+    form += " --";
+    for (std::size_t j = i; j < words.size(); ++j) form += " " + words[j];
+    std::string listed;
+    for (const std::string& t : theirs) listed += (listed.empty() ? "" : " ") + t;
+    throw UsageError("record: " + listed + (theirs.size() == 1 ? " is" : " are") +
+                     " the command's, not ampcheck's: put -- before the command, " + form);
+  }
 }
 
 constexpr int kMaxSeeds = 20;
@@ -160,8 +205,9 @@ int run_record(const RecordOptions& o, std::ostream& out, std::ostream& err) {
 
 Command add_record_command(CLI::App& app) {
   auto options = std::make_shared<RecordOptions>();
-  return {add_options(app, *options),
-          [options](std::ostream& out, std::ostream& err) { return run_record(*options, out, err); }};
+  CLI::App* cmd = add_options(app, *options);
+  return {cmd, [options](std::ostream& out, std::ostream& err) { return run_record(*options, out, err); },
+          [cmd](const std::vector<std::string>& words) { check_record_words(*cmd, words); }};
 }
 
 }  // namespace ampcheck::cli

@@ -76,6 +76,14 @@ constexpr void fields(V& v, S& s) {
   v("exit_code", s.exit_code);
   v("error", s.error);
 }
+template <class V, Is<LrSchedule> S>
+constexpr void fields(V& v, S& s) {
+  v("scheduler", s.scheduler);
+  v("first", s.first);
+  v("peak", s.peak);
+  v("peak_step", s.peak_step);
+  v("last", s.last);
+}
 template <class V, Is<RunInfo> S>
 constexpr void fields(V& v, S& s) {
   v("command", s.command);
@@ -102,6 +110,8 @@ constexpr void fields(V& v, S& s) {
   v("script_args", s.script_args);
   v("script_outcome", s.script_outcome);
   v("recorder_error", s.recorder_error);
+  v("lr_schedule", s.lr_schedule);      // 1.10; optional (recorded runs whose rate moved)
+  v("micro_batches", s.micro_batches);  // 1.10; optional (gradient accumulation)
 }
 template <class V, Is<StepRecord> S>
 constexpr void fields(V& v, S& s) {
@@ -758,7 +768,7 @@ static_assert(kEveryMemberHasAField<
               Interruption, SeedOutcome, LowPrecisionSeen, LocalErrorSeen, Spread, GpuKernel, KernelTypeRow,
               KernelFinding, OutsideKernel, Kernels, RankOverflow, RankDisagreement, RankSummary, Distributed,
               PrecisionShare, ProfileOp, FallbackCost, Unattributable, CounterCheck, ProfileRank, RankDifference,
-              SkippedUpdate, MaskFailure, ScriptOutcome, Fp8TensorRecord, Fp8FindingRecord,
+              SkippedUpdate, MaskFailure, ScriptOutcome, LrSchedule, Fp8TensorRecord, Fp8FindingRecord,
               Fp8Training>);
 // Report's default schema_version is not constexpr, so fields(Report) cannot be walked
 // here: its members are counted by hand (schema_version, written apart, and the 16 of

@@ -72,6 +72,15 @@ struct ScriptOutcome {
   std::string error;                      // the uncaught exception, in one line; "" when none
 };
 
+// 1.10: how a recorded run's learning rate moved over its steps (a warmup, a decay): the
+// scheduler's class ("" when none was seen), the rate at the first step, its peak and the
+// step it was first reached, and the rate at the last step.
+struct LrSchedule {
+  std::string scheduler;
+  double first = 0, peak = 0, last = 0;
+  std::int64_t peak_step = 0;
+};
+
 struct RunInfo {
   std::string command;            // "run", "bisect-nan", "compare"
   std::string model;              // a sample's name or a model file's path
@@ -102,6 +111,12 @@ struct RunInfo {
   std::optional<std::vector<std::string>> script_args;
   std::optional<ScriptOutcome> script_outcome;
   std::optional<std::string> recorder_error;
+  // 1.10, recorded runs: `lr` is the rate the script gave its optimizer (a scheduler's
+  // initial_lr); when it moved, how. micro_batches: the most backward() calls in one
+  // optimizer step (gradient accumulation; absent for one), whose losses the steps' loss
+  // adds up.
+  std::optional<LrSchedule> lr_schedule;
+  std::optional<std::int64_t> micro_batches;
 };
 
 // One optimizer step as the loss scaler saw it.

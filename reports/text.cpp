@@ -618,8 +618,14 @@ std::string to_text(const Report& r, std::size_t top) {
   if (run.fixed_batch)
     batch += run.batch == *run.fixed_batch ? " (fixed by the export)"
                                           : fmt::format(" ({} rows per rank, fixed by the export)", *run.fixed_batch);
+  if (run.micro_batches) batch += fmt::format(" x {} micro-batches per step", *run.micro_batches);
+  std::string lr = number(run.lr);
+  if (const auto& l = run.lr_schedule)
+    lr += fmt::format(" ({}{} at step 1, peak {} at step {}, {} at the last)", l->scheduler,
+                      l->scheduler.empty() ? number(l->first) : ": " + number(l->first), number(l->peak), l->peak_step,
+                      number(l->last));
   s += fmt::format("  {} {}, {} semantics, {} steps, batch {}, {} lr {}, seed {}, device {}\n", run.level, run.dtype,
-                   run.amp.semantics, run.steps, batch, run.optimizer, number(run.lr), run.seed, run.device);
+                   run.amp.semantics, run.steps, batch, run.optimizer, lr, run.seed, run.device);
   if (const std::string sampled = sampling_text(run); !sampled.empty()) s += "  " + sampled + "\n";
   if (const auto& m = run.device_memory)
     s += fmt::format("  GPU memory: peak {:.1f} MiB in tensors, {:.1f} MiB reserved; {} cudaMalloc calls, cache hits {} of {}\n",

@@ -143,10 +143,12 @@ def main(argv=None) -> int:
     if a.command == "run":
         return _run(a)
     if a.command == "advice":
-        from .fp32 import advice
+        from .fp32 import _function_name, advice
         from .optypes import check_op_names
         try:
-            ops = check_op_names(inject.split_list(a.fp32_ops), "--fp32-ops")
+            names = inject.split_list(a.fp32_ops)
+            functions = [n for n in names if _function_name(n)]
+            ops = check_op_names([n for n in names if n not in functions], "--fp32-ops") + functions
         except ValueError as e:
             print(f"ampcheck_recorder advice: {e}", file=sys.stderr)
             return USAGE

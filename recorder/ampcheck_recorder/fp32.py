@@ -71,6 +71,13 @@ def fp32_args(func, args, kwargs, widen_dtypes: bool):
     return args, kwargs
 
 
+def _function_name(name: str) -> bool:
+    """A custom autograd.Function's class name as an op-list entry: an identifier that
+    begins with a capital (ScaledExp); op types and aten names are lower case."""
+    name = name.strip()
+    return bool(name) and name[0].isupper() and name.isidentifier()
+
+
 def _under(module: str, prefix: str) -> bool:
     return module == prefix or module.startswith(prefix + ".")
 
@@ -87,14 +94,18 @@ class Forcer:
     """Which torch calls run in fp32, and the cast cache of one forward."""
 
     def __init__(self, ops=(), modules=()):
-        self.ops = frozenset(check_op_names(ops, "the fp32 op list"))
+        # A name that is no op but a class name (ScaledExp) is a custom autograd.Function
+        # of the script's, forced where its apply() runs (the recorder's patch, keep_fp32).
+        functions = [o for o in ops if _function_name(o)]
+        self.functions = frozenset(functions)
+        self.ops = frozenset(check_op_names([o for o in ops if o not in functions], "the fp32 op list"))
         self.modules = tuple(sorted({m.strip() for m in modules if m.strip()}))
         self._cache: dict = {}
         self._lock = threading.Lock()
         self._devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
     def __bool__(self):
-        return bool(self.ops or self.modules)
+        return bool(self.ops or self.modules or self.functions)
 
     def module_forced(self, module: str) -> bool:
         return any(_under(module, m) for m in self.modules)
@@ -203,12 +214,33 @@ class _ModuleFp32:
             h.remove()
 
 
+class _FunctionsFp32:
+    """keep_fp32(ops=[...]) naming custom autograd.Functions: their apply() runs on fp32
+    inputs with autocast off (what they save for backward is then fp32 too)."""
+
+    def __init__(self, forcer: Forcer):
+        self._descriptor = torch.autograd.Function.__dict__["apply"]
+        descriptor = self._descriptor
+
+        def apply(cls, *args, **kwargs):
+            run = descriptor.__get__(None, cls)
+            if cls.__name__ in forcer.functions and not listen.state().forcing:
+                return forcer.run(run, args, kwargs)
+            return run(*args, **kwargs)
+
+        torch.autograd.Function.apply = classmethod(apply)
+
+    def remove(self):
+        torch.autograd.Function.apply = self._descriptor
+
+
 class KeepFp32:
     """The handle keep_fp32 returns: ``remove()`` undoes it; also a context manager."""
 
-    def __init__(self, module_hooks, mode):
+    def __init__(self, module_hooks, mode, functions=None):
         self._module_hooks = module_hooks
         self._mode = mode
+        self._functions = functions
         self._removed = False
 
     def remove(self):
@@ -219,6 +251,8 @@ class KeepFp32:
             h.remove()
         if self._mode is not None:
             self._mode.__exit__(None, None, None)
+        if self._functions is not None:
+            self._functions.remove()
 
     def __enter__(self):
         return self
@@ -238,7 +272,9 @@ def keep_fp32(model: torch.nn.Module | None = None, *, modules=(), ops=()) -> Ke
 
     ops: ampcheck op types or aten names ("bmm", "softmax", "mul_scalar"). PyTorch has no
     per-op autocast list, so these are forced by a TorchFunctionMode entered on the calling
-    thread until ``remove()``: one Python call per torch function the thread calls.
+    thread until ``remove()``: one Python call per torch function the thread calls. A class
+    name (``"ScaledExp"``) is a custom torch.autograd.Function of the script's: its apply()
+    runs on fp32 inputs with autocast off, so that what it saves for backward is fp32.
 
     Returns a handle; ``with keep_fp32(...):`` removes it at the end of the block.
     """
@@ -257,11 +293,15 @@ def keep_fp32(model: torch.nn.Module | None = None, *, modules=(), ops=()) -> Ke
                 raise ValueError(f'keep_fp32: the model has no module "{path}"{hint}; '
                                  "use a path from model.named_modules()")
             hooks.append(_ModuleFp32(named[path], devices))
-    mode = None
+    mode = functions = None
     if ops:
-        mode = ForcingMode(Forcer(ops=ops))
-        mode.__enter__()
-    return KeepFp32(hooks, mode)
+        forcer = Forcer(ops=ops)
+        if forcer.ops:
+            mode = ForcingMode(forcer)
+            mode.__enter__()
+        if forcer.functions:
+            functions = _FunctionsFp32(forcer)
+    return KeepFp32(hooks, mode, functions)
 
 
 # How PyTorch users write each op, for the advice text.
@@ -293,6 +333,11 @@ def advice(ops=(), modules=(), device_type: str = "cuda") -> str:
         lines += [f'with torch.autocast(device_type="{device_type}", enabled=False):',
                   f"    out = model.{m}(*(x.float() for x in inputs))  # the module {m!r} in fp32"]
     for o in ops:
+        if _function_name(o):  # a custom autograd.Function: what it saves for backward must be fp32
+            lines += [f'with torch.autocast(device_type="{device_type}", enabled=False):',
+                      f"    out = {o}.apply(*(x.float() for x in inputs))  # your autograd.Function in fp32: "
+                      "what it saves for its backward is fp32 too"]
+            continue
         spelled = _TORCH_SPELLING.get(o, o)
         lines += [f'with torch.autocast(device_type="{device_type}", enabled=False):',
                   f"    y = ...  # the {o} ({spelled}), its tensor inputs cast with .float()"]

@@ -271,6 +271,9 @@ class Recorder:
         self.step_index = 1
         self._explicit = False
         self._step_losses: list = []
+        self._step_lr = None          # the first optimizer's learning rate at its step
+        self.micro_batches = 0        # the most backward() calls (micro-batches) in one step
+        self.lr_scheduler = ""        # the class of the scheduler that moved the rate
         self._step_updates: list = []
         self._step_busy = False
         self._scaled_ids: set = set()
@@ -351,13 +354,14 @@ class Recorder:
         mm = torch.nn.modules.module
         self._handles = [
             mm.register_module_forward_pre_hook(self._module_pre),
-            mm.register_module_forward_hook(self._module_post, always_call=True),
+            mm.register_module_forward_hook(self._module_post, always_call=True, with_kwargs=True),
             register_optimizer_step_pre_hook(self._optimizer_pre),
             register_optimizer_step_post_hook(self._optimizer_post),
         ]
         self._patch_scaler()
         self._patch_autograd()
         self._patch_function_apply()
+        self._patch_scheduler()
         self._fmode = listen.AutocastWatch(self.forcer)
         self._fmode.__enter__()
         self._mode = listen.RecordingMode(self._on_call)
@@ -450,47 +454,84 @@ class Recorder:
                               else original))
         setattr(owner, name, make(original))
 
+    def _patch_scheduler(self):
+        """The learning-rate scheduler's class, for the header ("LambdaLR" behind a warmup)."""
+        rec = self
+
+        def make(original):
+            def step(scheduler, *args, **kwargs):
+                if active() is rec and not rec.lr_scheduler:
+                    rec.lr_scheduler = type(scheduler).__name__
+                return original(scheduler, *args, **kwargs)
+            step.__wrapped__ = original
+            return step
+
+        try:
+            from torch.optim.lr_scheduler import LRScheduler
+        except ImportError:  # torch < 2.0
+            from torch.optim.lr_scheduler import _LRScheduler as LRScheduler
+        self._patch(LRScheduler, "step", make)
+
     def _patch_function_apply(self):
-        """A custom torch.autograd.Function runs its forward without grad mode and makes its
-        node after it, so no forward call claims the node: the recorder claims it here, for
-        the module that called apply(), so that the Function's backward (the script's own
-        code) belongs to that module and is named by the Function's class."""
+        """A custom torch.autograd.Function (the script's own forward and backward): its
+        forward runs without grad mode and makes its node after it, so no aten call claims
+        the node. The recorder claims it here, for the module that called apply(), so that
+        its backward belongs to that module and is named by the Function's class; the call
+        is a forward row of its own (the Function's name), and a Function forced to fp32 (by
+        name, or inside a forced module) runs on fp32 inputs with autocast off, so that what
+        it saves for its backward is fp32 too (a TorchFunctionMode never sees apply())."""
         rec = self
         descriptor = torch.autograd.Function.__dict__["apply"]
 
         def make(original):
             def apply(cls, *args, **kwargs):
-                out = descriptor.__get__(None, cls)(*args, **kwargs)
-                if active() is rec and not rec._waiting and rec.internal_error is None:
-                    try:
-                        rec._claim_function_node(cls, out)
-                    except Exception:
-                        rec._broke()
+                run = descriptor.__get__(None, cls)
+                if active() is not rec or rec._waiting or rec.internal_error is not None:
+                    return run(*args, **kwargs)
+                s = listen.state()
+                if s.internal:
+                    return run(*args, **kwargs)
+                module = s.modules[-1] if s.modules else ""
+                forcer = rec.forcer
+                forced = bool(forcer) and not s.forcing and (cls.__name__ in forcer.functions
+                                                             or forcer.module_forced(module))
+                out = forcer.run(run, args, kwargs) if forced else run(*args, **kwargs)
+                try:
+                    rec._on_function(cls.__name__, module, args, kwargs, out, forced)
+                except Exception:
+                    rec._broke()
                 return out
             return classmethod(apply)
 
         self._patch(torch.autograd.Function, "apply", make)
 
-    def _claim_function_node(self, cls, out):
+    def _on_function(self, name, module, args, kwargs, out, forced):
         s = listen.state()
-        if s.internal:
+        tensors = listen.tensors_of_call(args, kwargs)
+        outs = [t for t in listen.tensors_of(out) if listen.plain(t)]
+        if not listen.all_plain(tensors):
             return
-        for t in listen.tensors_of(out):
-            node = t.grad_fn
-            if node is None:
-                continue
-            with self._lock:
-                seq = node._sequence_nr()
-                if seq in self._nodes:
-                    return
-                module = s.modules[-1] if s.modules else ""
-                name = cls.__name__
-                key = (module, name)
-                k = self._occurrences.get(key, 0)
-                self._occurrences[key] = k + 1
-                on = s.autocast_cuda if t.device.type == "cuda" else s.autocast_cpu
-                self._nodes[seq] = NodeInfo(module, name, k, "autocast" if on else "off", False, function=name)
-            return
+        device = tensors[0].device.type if tensors else (outs[0].device.type if outs else "cpu")
+        on = s.autocast_cuda if device == "cuda" else s.autocast_cpu
+        reason = "custom_black" if forced else ("autocast" if on else "off")
+        with self._lock:
+            self._seq += 1
+            key = (module, name)
+            k = self._occurrences.get(key, 0)
+            self._occurrences[key] = k + 1
+            dt = nx.dtype_name(_autocast_dtype(device)) if on and not forced else ""
+            call = _Call(self._seq, self.step_index, "optimizer" if s.optimizer_depth else "forward", name, name,
+                         module, k, reason, dt, False, False, device, name)
+            kdtype = _kernel_dtype(outs, tensors)
+            if call.phase == "forward":
+                self._table(call, "apply", tensors, outs, kdtype)
+            for t in outs:
+                node = t.grad_fn
+                if node is not None:
+                    seq = node._sequence_nr()
+                    if seq not in self._nodes:
+                        self._nodes[seq] = NodeInfo(module, name, k, reason, False, function=name)
+                    break
 
     def _patch_scaler(self):
         scaler_cls = torch.amp.GradScaler
@@ -586,10 +627,17 @@ class Recorder:
         s.modules.append(path)
         return None
 
-    def _module_post(self, module, args, output):
+    def _module_post(self, module, args, kwargs, output):
         s = listen.state()
         if not s.internal and s.modules:
-            s.modules.pop()
+            path = s.modules.pop()
+            if path == "" and not self.batch and kwargs:
+                # A model called with keyword arguments only (Hugging Face's model(**batch)):
+                # its batch is the first dimension of the first tensor among them.
+                for t in listen.tensors_of(kwargs):
+                    if t.dim() > 0:
+                        self.batch = int(t.shape[0])
+                        break
         return None
 
     def _note_optimizer(self, optimizer):
@@ -598,8 +646,20 @@ class Recorder:
         self._optimizers.append(optimizer)
         if not self.optimizer_name:
             self.optimizer_name = type(optimizer).__name__.lower()
-            lr = optimizer.param_groups[0].get("lr", math.nan) if optimizer.param_groups else math.nan
-            self.lr = float(lr)
+
+    def _lr_now(self) -> float:
+        """The first optimizer's learning rate now, and (once) the rate the script gave it:
+        a scheduler keeps that in each group's initial_lr and moves lr (a warmup starts it
+        at 0)."""
+        if not self._optimizers or not self._optimizers[0].param_groups:
+            return math.nan
+        group = self._optimizers[0].param_groups[0]
+        lr = group.get("lr", math.nan)
+        lr = float(lr.item() if isinstance(lr, torch.Tensor) else lr)
+        if math.isnan(self.lr):
+            base = group.get("initial_lr", lr)
+            self.lr = float(base.item() if isinstance(base, torch.Tensor) else base)
+        return lr
 
     def _grad_keys(self) -> set:
         """The view keys of every known parameter's gradient now."""
@@ -638,6 +698,36 @@ class Recorder:
         with self._lock:
             self._step_busy = True
             self._note_optimizer(optimizer)
+            if self._step_lr is None:
+                self._step_lr = self._lr_now()
+        # args are step()'s own, the optimizer first: step(self, closure=None).
+        closure = args[1] if len(args) > 1 else kwargs.get("closure")
+        if not callable(closure):
+            self._note_gradients(optimizer)
+            return None
+        # optimizer.step(closure) (PyTorch Lightning, LBFGS): the closure runs the forward and
+        # the backward inside the step; those are the training's phases, not the optimizer's,
+        # and the gradients the update uses exist only once it has run.
+        rec = self
+
+        def closure_in_training_phase(*a, **k):
+            st = listen.state()
+            depth, st.optimizer_depth = st.optimizer_depth, 0
+            try:
+                return closure(*a, **k)
+            finally:
+                st.optimizer_depth = depth
+                if active() is rec:
+                    rec._note_gradients(optimizer)
+
+        if len(args) > 1:
+            return (args[0], closure_in_training_phase) + tuple(args[2:]), kwargs
+        return args, dict(kwargs, closure=closure_in_training_phase)
+
+    def _note_gradients(self, optimizer):
+        """The gradients an optimizer step is about to use: counted for the gradient-underflow
+        reading, and the non-finite ones named for the update's record."""
+        with self._lock:
             count, nonzero, bad = self._scan_grads([optimizer])
             if self.watch is not None:
                 self.watch.on_gradients(count, nonzero)
@@ -775,7 +865,10 @@ class Recorder:
                 return
             step = self.step_index
             losses = self._step_losses
-            record = {"step": step, "loss": sum(losses) / len(losses) if losses else math.nan,
+            # Micro-batches (gradient accumulation): their losses add up to the loss whose
+            # gradient the update applies, which for a script that divides each by the
+            # accumulation steps (nanoGPT, the Trainer, Lightning) is its mean loss.
+            record = {"step": step, "loss": math.fsum(losses) if losses else math.nan,
                       "loss_scale": 1.0, "found_inf": False, "skipped": False}
             if self._step_updates:
                 first, last = self._step_updates[0], self._step_updates[-1]
@@ -791,7 +884,13 @@ class Recorder:
                 self.watch.on_step_end(step)
                 self.watch.on_step_begin(step + 1)
             self.step_index += 1
+            if len(losses) > 1:
+                record["micro_batches"] = len(losses)
+                self.micro_batches = max(self.micro_batches, len(losses))
+            if self._step_lr is not None:
+                record["lr"] = self._step_lr
             self._step_losses, self._step_updates, self._step_busy = [], [], False
+            self._step_lr = None
             # An optimizer.step that raised never ran its post hook: its phase ends here.
             listen.state().optimizer_depth = 0
             self._scaled_ids = set()

@@ -124,6 +124,16 @@ def _level(rec) -> str:
     return "O3" if rec.low_dtypes else "O0"
 
 
+def _lr_schedule(rec) -> dict | None:
+    """How the learning rate moved over the steps, when it did (a warmup, a decay)."""
+    rates = [(st["step"], st["lr"]) for st in rec.steps if "lr" in st]
+    if len({lr for _, lr in rates}) < 2:
+        return None
+    peak_step, peak = max(rates, key=lambda r: (r[1], -r[0]))
+    return {"scheduler": getattr(rec, "lr_scheduler", ""), "first": rates[0][1], "peak": peak,
+            "peak_step": peak_step, "last": rates[-1][1]}
+
+
 def _nonfinite_block(rec, w: dict | None) -> dict:
     if w is None:  # inspect trace: nothing was judged
         return {"producers": [], "propagator_events": 0, "propagators": [], "failures": [], "updates": rec._updates,
@@ -239,7 +249,7 @@ def build(rec) -> dict:
             "semantics": fw.name,
             "config_file": "",
             "custom_white_list": [],
-            "custom_black_list": sorted(rec.forcer.ops),
+            "custom_black_list": sorted(rec.forcer.ops | rec.forcer.functions),
             "fp32_modules": list(rec.forcer.modules),
             "loss_scaling": scaling,
             "init_loss_scaling": init_scale,
@@ -254,6 +264,11 @@ def build(rec) -> dict:
         "script": rec.script or "",
         "script_args": list(rec.script_args),
     }
+    schedule = _lr_schedule(rec)
+    if schedule is not None:
+        run["lr_schedule"] = schedule
+    if getattr(rec, "micro_batches", 0) > 1:
+        run["micro_batches"] = rec.micro_batches
     if rec.script_outcome is not None:
         run["script_outcome"] = dict(rec.script_outcome)
     if rec.internal_error is not None:
