@@ -947,8 +947,9 @@ class PaddleRecorder:
 
 class _NoForcing:
     """Paddle runs no fp32 forcing of the recorder's: its own auto_cast custom_black_list does that."""
-    ops: tuple = ()
+    ops: frozenset = frozenset()
     modules: tuple = ()
+    functions: frozenset = frozenset()
 
 
 def _scale_of(scaler) -> float:
