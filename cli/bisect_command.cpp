@@ -566,10 +566,11 @@ int finish_bisect(const BisectOptions& o, const reports::Report& report, const s
 }
 
 // The fix for a script, in PyTorch's terms, from the recorder that ran its trials.
-std::string pytorch_advice(const BisectOptions& o, const reports::Bisect& b, const std::string& device) {
+std::string pytorch_advice(const BisectOptions& o, const reports::Bisect& b, const std::string& device,
+                           const std::string& recording) {
   const std::string python = python_of(shell_words(o.script));
-  return b.granularity == "type" ? recorder_advice(python, b.culprits, {}, device)
-                                 : recorder_advice(python, {}, b.culprits, device);
+  return b.granularity == "type" ? recorder_advice(python, b.culprits, {}, device, recording)
+                                 : recorder_advice(python, {}, b.culprits, device, recording);
 }
 
 // What differs between the two kinds of search: how a trial runs, which ops are no
@@ -854,9 +855,10 @@ int run_bisect_script(const BisectOptions& o, const CLI::App& cmd, std::ostream&
   src.runner = script_runner(o, o.granularity, log.path);
   // Data movement is no candidate: it computes nothing whose precision matters.
   src.not_candidates = {"cast", "reshape", "permute", "slice", "expand", "clone"};
+  const std::string recording = first.json;  // the unchanged script's: its modules and casts shape the advice
   src.suggest = [&](const reports::Bisect& b) {
     reports::Suggestion s;
-    s.pytorch = pytorch_advice(o, b, device);
+    s.pytorch = pytorch_advice(o, b, device, recording);
     return s;
   };
   InstrumentedRun as_configured = as_trial(std::move(first));

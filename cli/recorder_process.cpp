@@ -321,7 +321,8 @@ Recording record_process(const RecordRequest& r) {
 }
 
 std::string recorder_advice(const std::string& python, const std::vector<std::string>& ops,
-                            const std::vector<std::string>& modules, const std::string& device) {
+                            const std::vector<std::string>& modules, const std::string& device,
+                            const std::string& report_json) {
   const fs::path root = fs::path(recorder_bootstrap(python)).parent_path().parent_path();
   const char* old_path = std::getenv("PYTHONPATH");
   const std::vector<std::string> env = environment(
@@ -331,6 +332,11 @@ std::string recorder_advice(const std::string& python, const std::vector<std::st
   std::vector<std::string> argv = {python, "-m", "ampcheck_recorder", "advice", "--device", device};
   if (!ops.empty()) argv.insert(argv.end(), {"--fp32-ops", joined(ops)});
   if (!modules.empty()) argv.insert(argv.end(), {"--fp32-modules", joined(modules)});
+  if (!report_json.empty()) {
+    const std::string report = (scratch.dir / "report.json").string();
+    std::ofstream(report, std::ios::binary) << report_json;
+    argv.insert(argv.end(), {"--report", report});
+  }
   const int code = run_logged(argv, env, log);
   const std::string text = read_file(log);
   if (code != 0)

@@ -69,8 +69,11 @@ RecordedRun recorded_run(const RecordRequest& request);
 // advice`): its keep_fp32 helper and the plain-PyTorch form (autocast disabled, inputs
 // .float()) for these op types and module paths, on `device` ("cpu", "cuda"). Throws
 // UsageError when the recorder cannot be run.
+// `report_json`, when given, is the recording the fix is for: its modules outside the model
+// and the script's own casts into fp16/bf16 shape the advice.
 std::string recorder_advice(const std::string& python, const std::vector<std::string>& ops,
-                            const std::vector<std::string>& modules, const std::string& device);
+                            const std::vector<std::string>& modules, const std::string& device,
+                            const std::string& report_json = "");
 
 // Splits a shell line into words as sh would for plain words and quotes (no expansion):
 // what names the interpreter of a --script line.

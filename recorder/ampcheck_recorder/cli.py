@@ -17,6 +17,7 @@ Ctrl-C or SIGTERM (the report of the steps run is written).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import runpy
 import sys
@@ -55,6 +56,9 @@ def _parser() -> argparse.ArgumentParser:
     adv.add_argument("--fp32-ops", default="")
     adv.add_argument("--fp32-modules", default="")
     adv.add_argument("--device", default="cuda", help="the autocast device type in the code (default cuda)")
+    adv.add_argument("--report", default="",
+                     help="the recording the fix is for: modules outside the model and the script's own casts "
+                          "shape the advice")
     sub.add_parser("bootstrap-path", help="print the folder `ampcheck record` puts on PYTHONPATH")
     return p
 
@@ -152,7 +156,15 @@ def main(argv=None) -> int:
         except ValueError as e:
             print(f"ampcheck_recorder advice: {e}", file=sys.stderr)
             return USAGE
-        text = advice(ops, inject.split_list(a.fp32_modules), a.device)
+        recording = None
+        if a.report:
+            try:
+                with open(a.report, encoding="utf-8") as f:
+                    recording = json.load(f)
+            except (OSError, ValueError) as e:
+                print(f"ampcheck_recorder advice: --report {a.report}: {e}", file=sys.stderr)
+                return USAGE
+        text = advice(ops, inject.split_list(a.fp32_modules), a.device, recording)
         if not text:
             print("ampcheck_recorder advice: nothing to keep in fp32: give --fp32-ops or --fp32-modules",
                   file=sys.stderr)

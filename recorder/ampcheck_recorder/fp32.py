@@ -315,21 +315,63 @@ _TORCH_SPELLING = {
 }
 
 
-def advice(ops=(), modules=(), device_type: str = "cuda") -> str:
-    """The fix in PyTorch's words: the recorder's helper, and the plain-PyTorch form."""
+def _outside_model(module: str, recording: dict | None) -> dict | None:
+    """The root a module path belongs to when that root is not the model (a loss module
+    the script calls itself): the report's run.roots entry."""
+    for root in (recording or {}).get("run", {}).get("roots", []):
+        path = root.get("path", "")
+        if path and not root.get("model") and (module == path or module.startswith(path + ".")):
+            return root
+    return None
+
+
+def _script_casts(recording: dict | None) -> list[dict]:
+    """The script's own casts into fp16/bf16 that put a producer outside autocast in low
+    precision, from the recording's producers."""
+    out = []
+    for p in (recording or {}).get("nonfinite", {}).get("producers", []):
+        for c in p.get("script_casts", []):
+            out.append(dict(c, op=p["op"], module=p["module"]))
+    return out
+
+
+def advice(ops=(), modules=(), device_type: str = "cuda", recording: dict | None = None) -> str:
+    """The fix in PyTorch's words: the recorder's helper, and the plain-PyTorch form.
+    `recording` (a report) names what the helper cannot reach: modules the script calls
+    itself outside the model, and the script's own casts into fp16/bf16."""
     ops, modules = sorted(set(ops)), sorted(set(modules))
     if not ops and not modules:
         return ""
+    inside = [m for m in modules if _outside_model(m, recording) is None]
+    outside = [m for m in modules if _outside_model(m, recording) is not None]
     lines = ["# Keep these in fp32 inside autocast (found by ampcheck bisect-nan)."]
     args = []
-    if modules:
-        args.append(f"modules={modules!r}")
+    if inside:
+        args.append(f"modules={inside!r}")
     if ops:
         args.append(f"ops={ops!r}")
-    lines += ["import ampcheck_recorder",
-              f"fp32 = ampcheck_recorder.keep_fp32(model, {', '.join(args)})", ""]
-    lines.append("# Or in plain PyTorch, around each call:")
-    for m in modules:
+    if args:
+        lines += ["import ampcheck_recorder",
+                  f"fp32 = ampcheck_recorder.keep_fp32(model, {', '.join(args)})", ""]
+    for m in outside:
+        root = _outside_model(m, recording)
+        site = root.get("site")
+        where = f", at {site['file']}:{site['line']}:" if site else ""
+        lines += [f"# '{m}' is not part of the model: the script calls {root['class']} itself{where}"]
+        if site:
+            lines.append(f"#     {site['code']}")
+        lines += ["# keep_fp32(model, ...) cannot reach it; compute that call in fp32:",
+                  f'with torch.autocast(device_type="{device_type}", enabled=False):',
+                  f"    ...  # the {root['class']} call, its tensor inputs cast with .float()", ""]
+    casts = _script_casts(recording)
+    for c in casts:
+        lines += [f"# {c['op']} in '{c['module']}' ran in {c['dtype']} outside autocast because the script cast its "
+                  f"{c['input']} to {c['dtype']} at {c['file']}:{c['line']}:",
+                  f"#     {c['code']}",
+                  "# keep that tensor in fp32 there (drop the cast, or .float() it for this op)", ""]
+    if inside or ops:
+        lines.append("# Or in plain PyTorch, around each call:")
+    for m in inside:
         lines += [f'with torch.autocast(device_type="{device_type}", enabled=False):',
                   f"    out = model.{m}(*(x.float() for x in inputs))  # the module {m!r} in fp32"]
     for o in ops:
@@ -341,4 +383,4 @@ def advice(ops=(), modules=(), device_type: str = "cuda") -> str:
         spelled = _TORCH_SPELLING.get(o, o)
         lines += [f'with torch.autocast(device_type="{device_type}", enabled=False):',
                   f"    y = ...  # the {o} ({spelled}), its tensor inputs cast with .float()"]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines).rstrip("\n") + "\n"

@@ -29,6 +29,9 @@ script started) would run unseen; the recorder wraps ``torch.autograd.backward``
 
 from __future__ import annotations
 
+import linecache
+import os
+import sys
 import threading
 
 import torch
@@ -256,3 +259,37 @@ def all_plain(tensors) -> bool:
         if type(t) not in PLAIN_TYPES or t.is_meta:
             return False
     return True
+
+
+_NOT_THE_SCRIPT = (os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
+                   os.path.dirname(os.path.abspath(__file__)) + os.sep)
+
+
+def script_site() -> dict | None:
+    """The line of the script's (or a library's, outside torch and the recorder) that made
+    the torch call in progress: {"file", "line", "code"}; file relative to the working
+    folder when it is inside it."""
+    f = sys._getframe(1)
+    while f is not None:
+        name = f.f_code.co_filename
+        if not name.startswith(_NOT_THE_SCRIPT) and not name.startswith("<"):
+            code = _without_comment(linecache.getline(name, f.f_lineno).strip())
+            path = os.path.abspath(name)
+            here = os.getcwd() + os.sep
+            return {"file": path[len(here):] if path.startswith(here) else path, "line": f.f_lineno, "code": code}
+        f = f.f_back
+    return None
+
+
+def _without_comment(code: str) -> str:
+    """A line of code without its trailing comment (a '#' outside quotes)."""
+    quote = ""
+    for i, c in enumerate(code):
+        if quote:
+            if c == quote:
+                quote = ""
+        elif c in "'\"":
+            quote = c
+        elif c == "#":
+            return code[:i].rstrip()
+    return code

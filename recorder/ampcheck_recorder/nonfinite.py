@@ -78,6 +78,8 @@ class OpEvent:
     inserted_cast: bool = False
     recompute: object = None   # () -> the same call computed in fp32, or None when it cannot be
     function: str = ""         # backward of a custom autograd.Function: its class name
+    autocast: bool = False     # autocast was on for the call
+    site: dict | None = None   # a cast of the script's into fp16/bf16: where ({"file", "line", "code"})
 
 
 @dataclass
@@ -91,6 +93,7 @@ class Made:
     output: torch.Tensor        # holds the identity: no other tensor can take its address
     first_input: object = None  # the walk's next tensor (walkable ops)
     recompute: object = None    # low-precision outputs: the fp32 recompute
+    site: dict | None = None    # a cast of the script's into fp16/bf16: where it is
 
 
 def view_key(t: torch.Tensor):
@@ -173,7 +176,7 @@ class NanWatch(UpdateJudge):
         key = view_key(out)
         if key in self._made:  # a view of values already made did not make them
             return
-        m = Made(ev.seq, ev.step, ev.op, ev.module, ev.inserted_cast, out)
+        m = Made(ev.seq, ev.step, ev.op, ev.module, ev.inserted_cast, out, site=ev.site)
         if ev.op in WALKABLE and ev.inputs:
             m.first_input = ev.inputs[0][1]
         if out.is_floating_point() and nx.is_low_precision(out.dtype):
@@ -227,6 +230,26 @@ class NanWatch(UpdateJudge):
                 aligned = aligned and m.op in KEEPS_ORDER
                 walk = m.first_input
         return lost
+
+    def _script_casts(self, ev: OpEvent) -> list[dict]:
+        """A producer that computed in fp16/bf16 outside autocast: the casts of the script's
+        that put its inputs there, followed back through moves (reshapes, views)."""
+        found = []
+        for index, t in ev.inputs:
+            if not _floating(t) or not nx.is_low_precision(t.dtype):
+                continue
+            walk = t
+            for _ in range(MAX_WALK):
+                m = self._made.get(view_key(walk))
+                if m is None:
+                    break
+                if m.site is not None:
+                    found.append({"input": f"input {index}", "dtype": nx.dtype_name(t.dtype), **m.site})
+                    break
+                if m.op not in WALKABLE or m.first_input is None:
+                    break
+                walk = m.first_input
+        return found
 
     def _remember_grad_value(self, t):
         if len(self._grad_values) == ALLOWED_VALUES_KEPT:
@@ -418,6 +441,10 @@ class NanWatch(UpdateJudge):
             return
         if self.forward_event(event, inputs_finite):
             event["lost"] = self._lost_values(ev, produced)  # a recompute or two, once per new producer
+            if not ev.autocast and ev.outputs and nx.is_low_precision(ev.outputs[0].dtype):
+                casts = self._script_casts(ev)
+                if casts:
+                    event["script_casts"] = casts
             _add_producer(self.producers, event)
 
     # -- gradients, steps and the scaler -------------------------------------------

@@ -297,6 +297,7 @@ class Recorder:
         # the model
         self._paths: dict = {}        # id(module) -> (path, module)
         self._roots: list = []        # (prefix, module)
+        self._root_sites: dict = {}   # prefix -> where the script first called that root
         self._param_names: dict = {}  # id(param) -> name
         self._optimizers: list = []
         self.model_name = ""
@@ -590,6 +591,10 @@ class Recorder:
                 while any(p == prefix for p, _ in self._roots):
                     prefix, n = f"{base}{n}", n + 1
         self._roots.append((prefix, module))
+        if prefix:
+            # A module the script calls itself, outside the model (its loss, a teacher): where,
+            # so that advice can point at the call keep_fp32(model, ...) cannot reach.
+            self._root_sites[prefix] = listen.script_site()
         if prefix == "" and not self.model_name:
             self.model_name = type(module).__name__
             self.parameters = sum(p.numel() for p in module.parameters() if p.requires_grad)
@@ -1060,7 +1065,13 @@ class Recorder:
         # their own op, within the Function ("exp in the backward of autograd.Function F").
         op = (info.op or op_type(func, args)) if call.function else call.op
         ev = nf.OpEvent(call.seq, call.step, phase, op, aten, call.module,
-                        list(enumerate(tensors)), outs, call.inserted, recompute, call.function)
+                        list(enumerate(tensors)), outs, call.inserted, recompute, call.function,
+                        call.reason == "autocast")
+        if phase == "forward" and call.op == "cast" and outs and outs[0].dtype in nx.LOW_PRECISION \
+                and floating_in and floating_in[0].dtype not in nx.LOW_PRECISION:
+            # The script's own cast into fp16/bf16 (autocast's are call.inserted): where it is,
+            # so that advice can name the line that put an op into low precision.
+            ev.site = listen.script_site()
         self.watch.on_op(ev, call.node_inserted)
         if phase == "optimizer" or call.inserted:
             return

@@ -48,6 +48,10 @@ def _strip(ev: dict) -> dict:
                               "lost")}
     if ev.get("aten") is not None:  # PyTorch's: the aten packet
         out["aten"] = ev["aten"]
+    if ev.get("function"):  # in a custom autograd.Function's backward: its class
+        out["function"] = ev["function"]
+    if ev.get("script_casts"):  # computed in fp16/bf16 outside autocast: the script's casts that put it there
+        out["script_casts"] = [dict(c) for c in ev["script_casts"]]
     return out
 
 
@@ -106,6 +110,9 @@ def _failure_text(w: dict) -> str:
                 f"({p['phase']}, step {p['step']})")
         if p["lost"]:
             text += "; " + nf.lost_text(p, p["lost"][0])
+        for c in p.get("script_casts", [])[:1]:
+            text += (f"; it ran in {c['dtype']} outside autocast: the script cast its {c['input']} to {c['dtype']} "
+                     f"at {c['file']}:{c['line']} ({c['code']})")
         if len(producers) > 1:
             text += "; also by" + ",".join(f" {q['op']} in '{q['module']}' ({q['phase']}, step {q['step']})"
                                            for q in producers[1:])
@@ -122,6 +129,20 @@ def _level(rec) -> str:
     if rec.autocast_seen:
         return rec.autocast_level
     return "O3" if rec.low_dtypes else "O0"
+
+
+def _roots(rec) -> list:
+    """The top-level modules the script called: the model (path "") and the others, by the
+    class name that prefixes their paths (a loss module, a teacher), with where the script
+    first called those."""
+    out = []
+    for prefix, module in getattr(rec, "_roots", []):
+        entry = {"path": prefix, "class": type(module).__name__, "model": prefix == ""}
+        site = getattr(rec, "_root_sites", {}).get(prefix)
+        if site:
+            entry["site"] = dict(site)
+        out.append(entry)
+    return out
 
 
 def _lr_schedule(rec) -> dict | None:
@@ -264,6 +285,9 @@ def build(rec) -> dict:
         "script": rec.script or "",
         "script_args": list(rec.script_args),
     }
+    roots = _roots(rec)
+    if roots:
+        run["roots"] = roots
     schedule = _lr_schedule(rec)
     if schedule is not None:
         run["lr_schedule"] = schedule
