@@ -183,7 +183,17 @@ int run_record(const RecordOptions& o, std::ostream& out, std::ostream& err) {
                        runs.size(), o.seeds);
   }
 
-  if (!o.report.empty()) write_output("--report", o.report, json);
+  if (!o.report.empty()) {
+    write_output("--report", o.report, json);
+    // A job a launcher started: each rank's own report beside the job's (run.rank1.json).
+    const auto dot = o.report.rfind('.');
+    const bool has_ext = dot != std::string::npos && o.report.find('/', dot) == std::string::npos;
+    for (std::size_t r = 0; r < first.ranks.size(); ++r)
+      if (!first.ranks[r].json.empty())
+        write_output("--report", (has_ext ? o.report.substr(0, dot) : o.report) + ".rank" + std::to_string(r) +
+                                     (has_ext ? o.report.substr(dot) : std::string(".json")),
+                     first.ranks[r].json);
+  }
   if (!o.html.empty()) write_output("--html", o.html, reports::to_html(report));
   out << (o.json ? json : reports::to_text(report));
   if (interrupted) return kInterrupted;

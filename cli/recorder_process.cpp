@@ -21,6 +21,7 @@
 
 #include "cli/interrupt.h"
 #include "cli/usage_error.h"
+#include "inspector/consensus.h"  // consensus_of_recordings
 #include "reports/json.h"  // from_json
 
 extern char** environ;
@@ -304,8 +305,20 @@ Recording record_process(const RecordRequest& r) {
   Recording rec;
   rec.started = true;
   rec.exit_code = wait_for(s.pid);
+  // The ranks of a job a launcher started write report.rankN.json (recorder/ranks.py).
+  for (const auto& entry : fs::directory_iterator(scratch.dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("report.rank", 0) != 0 || entry.path().extension() != ".json") continue;
+    const std::string digits = name.substr(11, name.size() - 11 - 5);
+    if (digits.empty() || digits.size() > 6 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::size_t rank = static_cast<std::size_t>(std::stoul(digits));
+    if (rec.rank_reports.size() <= rank) rec.rank_reports.resize(rank + 1);
+    rec.rank_reports[rank] = read_file(entry.path());
+  }
   if (fs::exists(out)) {
     rec.report = read_file(out);
+  } else if (!rec.rank_reports.empty()) {
+    // The launcher recorded nothing of its own: the job is its ranks'.
   } else if (const fs::path why = fs::path(out.string() + ".why"); fs::exists(why)) {
     // The recorder's own reason (ampcheck_recorder/inject.py, not_recording).
     rec.why_no_report = "the recorder could not start; the recorder said: " + last_line(read_file(why));
@@ -355,32 +368,112 @@ bool RecordedRun::run_failed() const {
   return report.summary.verdict == "failed" || report.summary.verdict == "gradient_underflow";
 }
 
-RecordedRun recorded_run(const RecordRequest& request) {
-  Recording rec = record_process(request);
-  if (!rec.report) throw UsageError("no recording: " + rec.why_no_report);
+namespace {
+
+RecordedRun read_recording(std::string json, int exit_code, const std::string& what) {
   RecordedRun out;
-  out.exit_code = rec.exit_code;
-  out.json = std::move(*rec.report);
+  out.exit_code = exit_code;
+  out.json = std::move(json);
   try {
-    out.report = reports::from_json(out.json, "the recorder's report");
+    out.report = reports::from_json(out.json, what);
   } catch (const reports::ReportError& e) {
-    throw std::runtime_error(std::string("the recorder wrote a report ampcheck cannot read (a recorder bug): ") +
-                             e.what());
+    throw std::runtime_error("the recorder wrote a report ampcheck cannot read (a recorder bug): " +
+                             std::string(e.what()));
   }
-  // The recorder, inside the script, saw its exception but not its exit status: the
-  // status is ampcheck's to add (the report and its text say both). Ctrl-C (130) is an
-  // interruption, said apart.
+  return out;
+}
+
+// The recorder, inside the script, saw its exception but not its exit status: the status
+// is ampcheck's to add (the report and its text say both). Ctrl-C (130) is an
+// interruption, said apart.
+void add_exit_status(RecordedRun& out, int exit_code) {
   reports::ScriptOutcome& outcome = out.report.run.script_outcome ? *out.report.run.script_outcome
                                                                   : out.report.run.script_outcome.emplace();
-  if (rec.exit_code != 0 && rec.exit_code != 130 && !outcome.exit_code) {
-    outcome.exit_code = rec.exit_code;
+  if (exit_code != 0 && exit_code != 130 && !outcome.exit_code) {
+    outcome.exit_code = exit_code;
     nlohmann::ordered_json j = nlohmann::ordered_json::parse(out.json);
-    j["run"]["script_outcome"]["exit_code"] = rec.exit_code;
+    j["run"]["script_outcome"]["exit_code"] = exit_code;
     if (!j["run"]["script_outcome"].contains("error")) j["run"]["script_outcome"]["error"] = outcome.error;
     out.json = j.dump(2) + "\n";
   } else if (!out.report.run.script_outcome->exit_code && outcome.error.empty()) {
     out.report.run.script_outcome.reset();  // nothing to say: as the recorder wrote it
   }
+}
+
+// The job of a launcher's ranks: the first failed rank's recording (else rank 0's) with the
+// ranks' consensus added, its verdict failed when they disagreed.
+RecordedRun job_of(std::vector<RecordedRun> ranks, int exit_code) {
+  std::vector<std::int64_t> missing;
+  for (std::size_t r = 0; r < ranks.size(); ++r)
+    if (ranks[r].json.empty()) missing.push_back(static_cast<std::int64_t>(r));
+  std::size_t source = ranks.size();
+  for (std::size_t r = 0; r < ranks.size() && source == ranks.size(); ++r)
+    if (!ranks[r].json.empty() && ranks[r].run_failed()) source = r;
+  for (std::size_t r = 0; r < ranks.size() && source == ranks.size(); ++r)
+    if (!ranks[r].json.empty()) source = r;
+  RecordedRun job = ranks[source];
+  job.exit_code = exit_code;
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(job.json);
+  std::string failure;
+  if (missing.empty() && ranks.size() > 1) {
+    std::vector<reports::Report> reports;
+    for (const RecordedRun& r : ranks) reports.push_back(r.report);
+    try {
+      job.report.distributed = inspector::consensus_of_recordings(reports);
+      failure = inspector::consensus_failure(*job.report.distributed);
+      j["distributed"] = nlohmann::ordered_json::parse(reports::to_json(job.report))["distributed"];
+    } catch (const std::invalid_argument& e) {
+      failure = std::string("the ranks' reports are not of one job (") + e.what() + ")";
+    }
+  } else if (!missing.empty()) {
+    std::string who;
+    for (std::int64_t r : missing) who += (who.empty() ? "" : ", ") + std::to_string(r);
+    failure = "rank" + std::string(missing.size() > 1 ? "s " : " ") + who +
+              " wrote no report (the process ended before its interpreter's exit): the job cannot be compared rank "
+              "by rank";
+  }
+  if (failure.empty() && job.report.distributed && job.report.summary.verdict != "failed" &&
+      job.report.summary.verdict != "gradient_underflow") {
+    const reports::Distributed& d = *job.report.distributed;
+    job.report.summary.verdict_text += fmt::format(
+        "; {} ranks in agreement{}", d.world_size,
+        d.compared_params ? fmt::format(" ({} replicated parameter(s) identical at every step)", *d.compared_params)
+                          : std::string());
+    j["summary"]["verdict_text"] = job.report.summary.verdict_text;
+  }
+  if (!failure.empty()) {
+    reports::Summary& s = job.report.summary;
+    const bool was_failed = s.verdict == "failed" || s.verdict == "gradient_underflow";
+    std::string before = s.verdict_text;
+    if (before.rfind("FAILED: ", 0) == 0) before = before.substr(8);
+    s.verdict_text = "FAILED: " + failure + (was_failed ? "; then " + before : "") +
+                     (source != 0 ? " (on rank " + std::to_string(source) + ")" : "");
+    s.verdict = "failed";
+    j["summary"]["verdict"] = s.verdict;
+    j["summary"]["verdict_text"] = s.verdict_text;
+  }
+  job.json = j.dump(2) + "\n";
+  add_exit_status(job, exit_code);
+  job.ranks = std::move(ranks);
+  return job;
+}
+
+}  // namespace
+
+RecordedRun recorded_run(const RecordRequest& request) {
+  Recording rec = record_process(request);
+  if (!rec.report && !rec.rank_reports.empty()) {
+    std::vector<RecordedRun> ranks;
+    for (std::size_t r = 0; r < rec.rank_reports.size(); ++r)
+      ranks.push_back(rec.rank_reports[r].empty()
+                          ? RecordedRun{}
+                          : read_recording(std::move(rec.rank_reports[r]), rec.exit_code,
+                                           "rank " + std::to_string(r) + "'s report"));
+    return job_of(std::move(ranks), rec.exit_code);
+  }
+  if (!rec.report) throw UsageError("no recording: " + rec.why_no_report);
+  RecordedRun out = read_recording(std::move(*rec.report), rec.exit_code, "the recorder's report");
+  add_exit_status(out, rec.exit_code);
   return out;
 }
 

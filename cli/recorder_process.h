@@ -44,6 +44,9 @@ struct Recording {
   int exit_code = 0;             // the script's exit status; 128 + N when signal N ended it
   bool started = false;         // the command could be started at all
   std::optional<std::string> report;  // the report's bytes; none when the recorder wrote none
+  // A job a launcher started (torchrun ...): each rank's report's bytes, by rank; empty for
+  // a lone process. A rank that wrote none has an empty string.
+  std::vector<std::string> rank_reports;
   std::string why_no_report;    // then: the reason, naming the fix
 };
 
@@ -60,6 +63,10 @@ struct RecordedRun {
   reports::Report report;
   std::string json;
   int exit_code = 0;
+  // A job a launcher started: each rank's own recording, in rank order, and the above is
+  // the job's: the first failed rank's report (else rank 0's) with the ranks' consensus
+  // (`distributed`, inspector/consensus.h) and a verdict that includes it.
+  std::vector<RecordedRun> ranks;
   bool script_failed() const;  // a non-zero exit, or an uncaught exception (run.script_outcome)
   bool run_failed() const;     // the verdict: failed or gradient_underflow
 };

@@ -299,7 +299,13 @@ InstrumentedRun instrumented_run(const RunArgs& args, const Resolved& resolved, 
   if (setup.inspect_every > 1) rep.run.inspect_every = setup.inspect_every;
   for (std::size_t i = 0; i < result.steps.size(); ++i) {
     const models::StepResult& s = result.steps[i];
-    rep.steps.push_back({static_cast<std::int64_t>(i) + 1, s.loss, s.loss_scale, s.found_inf, s.skipped});
+    reports::StepRecord step;
+    step.step = static_cast<std::int64_t>(i) + 1;
+    step.loss = s.loss;
+    step.loss_scale = s.loss_scale;
+    step.found_inf = s.found_inf;
+    step.skipped = s.skipped;
+    rep.steps.push_back(step);
   }
   inspector::fill_report(insp, rep);
   rep.summary.initial_loss = result.steps.front().loss;

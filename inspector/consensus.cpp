@@ -1,6 +1,7 @@
 #include "inspector/consensus.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -8,6 +9,7 @@
 #include <string>
 #include <utility>
 #include <stdexcept>
+#include <string_view>
 
 namespace ampcheck::inspector {
 namespace {
@@ -172,8 +174,268 @@ reports::Distributed consensus(const std::vector<std::vector<DataParallelStep>>&
   return d;
 }
 
+namespace {
+
+std::vector<std::uint64_t> unpack_words(const std::string& text) {
+  static constexpr std::string_view kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::vector<std::uint8_t> bytes;
+  std::uint32_t acc = 0;
+  int bits = 0;
+  for (const char c : text) {
+    if (c == '=') break;
+    const auto at = kAlphabet.find(c);
+    if (at == std::string_view::npos) throw std::invalid_argument("a checksum is not base64: " + text.substr(0, 40));
+    acc = (acc << 6) | static_cast<std::uint32_t>(at);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      bytes.push_back(static_cast<std::uint8_t>((acc >> bits) & 0xff));
+    }
+  }
+  if (bytes.size() % 8 != 0) throw std::invalid_argument("checksums of a partial word: " + text.substr(0, 40));
+  std::vector<std::uint64_t> words(bytes.size() / 8);
+  for (std::size_t i = 0; i < words.size(); ++i)
+    for (int b = 7; b >= 0; --b) words[i] = (words[i] << 8) | bytes[i * 8 + static_cast<std::size_t>(b)];
+  return words;
+}
+
+// The recorder's combination (distributed.py, combine): FNV-1a over 64-bit words.
+std::uint64_t combine(const std::vector<std::uint64_t>& words, const std::vector<bool>& keep) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (std::size_t i = 0; i < words.size(); ++i)
+    if (keep[i]) h = (h ^ words[i]) * 0x100000001b3ull;
+  return h;
+}
+
+int dtype_bits(const std::string& dtype) {
+  if (dtype == "float64") return 64;
+  if (dtype == "float32") return 32;
+  if (dtype == "float16" || dtype == "bfloat16") return 16;
+  if (dtype.rfind("float8", 0) == 0) return 8;
+  return 0;  // not a floating dtype: no precision to compare
+}
+
+std::string ranks_text(const std::vector<std::int64_t>& r) {
+  return (r.size() == 1 ? "rank " : "ranks ") + list(r);
+}
+
+std::string where_text(const reports::CollectiveRow& c) {
+  std::string s = c.function.empty() ? "" : " in the backward of autograd.Function " + c.function;
+  return s + (c.module.empty() ? " outside any module" : " in '" + c.module + "'");
+}
+
+}  // namespace
+
+reports::Distributed consensus_of_recordings(const std::vector<reports::Report>& ranks) {
+  if (ranks.empty()) throw std::invalid_argument("no rank reports");
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    if (!ranks[r].rank) throw std::invalid_argument("report " + std::to_string(r) + " is no rank's recording");
+    if (ranks[r].rank->rank != static_cast<std::int64_t>(r))
+      throw std::invalid_argument("the reports are not ranks 0.." + std::to_string(ranks.size() - 1) + " in order");
+  }
+  const reports::RankRecording& first = *ranks.front().rank;
+  // Replicas: parameters whose checksums agree on every rank before the first update.
+  const std::size_t n = first.params.size();
+  std::vector<std::vector<std::uint64_t>> initial;
+  bool hashed = !first.initial_hashes.empty() && n > 0;
+  for (const reports::Report& r : ranks) {
+    hashed = hashed && r.rank->params == first.params && !r.rank->initial_hashes.empty();
+    if (hashed) initial.push_back(unpack_words(r.rank->initial_hashes));
+    hashed = hashed && initial.back().size() == n;
+  }
+  std::vector<bool> replica(n, hashed);
+  if (hashed)
+    for (std::size_t i = 0; i < n; ++i)
+      for (const auto& words : initial) replica[i] = replica[i] && words[i] == initial.front()[i];
+  const auto words_of = [&](const std::optional<std::string>& packed) {
+    std::vector<std::uint64_t> w = packed ? unpack_words(*packed) : std::vector<std::uint64_t>{};
+    if (w.size() != n) w.assign(n, 0);
+    return w;
+  };
+
+  // The engine's consensus on what each rank decided, on the replicas' checksum.
+  std::vector<std::vector<DataParallelStep>> steps(ranks.size());
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    const reports::Report& rep = ranks[r];
+    std::size_t update = 0;
+    for (const reports::StepRecord& st : rep.steps) {
+      DataParallelStep e;
+      e.step = st.step;
+      e.rank = static_cast<int>(r);
+      e.world = static_cast<int>(ranks.size());
+      e.found_inf = st.found_inf;
+      e.reduced = rep.rank->found_inf_reduced;
+      // Unreduced, a rank's decision is its own gradients'; reduced, every rank's is the job's.
+      e.local_found_inf = st.found_inf && !e.reduced;
+      e.scale = st.loss_scale;
+      e.local_loss = st.loss;
+      e.checksum = hashed ? combine(words_of(st.param_hashes), replica) : 0;
+      e.skipped = st.skipped;
+      if (st.skipped) {
+        ++update;
+        for (const reports::SkippedUpdate& u : rep.nonfinite.skips)
+          if (u.update == static_cast<std::int64_t>(update) && !u.param_names.empty()) e.overflow = u.param_names.front();
+      } else {
+        ++update;
+      }
+      steps[r].push_back(std::move(e));
+    }
+  }
+  const std::string runtime = first.launcher + (first.backend.empty() ? "" : " (" + first.backend + ")");
+  reports::Distributed d = consensus(steps, runtime);
+  if (hashed) {
+    d.compared_params = static_cast<std::int64_t>(std::count(replica.begin(), replica.end(), true));
+    d.sharded_params = static_cast<std::int64_t>(n) - *d.compared_params;
+  }
+  std::size_t common = steps.front().size();
+  for (const auto& r : steps) common = std::min(common, r.size());
+
+  // The replica that diverged first, and whether its gradient differed already.
+  if (hashed && d.first_divergence > 0) {
+    for (std::size_t k = 0; k < common; ++k) {
+      if (ranks.front().steps[k].step != d.first_divergence) continue;
+      std::vector<std::vector<std::uint64_t>> p, g;
+      for (const reports::Report& r : ranks) {
+        p.push_back(words_of(r.steps[k].param_hashes));
+        g.push_back(words_of(r.steps[k].grad_hashes));
+      }
+      std::vector<std::string> names;
+      bool grads_differ = false;
+      for (std::size_t i = 0; i < n; ++i) {
+        if (!replica[i]) continue;
+        bool same = true, same_grad = true;
+        for (std::size_t r = 1; r < ranks.size(); ++r) {
+          same = same && p[r][i] == p[0][i];
+          same_grad = same_grad && g[r][i] == g[0][i];
+        }
+        if (!same) {
+          if (names.empty()) grads_differ = !same_grad;
+          names.push_back(first.params[i]);
+        }
+      }
+      if (!names.empty())
+        d.divergence += "; " + names.front() + (names.size() > 1 ? " and " + std::to_string(names.size() - 1) + " more" : "") +
+                        " first" + (grads_differ ? ": its gradient already differed after the reduction (it was not "
+                                                   "all-reduced over the ranks: a parameter outside DDP's buckets, one "
+                                                   "added after DDP(model) was built, or a reduction over the wrong group)"
+                                                 : "");
+      break;
+    }
+  }
+  // Gradients of replicas that differ after the reduction, where the parameters still agree
+  // (the update skipped, or not yet applied): a finding of its own.
+  if (hashed) {
+    for (std::size_t k = 0; k < common; ++k) {
+      const std::int64_t step = ranks.front().steps[k].step;
+      if (d.first_divergence > 0 && step >= d.first_divergence) break;
+      std::vector<std::vector<std::uint64_t>> g;
+      for (const reports::Report& r : ranks) g.push_back(words_of(r.steps[k].grad_hashes));
+      std::vector<std::string> names;
+      for (std::size_t i = 0; i < n; ++i) {
+        if (!replica[i]) continue;
+        for (std::size_t r = 1; r < ranks.size(); ++r)
+          if (g[r][i] != g[0][i]) {
+            names.push_back(first.params[i]);
+            break;
+          }
+      }
+      if (names.empty()) continue;
+      std::vector<std::int64_t> all;
+      for (std::size_t r = 0; r < ranks.size(); ++r) all.push_back(static_cast<std::int64_t>(r));
+      d.findings.push_back({"gradients_differ", false, step, all,
+                            "the gradients of " + names.front() +
+                                (names.size() > 1 ? " and " + std::to_string(names.size() - 1) + " more" : "") +
+                                " differ across the ranks after the reduction at step " + std::to_string(step) +
+                                " while the replicas still agree: not all-reduced over the ranks"});
+      break;
+    }
+  }
+
+  // Gradient reductions narrower than a wrapper was asked for, and comm hooks that reduce
+  // in low precision.
+  std::string asked_dtype, asked_by;
+  for (const reports::Report& r : ranks)
+    for (const reports::MixedPrecisionAsked& a : r.rank->asked) {
+      if (a.reduce_dtype.empty() || dtype_bits(a.reduce_dtype) <= dtype_bits(asked_dtype)) continue;
+      asked_dtype = a.reduce_dtype;
+      asked_by = a.api == "fully_shard"
+                     ? "fully_shard(..., mp_policy=MixedPrecisionPolicy(reduce_dtype=torch." + a.reduce_dtype + "))"
+                     : a.api + "(..., mixed_precision=...(reduce_dtype=torch." + a.reduce_dtype + "))";
+      if (!a.modules.empty())
+        asked_by += " on " + (a.modules.front().empty() ? std::string("the model") : "'" + a.modules.front() + "'") +
+                    (a.modules.size() > 1 ? " and others" : "");
+    }
+  // Merge every rank's collectives.
+  for (std::size_t r = 0; r < ranks.size(); ++r)
+    for (const reports::CollectiveRow& c : ranks[r].rank->collectives) {
+      auto it = std::find_if(d.collectives.begin(), d.collectives.end(), [&](const reports::CollectiveRow& x) {
+        return x.op == c.op && x.aten == c.aten && x.dtype == c.dtype && x.phase == c.phase && x.module == c.module &&
+               x.function == c.function;
+      });
+      if (it == d.collectives.end()) {
+        reports::CollectiveRow row = c;
+        row.ranks = 1;
+        d.collectives.push_back(row);
+      } else {
+        it->calls += c.calls;
+        it->elements += c.elements;
+        it->first_step = std::min(it->first_step, c.first_step);
+        *it->ranks += 1;
+      }
+    }
+  const auto is_reduction = [](const reports::CollectiveRow& c) {
+    return c.phase == "backward" && (c.op == "all_reduce" || c.op == "reduce_scatter" || c.op == "reduce");
+  };
+  if (!asked_dtype.empty())
+    for (const reports::CollectiveRow& c : d.collectives) {
+      if (!is_reduction(c) || dtype_bits(c.dtype) == 0 || dtype_bits(c.dtype) >= dtype_bits(asked_dtype)) continue;
+      std::vector<std::int64_t> who;
+      for (std::size_t r = 0; r < ranks.size(); ++r)
+        for (const reports::CollectiveRow& x : ranks[r].rank->collectives)
+          if (x.aten == c.aten && x.dtype == c.dtype && x.phase == c.phase && x.module == c.module &&
+              x.function == c.function) {
+            who.push_back(static_cast<std::int64_t>(r));
+            break;
+          }
+      d.findings.push_back(
+          {"reduce_dtype", true, c.first_step, who,
+           "gradients reduced in " + c.dtype + " where " + asked_dtype + " was asked (" + asked_by + "): " + c.op + " (" +
+               c.aten + ")" + where_text(c) + ", " + std::to_string(c.calls) + " call(s) on " + ranks_text(who) +
+               ", first at step " + std::to_string(c.first_step) +
+               "; the wrapper's reduce_dtype applies to its own reductions only: cast that gradient to " + asked_dtype +
+               " before it is reduced"});
+    }
+  for (const reports::Report& r : ranks)
+    for (const reports::MixedPrecisionAsked& a : r.rank->asked)
+      for (const std::string& hook : a.comm_hooks)
+        if ((hook.find("bf16") != std::string::npos || hook.find("fp16") != std::string::npos) &&
+            std::none_of(d.findings.begin(), d.findings.end(), [](const reports::DistributedFinding& f) { return f.kind == "comm_hook"; }))
+          d.findings.push_back({"comm_hook", false, 1, {r.rank->rank},
+                                "DDP reduces the gradients with the comm hook " + hook + ": in " +
+                                    (hook.find("bf16") != std::string::npos ? "bfloat16" : "float16") +
+                                    ", as asked (each gradient rounded once before it is summed)"});
+
+  // A loss non-finite on some ranks only.
+  for (std::size_t k = 0; k < common; ++k) {
+    std::vector<std::int64_t> bad, good;
+    for (std::size_t r = 0; r < ranks.size(); ++r)
+      (std::isfinite(ranks[r].steps[k].loss) ? good : bad).push_back(static_cast<std::int64_t>(r));
+    if (bad.empty() || good.empty()) continue;
+    d.findings.push_back({"loss_non_finite", false, ranks.front().steps[k].step, bad,
+                          "the loss was non-finite on " + ranks_text(bad) + " only, at step " +
+                              std::to_string(ranks.front().steps[k].step) + " (finite on " + ranks_text(good) +
+                              "): that rank's data or its own computation, not the job's"});
+    break;
+  }
+  d.in_agreement = d.in_agreement && std::none_of(d.findings.begin(), d.findings.end(),
+                                                  [](const reports::DistributedFinding& f) { return f.failure; });
+  return d;
+}
+
 std::string consensus_failure(const reports::Distributed& d) {
   if (d.in_agreement) return "";
+  for (const reports::DistributedFinding& f : d.findings)
+    if (f.failure && d.disagreements.empty() && d.first_divergence == 0) return f.detail;
   if (!d.disagreements.empty()) {
     const auto& first = d.disagreements.front();
     return "ranks disagreed at step " + std::to_string(first.step) + ": " + first.detail +

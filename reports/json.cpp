@@ -120,6 +120,10 @@ constexpr void fields(V& v, S& s) {
   v("loss_scale", s.loss_scale);
   v("found_inf", s.found_inf);
   v("skipped", s.skipped);
+  v("params_hash", s.params_hash);  // 1.10; optional (a rank of a recorded job), as the three below
+  v("grads_hash", s.grads_hash);
+  v("param_hashes", s.param_hashes);
+  v("grad_hashes", s.grad_hashes);
 }
 template <class V, Is<DtypeCounts> S>
 constexpr void fields(V& v, S& s) {
@@ -492,6 +496,49 @@ constexpr void fields(V& v, S& s) {
   v("skipped", s.skipped);
   v("final_checksum", s.final_checksum);
 }
+template <class V, Is<CollectiveRow> S>
+constexpr void fields(V& v, S& s) {
+  v("op", s.op);
+  v("aten", s.aten);
+  v("dtype", s.dtype);
+  v("phase", s.phase);
+  v("module", s.module);
+  v("function", s.function);
+  v("calls", s.calls);
+  v("elements", s.elements);
+  v("first_step", s.first_step);
+  v("ranks", s.ranks);
+}
+template <class V, Is<MixedPrecisionAsked> S>
+constexpr void fields(V& v, S& s) {
+  v("api", s.api);
+  v("modules", s.modules);
+  v("param_dtype", s.param_dtype);
+  v("reduce_dtype", s.reduce_dtype);
+  v("output_dtype", s.output_dtype);
+  v("comm_hooks", s.comm_hooks);
+}
+template <class V, Is<RankRecording> S>
+constexpr void fields(V& v, S& s) {
+  v("rank", s.rank);
+  v("world_size", s.world_size);
+  v("local_rank", s.local_rank);
+  v("launcher", s.launcher);
+  v("backend", s.backend);
+  v("found_inf_reduced", s.found_inf_reduced);
+  v("asked", s.asked);
+  v("collectives", s.collectives);
+  v("params", s.params);
+  v("initial_hashes", s.initial_hashes);
+}
+template <class V, Is<DistributedFinding> S>
+constexpr void fields(V& v, S& s) {
+  v("kind", s.kind);
+  v("failure", s.failure);
+  v("step", s.step);
+  v("ranks", s.ranks);
+  v("detail", s.detail);
+}
 template <class V, Is<Distributed> S>
 constexpr void fields(V& v, S& s) {
   v("world_size", s.world_size);
@@ -503,6 +550,10 @@ constexpr void fields(V& v, S& s) {
   v("first_divergence", s.first_divergence);
   v("divergence", s.divergence);
   v("ranks", s.ranks);
+  v("compared_params", s.compared_params);  // 1.10; optional (recorded jobs), as the two below
+  v("sharded_params", s.sharded_params);
+  v("findings", s.findings, Since{10});
+  v("collectives", s.collectives, Since{10});
 }
 template <class V, Is<Fp8TensorRecord> S>
 constexpr void fields(V& v, S& s) {
@@ -718,6 +769,7 @@ constexpr void fields(V& v, S& s) {
   v("kernels", s.kernels);  // 1.4; optional (CUDA runs with CUPTI)
   v("distributed", s.distributed);  // 1.5; optional (several ranks)
   v("fp8", s.fp8);  // 1.9; optional (fp8 training)
+  v("rank", s.rank);  // 1.10; optional (a rank of a recorded job)
 }
 
 // GCC evaluates the guard below (a default value of each struct, strings and vectors
@@ -768,12 +820,13 @@ static_assert(kEveryMemberHasAField<
               Interruption, SeedOutcome, LowPrecisionSeen, LocalErrorSeen, Spread, GpuKernel, KernelTypeRow,
               KernelFinding, OutsideKernel, Kernels, RankOverflow, RankDisagreement, RankSummary, Distributed,
               PrecisionShare, ProfileOp, FallbackCost, Unattributable, CounterCheck, ProfileRank, RankDifference,
-              SkippedUpdate, MaskFailure, ScriptOutcome, LrSchedule, Fp8TensorRecord, Fp8FindingRecord,
+              SkippedUpdate, MaskFailure, ScriptOutcome, LrSchedule, CollectiveRow, MixedPrecisionAsked,
+              RankRecording, DistributedFinding, Fp8TensorRecord, Fp8FindingRecord,
               Fp8Training>);
 // Report's default schema_version is not constexpr, so fields(Report) cannot be walked
-// here: its members are counted by hand (schema_version, written apart, and the 16 of
+// here: its members are counted by hand (schema_version, written apart, and the 17 of
 // fields(Report)), and the test of the top-level keys checks fields(Report) itself.
-static_assert(member_count<Report>() == 1 + 16,
+static_assert(member_count<Report>() == 1 + 17,
               "Report gained a member: add it to fields(Report) in reports/json.cpp");
 static_assert(member_count<KernelsReport>() == 1 + 7,
               "KernelsReport gained a member: add it to fields(KernelsReport) in reports/json.cpp");

@@ -30,7 +30,7 @@ inline constexpr int kSchemaMajor = 1;
 // OpInstance::gpu_kernels (CUDA runs with CUPTI); 1.5: Report::distributed (data-parallel
 // runs under mpirun); 1.6: NonFinite::skips, mask_failures; 1.8: DtypeCounts::fp8; 1.9:
 // Report::fp8 (fp8 training: every scaled tensor's casts, step by step, and the findings).
-inline constexpr int kSchemaMinor = 9;
+inline constexpr int kSchemaMinor = 10;
 
 // What wrote the report. Nothing of the machine it ran on: the same build gives the same
 // bytes on every x86-64 CPU (the CPU paths differ in speed only).
@@ -126,6 +126,10 @@ struct StepRecord {
   double loss_scale = 1;  // the scale this step's backward used
   bool found_inf = false;
   bool skipped = false;   // the optimizer step was skipped
+  // 1.10, a rank of a recorded job (Report::rank): after the update, checksums of its
+  // parameters and of the gradients the update used (RankRecording::params, in order), each
+  // as one hex word and per parameter as base64 of 64-bit little-endian words.
+  std::optional<std::string> params_hash, grads_hash, param_hashes, grad_hashes;
 };
 
 // Calls by the dtype of the kernel that ran: PaddlePaddle's collect_operator_stats columns.
@@ -557,6 +561,35 @@ struct Kernels {
   }
 };
 
+// 1.10: one rank of a job a launcher started (`ampcheck record -- torchrun ...`), as its
+// recorder saw it (recorder/ampcheck_recorder/distributed.py).
+struct CollectiveRow {  // the collectives of one kind, as they ran
+  std::string op;        // "all_reduce", "reduce_scatter", "all_gather", "broadcast", ...
+  std::string aten;      // "c10d.allreduce_"
+  std::string dtype;     // the dtype it moved
+  std::string phase;     // "forward", "backward" (a gradient reduction), "optimizer"
+  std::string module;    // where it ran
+  std::string function;  // the custom autograd.Function whose backward ran it; "" when none
+  std::int64_t calls = 0, elements = 0, first_step = 0;
+  std::optional<std::int64_t> ranks;  // a job's rows: the ranks that ran it
+};
+struct MixedPrecisionAsked {  // what a data-parallel wrapper was asked for
+  std::string api;  // "fully_shard" (MixedPrecisionPolicy), "FullyShardedDataParallel", "DistributedDataParallel"
+  std::vector<std::string> modules;  // the modules that have it (the first 8)
+  std::string param_dtype, reduce_dtype, output_dtype;  // "" when not set
+  std::vector<std::string> comm_hooks;  // DDP's registered comm hooks
+};
+struct RankRecording {
+  std::int64_t rank = 0, world_size = 1, local_rank = 0;
+  std::string launcher;  // "torchrun", "accelerate launch", "paddle.distributed.launch", "mpirun"
+  std::string backend;   // the process group's: "gloo", "nccl"
+  bool found_inf_reduced = false;  // a collective ran inside the GradScaler's unscale_ (ShardedGradScaler)
+  std::vector<MixedPrecisionAsked> asked;
+  std::vector<CollectiveRow> collectives;
+  std::vector<std::string> params;  // the parameters checksummed each step, in order
+  std::string initial_hashes;       // their checksums before the first update (base64); "" when none
+};
+
 // Data parallelism (mpirun -np N): what each rank found and decided, gathered on rank 0.
 struct RankOverflow {  // a gradient that overflowed on one rank's shard
   std::int64_t rank = 0;
@@ -576,9 +609,17 @@ struct RankSummary {
   std::int64_t skipped = 0;          // updates it skipped
   std::string final_checksum;        // of its parameters after the last step (hex)
 };
+// 1.10: what only a recorded job shows (consensus_of_recordings).
+struct DistributedFinding {
+  std::string kind;  // "reduce_dtype", "gradients_differ", "loss_non_finite", "comm_hook"
+  bool failure = false;
+  std::int64_t step = 0;  // the first step it was seen
+  std::vector<std::int64_t> ranks;
+  std::string detail;
+};
 struct Distributed {
   std::int64_t world_size = 1;
-  std::string runtime;            // "mpi"
+  std::string runtime;            // "mpi"; a recorded job: its launcher and backend, "torchrun (gloo)"
   bool found_inf_reduced = true;  // false only with the debug switch that breaks the consensus
   bool in_agreement = true;       // every step: the same decision, scale and parameters on every rank
   std::vector<RankOverflow> local_overflows;
@@ -586,6 +627,12 @@ struct Distributed {
   std::int64_t first_divergence = 0;  // the first step after which the replicas differ; 0: none
   std::string divergence;             // what differed there, in words
   std::vector<RankSummary> ranks;
+  // 1.10, recorded jobs: the parameters compared across the ranks (those equal on every rank
+  // before the first update) and those not (a shard each rank holds alone); what else the
+  // ranks' recordings show; and every rank's collectives, merged.
+  std::optional<std::int64_t> compared_params, sharded_params;
+  std::vector<DistributedFinding> findings;
+  std::vector<CollectiveRow> collectives;
 };
 
 // fp8 training (docs/fp8.md): what each cast of each scaled tensor did, step by step, as the
@@ -645,6 +692,7 @@ struct Report {
   std::optional<Kernels> kernels;  // 1.4: CUDA runs with CUPTI (traced or saying why not)
   std::optional<Distributed> distributed;  // 1.5: data-parallel runs (several ranks)
   std::optional<Fp8Training> fp8;  // 1.9: runs that train in fp8 with an inspection
+  std::optional<RankRecording> rank;  // 1.10: one rank of a recorded job
 };
 
 }  // namespace ampcheck::reports

@@ -375,11 +375,24 @@ std::string paddle_operator_table(const std::vector<OpTypeRow>& rows, const std:
 std::string distributed_section(const Report& r) {
   if (!r.distributed) return "";
   const Distributed& d = *r.distributed;
-  std::string s = fmt::format("Data parallel: {} ranks ({}), found_inf {}: {}\n", d.world_size, d.runtime,
-                              d.found_inf_reduced ? "reduced over the ranks before each skip decision"
-                                                  : "NOT reduced (--dp-no-inf-reduce: each rank acted on its own)",
-                              d.in_agreement ? "all in agreement (the same decision, scale and parameters at every step)"
-                                             : "the ranks did NOT agree");
+  // A job recorded rank by rank (ampcheck record -- torchrun ...) says what it compared.
+  const bool recorded = d.compared_params.has_value() || r.rank.has_value();
+  std::string s = fmt::format(
+      "Data parallel: {} ranks ({}), found_inf {}: {}\n", d.world_size, d.runtime,
+      d.found_inf_reduced ? "reduced over the ranks before each skip decision"
+      : recorded          ? "not reduced over the ranks (each rank's GradScaler decided from its own gradients)"
+                          : "NOT reduced (--dp-no-inf-reduce: each rank acted on its own)",
+      d.in_agreement ? "all in agreement (the same decision, scale and parameters at every step)"
+                     : "the ranks did NOT agree");
+  if (d.compared_params)
+    s += fmt::format("  parameters compared across the ranks: {} replica(s){}\n", *d.compared_params,
+                     d.sharded_params && *d.sharded_params > 0
+                         ? fmt::format("; {} differ before the first update (shards each rank holds alone): not "
+                                       "compared",
+                                       *d.sharded_params)
+                         : std::string());
+  else if (recorded)
+    s += "  parameters not compared: no rank checksummed them (no optimizer step was seen)\n";
   for (std::size_t i = 0; i < d.local_overflows.size();) {
     // One line per step: the ranks whose own gradients overflowed, before the reduction.
     std::size_t j = i;
@@ -394,9 +407,23 @@ std::string distributed_section(const Report& r) {
   }
   for (const RankDisagreement& x : d.disagreements) s += fmt::format("  step {}: {}\n", x.step, x.detail);
   if (d.first_divergence > 0) s += fmt::format("  diverged from step {}: {}\n", d.first_divergence, d.divergence);
+  for (const DistributedFinding& f : d.findings)
+    s += fmt::format("  {}step {}: {}\n", f.failure ? "FAILURE: " : "", f.step, f.detail);
+  constexpr std::size_t kCollectiveRows = 8;
+  for (std::size_t i = 0; i < d.collectives.size() && i < kCollectiveRows; ++i) {
+    const CollectiveRow& c = d.collectives[i];
+    s += fmt::format("  collective {} ({}) in {}, {}{}{}: {} call(s), {} elements{}\n", c.op, c.dtype, c.phase,
+                     c.module.empty() ? std::string("outside any module") : "'" + c.module + "'",
+                     c.function.empty() ? "" : ", autograd.Function " + c.function, "", c.calls, c.elements,
+                     c.ranks ? fmt::format(" on {} rank(s)", *c.ranks) : std::string());
+  }
+  if (d.collectives.size() > kCollectiveRows)
+    s += fmt::format("  ... {} more kinds of collective in the report\n", d.collectives.size() - kCollectiveRows);
   for (const RankSummary& k : d.ranks)
-    s += fmt::format("  rank {}: {} rows, {} local overflow(s), {} skipped update(s), parameters {}\n", k.rank, k.rows,
-                     k.local_overflows, k.skipped, k.final_checksum);
+    s += recorded ? fmt::format("  rank {}: {} skipped update(s), replicas' checksum {}\n", k.rank, k.skipped,
+                                k.final_checksum)
+                  : fmt::format("  rank {}: {} rows, {} local overflow(s), {} skipped update(s), parameters {}\n",
+                                k.rank, k.rows, k.local_overflows, k.skipped, k.final_checksum);
   return s;
 }
 

@@ -53,8 +53,8 @@ reports::Report sample_report(bool with_bisect, bool with_compare) {
   r.run.amp.init_loss_scaling = 32768;
   r.run.versions = {"0.1.0", "no CUDA (AMPCHECK_CUDA=OFF)", reports::kCpuPathsAlike};
 
-  r.steps = {{0, 1.0986, 32768, true, true}, {1, 1.0986, 16384, false, false},
-             {2, 0.9, 16384, false, false}, {3, 0.8125, 16384, false, false}};
+  r.steps = {{0, 1.0986, 32768, true, true, {}, {}, {}, {}}, {1, 1.0986, 16384, false, false, {}, {}, {}, {}},
+             {2, 0.9, 16384, false, false, {}, {}, {}, {}}, {3, 0.8125, 16384, false, false, {}, {}, {}, {}}};
   r.op_types = {{"linear", {9, 0, 3, 0, {}}}, {"linear_grad", {9, 0, 0, 0, {}}}, {"softmax", {0, 0, 4, 0, {}}}};
   r.inserted_casts = {{"float32", "float16", 12}};
 

@@ -612,7 +612,7 @@ TEST(DriftNoise, AnotherSeedWithoutASpreadUsesTheLossScatterOfTheLastSteps) {
     Report r = sample();
     r.run.seed = seed;
     r.steps.clear();
-    for (std::size_t i = 0; i < losses.size(); ++i) r.steps.push_back({static_cast<std::int64_t>(i), losses[i], 1, false, false});
+    for (std::size_t i = 0; i < losses.size(); ++i) r.steps.push_back({static_cast<std::int64_t>(i), losses[i], 1, false, false, {}, {}, {}, {}});
     r.summary.final_loss = losses.back();
     r.summary.accuracy = seed == 7 ? 0.95 : 0.50;  // a drop no rule may judge without a spread
     r.summary.skipped_steps = seed == 7 ? 0 : 5;

@@ -40,6 +40,8 @@ import os
 import signal
 import sys
 
+from . import ranks
+
 ENV_OUT = "AMPCHECK_RECORD_OUT"
 ENV_INSPECT = "AMPCHECK_RECORD_INSPECT"
 ENV_FP32_OPS = "AMPCHECK_RECORD_FP32_OPS"
@@ -49,6 +51,7 @@ ENV_MAX_SKIPPED = "AMPCHECK_RECORD_MAX_SKIPPED"
 ENV_STATS_EVERY = "AMPCHECK_RECORD_STATS_EVERY"
 ENV_OWNER = "AMPCHECK_RECORD_OWNER"
 ENV_SEED = "AMPCHECK_RECORD_SEED"
+ENV_OWNER_RANK = "AMPCHECK_RECORD_OWNER_RANK"
 
 
 class ConfigError(ValueError):
@@ -97,12 +100,25 @@ def options_from_environment() -> dict | None:
 
 
 def claim_process() -> bool:
-    """True in the process that records; False in a Python process it started."""
+    """True in a process that records: the command's first Python process, or a rank a
+    launcher started (torchrun's workers: each rank records itself, the launcher records
+    nothing it would write); False in a Python process a recording process started that is
+    no new rank (DataLoader workers, subprocesses)."""
     owner = os.environ.get(ENV_OWNER)
+    me = ranks.rank_from_environment()
+    mine = "" if me is None else str(me.rank)
     if owner and owner != str(os.getpid()):
-        return False
+        if me is None or os.environ.get(ENV_OWNER_RANK, "") == mine:
+            return False
     os.environ[ENV_OWNER] = str(os.getpid())
+    os.environ[ENV_OWNER_RANK] = mine
     return True
+
+
+def out_of_this_process(out: str) -> str:
+    """Where this process writes its report: a rank beside the job's path (run.rank1.json)."""
+    me = ranks.rank_from_environment()
+    return out if me is None else ranks.out_for_rank(out, me.rank)
 
 
 def on_sigterm():
@@ -204,6 +220,9 @@ def _start_from_environment(opts, framework="torch"):
             from .recorder import Recorder
             rec = Recorder(**script, **opts)
         _started["recorder"] = rec
+        # A launcher (torchrun) imports torch too: when its workers recorded as ranks and it
+        # saw no training of its own, it writes nothing.
+        rec.quiet_beside_ranks = ranks.rank_from_environment() is None
         # At exit: what the script did, as far as this process can tell.
         rec.script_outcome = _excepthook_state
     except Exception as e:  # never break the user's run over the recorder
@@ -233,6 +252,7 @@ def from_environment():
         return
     if opts is None or not claim_process():
         return
+    opts["out"] = out_of_this_process(opts["out"])
     sys.excepthook = _note_uncaught
     on_sigterm()
     imported = [name for name in FRAMEWORKS if name in sys.modules]

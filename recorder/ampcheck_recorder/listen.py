@@ -58,7 +58,7 @@ def state():
 
 class _ThreadState:
     __slots__ = ("internal", "modules", "optimizer_depth", "function", "autocast_cpu",
-                 "autocast_cuda", "node_seq", "node_results", "forcing")
+                 "autocast_cuda", "node_seq", "node_results", "forcing", "in_scaler")
 
     def __init__(self):
         self.internal = 0          # > 0: the recorder's own work, not recorded
@@ -70,6 +70,7 @@ class _ThreadState:
         self.node_seq = None       # the autograd node whose ops are running here
         self.node_results = 0      # its non-view results so far ("grad<i>")
         self.forcing = 0           # > 0: inside a torch call forced to fp32 (fp32.py)
+        self.in_scaler = 0         # > 0: inside GradScaler.unscale_ or step
 
 
 _NoTorchFunction = torch._C.DisableTorchFunction

@@ -80,6 +80,7 @@ class OpEvent:
     function: str = ""         # backward of a custom autograd.Function: its class name
     autocast: bool = False     # autocast was on for the call
     site: dict | None = None   # a cast of the script's into fp16/bf16: where ({"file", "line", "code"})
+    view: bool = False         # a view: its output is memory of its input's storage, computed by nobody
 
 
 @dataclass
@@ -436,6 +437,12 @@ class NanWatch(UpdateJudge):
                 self._spread_masks(roots_read, ev, True, f"; its -Inf reached {ev.op} in module '{ev.module}', "
                                                f"which made {_counts_text(produced)} of it")
 
+        if ev.view:
+            # A view computes nothing: its Inf/NaN are its input's (judged where they were
+            # made, or where a computation reads them), or storage beyond the input's own
+            # elements that nothing computed (DDP's as_strided views of an uninitialized
+            # gradient bucket).
+            return
         if not forward:
             self.gradient_event(event, inputs_finite)
             return

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import math
+import os
 import sys
 import threading
 import traceback
@@ -31,6 +32,7 @@ from contextlib import contextmanager
 
 import torch
 
+from . import distributed as dist
 from . import fp32 as fp32_mod
 from . import listen
 from . import nonfinite as nf
@@ -154,12 +156,20 @@ class _Call:
 class _FuncInfo:
     """What the recorder needs of an aten overload that does not depend on its arguments,
     worked out at its first call."""
-    __slots__ = ("packet", "ignored", "op", "is_view", "recompute_ok", "mutable", "writes")
+    __slots__ = ("packet", "ignored", "op", "is_view", "recompute_ok", "mutable", "writes", "collective")
 
     def __init__(self, func):
         self.packet = packet_name(func)
-        self.ignored = self.packet in IGNORED
+        self.ignored = self.packet in IGNORED or (self.packet in dist.NOT_COLLECTIVES and getattr(
+            func, "namespace", "") in dist.COLLECTIVE_NAMESPACES)
+        # c10d's collectives (DDP's buckets, FSDP's gathers and reductions, a script's own
+        # dist.all_reduce) and the functional ones (DTensor, compiled code): dtypes and sizes
+        # are recorded, their values never read (they may still be in flight).
+        namespace = getattr(func, "namespace", "")
+        self.collective = namespace in dist.COLLECTIVE_NAMESPACES
         self.op = None if self.packet in ARG_DEPENDENT else op_type(func, ())
+        if self.collective:
+            self.op = f"{namespace}.{self.packet}"  # the report's name of it: "c10d.allreduce_"
         self.is_view = bool(getattr(func, "is_view", False))
         self.recompute_ok = _recompute_allowed(func)
         schema = getattr(func, "_schema", None)
@@ -298,6 +308,15 @@ class Recorder:
         self._paths: dict = {}        # id(module) -> (path, module)
         self._roots: list = []        # (prefix, module)
         self._root_sites: dict = {}   # prefix -> where the script first called that root
+        self.quiet_beside_ranks = False  # a launcher's: write nothing when ranks recorded
+        self.backend = ""             # the process group's backend, when a collective ran
+        # several processes (distributed.py): this rank, its collectives, its checksums
+        self.rank_info = dist.rank_from_environment()
+        self.collectives = dist.Collectives()
+        self._found_inf_reduced = False
+        self._hashed: list | None = None     # (name, parameter) checksummed each step, fixed at the start
+        self.initial_hashes: list | None = None
+        self._step_hashes = None
         self._param_names: dict = {}  # id(param) -> name
         self._optimizers: list = []
         self.model_name = ""
@@ -393,9 +412,15 @@ class Recorder:
         self._flush_stats()
         from . import report as report_mod
         self._final = report_mod.build(self)
-        if self.out:
+        if self.out and not (self.quiet_beside_ranks and self._waiting and self._ranks_beside()):
             report_mod.write(self._final, self.out)
         return self._final
+
+    def _ranks_beside(self) -> bool:
+        """Whether ranks of a job wrote their reports beside this process's (a launcher's)."""
+        import glob
+        root, ext = os.path.splitext(self.out)
+        return bool(glob.glob(glob.escape(root) + ".rank*" + (ext or ".json")))
 
     def discard(self):
         """Stops listening and writes nothing."""
@@ -494,11 +519,13 @@ class Recorder:
                     return run(*args, **kwargs)
                 module = s.modules[-1] if s.modules else ""
                 forcer = rec.forcer
-                forced = bool(forcer) and not s.forcing and (cls.__name__ in forcer.functions
-                                                             or forcer.module_forced(module))
+                # torch's own Functions (FSDP's hooks, checkpointing) are no op of the script's.
+                internal = (getattr(cls, "__module__", "") or "").startswith("torch.")
+                forced = bool(forcer) and not s.forcing and not internal and (
+                    cls.__name__ in forcer.functions or forcer.module_forced(module))
                 out = forcer.run(run, args, kwargs) if forced else run(*args, **kwargs)
                 try:
-                    rec._on_function(cls.__name__, module, args, kwargs, out, forced)
+                    rec._on_function(cls.__name__, module, args, kwargs, out, forced, internal)
                 except Exception:
                     rec._broke()
                 return out
@@ -506,8 +533,18 @@ class Recorder:
 
         self._patch(torch.autograd.Function, "apply", make)
 
-    def _on_function(self, name, module, args, kwargs, out, forced):
+    def _on_function(self, name, module, args, kwargs, out, forced, internal=False):
         s = listen.state()
+        if internal:  # only its node, for the module its backward belongs to
+            with self._lock:
+                for t in listen.tensors_of(out):
+                    node = getattr(t, "grad_fn", None)
+                    if node is not None:
+                        seq = node._sequence_nr()
+                        if seq not in self._nodes:
+                            self._nodes[seq] = NodeInfo(module, _node_op(node), 0, "off", False)
+                        break
+            return
         tensors = listen.tensors_of_call(args, kwargs)
         outs = [t for t in listen.tensors_of(out) if listen.plain(t)]
         if not listen.all_plain(tensors):
@@ -596,13 +633,16 @@ class Recorder:
             # so that advice can point at the call keep_fp32(model, ...) cannot reach.
             self._root_sites[prefix] = listen.script_site()
         if prefix == "" and not self.model_name:
-            self.model_name = type(module).__name__
+            inner = module
+            while _WRAPPERS.get(type(inner).__name__) and isinstance(
+                    getattr(inner, _WRAPPERS[type(inner).__name__], None), torch.nn.Module):
+                inner = getattr(inner, _WRAPPERS[type(inner).__name__])
+            self.model_name = type(inner).__name__
             self.parameters = sum(p.numel() for p in module.parameters() if p.requires_grad)
-        join = lambda a, b: f"{a}.{b}" if a and b else (a or b)
-        for name, m in module.named_modules():
-            self._paths.setdefault(id(m), (join(prefix, name), m))
-        for name, p in module.named_parameters():
-            self._param_names.setdefault(id(p), join(prefix, name))
+        for path, m in _walk(module, prefix):
+            self._paths.setdefault(id(m), (path, m))
+            for name, p in m.named_parameters(recurse=False):
+                self._param_names.setdefault(id(p), _join(path, name))
 
     def _path_of(self, module, s) -> str:
         hit = self._paths.get(id(module))
@@ -703,6 +743,7 @@ class Recorder:
         with self._lock:
             self._step_busy = True
             self._note_optimizer(optimizer)
+            self._note_initial_hashes()
             if self._step_lr is None:
                 self._step_lr = self._lr_now()
         # args are step()'s own, the optimizer first: step(self, closure=None).
@@ -774,8 +815,13 @@ class Recorder:
         return scaled
 
     def _scaler_unscale(self, scaler, original, optimizer, *args, **kwargs):
-        with self._optimizer_phase():
-            return original(scaler, optimizer, *args, **kwargs)
+        s = listen.state()
+        s.in_scaler += 1
+        try:
+            with self._optimizer_phase():
+                return original(scaler, optimizer, *args, **kwargs)
+        finally:
+            s.in_scaler -= 1
 
     def _scaler_step(self, scaler, original, optimizer, *args, **kwargs):
         with self._lock:
@@ -784,14 +830,20 @@ class Recorder:
             if not any(o is optimizer for o in self._scaler_optimizers):
                 self._scaler_optimizers.append(optimizer)
             self._note_optimizer(optimizer)
+            self._note_initial_hashes()
+        st = listen.state()
+        st.in_scaler += 1
         try:
             with self._optimizer_phase():
                 return original(scaler, optimizer, *args, **kwargs)
         finally:
+            st.in_scaler -= 1
             with self._lock:
                 self._in_scaler_step -= 1
 
     def _scaler_update(self, scaler, original, *args, **kwargs):
+        with self._lock:
+            self._note_initial_hashes()
         with self._lock, listen.internal():
             enabled = scaler.is_enabled()
             before = scaler.get_scale() if enabled else 1.0
@@ -820,7 +872,32 @@ class Recorder:
                 self._end_step()
         return result
 
+    def _several_ranks(self) -> bool:
+        return self.rank_info is not None and self.rank_info.world_size > 1
+
+    def _note_initial_hashes(self):
+        """Before the first update: which parameters are checksummed every step (the
+        optimizers', in their order) and their checksums now, which tell the job's analysis
+        the replicas (equal on every rank) from the shards."""
+        if self._hashed is not None or not self._several_ranks() or not self._optimizers:
+            return
+        seen, hashed = set(), []
+        for opt in self._optimizers:
+            for g, group in enumerate(opt.param_groups):
+                for i, p in enumerate(group["params"]):
+                    if id(p) not in seen:
+                        seen.add(id(p))
+                        hashed.append((self._param_name(g, i, p), p))
+        self._hashed = hashed
+        with listen.quiet():
+            self.initial_hashes = dist.checksums([p for _, p in hashed])
+
     def _update(self, before, after, found_inf, skipped, counters, bad_params):
+        if self._hashed is not None:
+            # After the update (or the skip): the parameters and the gradients it used.
+            with listen.quiet():
+                params = [p for _, p in self._hashed]
+                self._step_hashes = (dist.checksums(params), dist.checksums([p.grad for p in params]))
         self._updates += 1
         bad = list(bad_params) if found_inf else []
         event = nf.ScalerEvent(self._updates, float(before), float(after), bool(found_inf), bool(skipped),
@@ -894,6 +971,13 @@ class Recorder:
                 self.micro_batches = max(self.micro_batches, len(losses))
             if self._step_lr is not None:
                 record["lr"] = self._step_lr
+            if self._step_hashes is not None:
+                params, grads = self._step_hashes
+                record["params_hash"] = dist.combine(params)
+                record["grads_hash"] = dist.combine(grads)
+                record["param_hashes"] = dist.pack(params)
+                record["grad_hashes"] = dist.pack(grads)
+                self._step_hashes = None
             self._step_losses, self._step_updates, self._step_busy = [], [], False
             self._step_lr = None
             # An optimizer.step that raised never ran its post hook: its phase ends here.
@@ -924,6 +1008,12 @@ class Recorder:
         if info.ignored or self._waiting or self.internal_error is not None:
             return func(*args, **kwargs)
         tensors = listen.tensors_of_call(args, kwargs)
+        if info.collective:
+            try:
+                self._collective(info, tensors)
+            except Exception:
+                self._broke()
+            return func(*args, **kwargs)
         if not listen.all_plain(tensors):
             return func(*args, **kwargs)  # FakeTensor, DTensor, meta: not values to read
         try:
@@ -939,6 +1029,25 @@ class Recorder:
         except Exception:
             self._broke()
         return out
+
+    def _collective(self, info, tensors):
+        s = listen.state()
+        node = _current_node() if listen.HAS_NODE else None
+        with self._lock:
+            if node is not None:
+                seq = node._sequence_nr()
+                ni = self._nodes.get(seq) or self._nodes_prev.get(seq)
+                phase, module, function = "backward", (ni.module if ni else self._node_module(node)), \
+                    (ni.function if ni else "")
+            elif s.optimizer_depth:
+                phase, module, function = "optimizer", "", ""
+                if s.in_scaler:
+                    self._found_inf_reduced = True  # a collective inside unscale_ (ShardedGradScaler's)
+            else:
+                phase, module, function = "forward", (s.modules[-1] if s.modules else ""), ""
+            if not self.backend:
+                self.backend = dist.backend()
+            self.collectives.add(info.packet, info.op, tensors, phase, module, function, self.step_index)
 
     def _broke(self):
         # A bug in the recorder must not stop the user's training: record it, stop
@@ -1066,7 +1175,7 @@ class Recorder:
         op = (info.op or op_type(func, args)) if call.function else call.op
         ev = nf.OpEvent(call.seq, call.step, phase, op, aten, call.module,
                         list(enumerate(tensors)), outs, call.inserted, recompute, call.function,
-                        call.reason == "autocast")
+                        call.reason == "autocast", view=info.is_view)
         if phase == "forward" and call.op == "cast" and outs and outs[0].dtype in nx.LOW_PRECISION \
                 and floating_in and floating_in[0].dtype not in nx.LOW_PRECISION:
             # The script's own cast into fp16/bf16 (autocast's are call.inserted): where it is,
@@ -1228,6 +1337,30 @@ try:
     _autocast_dtype = torch.get_autocast_dtype
 except (AttributeError, TypeError):  # torch < 2.4
     _autocast_dtype = listen.autocast_dtype
+
+
+# Modules that wrap the user's model and add no path of their own: DDP's `module`,
+# torch.compile's `_orig_mod`, FSDP1's and activation checkpointing's wrapped module. The
+# report's paths are the user's (fc1, not module.fc1 or _orig_mod.fc1).
+_WRAPPERS = {"DistributedDataParallel": "module", "DataParallel": "module", "OptimizedModule": "_orig_mod",
+             "FullyShardedDataParallel": "_fsdp_wrapped_module", "CheckpointWrapper": "_checkpoint_wrapped_module",
+             "OffloadWrapper": "_checkpoint_wrapped_module"}
+
+
+def _join(a: str, b: str) -> str:
+    return f"{a}.{b}" if a and b else (a or b)
+
+
+def _walk(module, path: str, seen=None):
+    """(path, module) for a module and its descendants, wrappers adding no path."""
+    seen = set() if seen is None else seen
+    if id(module) in seen:
+        return
+    seen.add(id(module))
+    yield path, module
+    wrapped = _WRAPPERS.get(type(module).__name__)
+    for name, child in module.named_children():
+        yield from _walk(child, path if name == wrapped else _join(path, name), seen)
 
 
 def _node_op(node) -> str:

@@ -131,6 +131,33 @@ def _level(rec) -> str:
     return "O3" if rec.low_dtypes else "O0"
 
 
+def _rank(rec) -> dict | None:
+    """One rank of a job a launcher started (distributed.py): who it is, what mixed precision
+    its data-parallel wrappers were asked for, the collectives it ran, and the parameters
+    its steps checksum."""
+    info = getattr(rec, "rank_info", None)
+    if info is None:
+        return None
+    from . import distributed as dist
+    modules = []
+    for prefix, module in getattr(rec, "_roots", []):
+        modules += list(_walk_modules(module, prefix))
+    out = {"rank": info.rank, "world_size": info.world_size, "local_rank": info.local_rank,
+           "launcher": info.launcher, "backend": dist.backend() or getattr(rec, "backend", ""),
+           "found_inf_reduced": bool(getattr(rec, "_found_inf_reduced", False)),
+           "asked": dist.mixed_precision_asked(modules),
+           "collectives": rec.collectives.report(),
+           "params": [name for name, _ in (rec._hashed or [])]}
+    if rec.initial_hashes is not None:
+        out["initial_hashes"] = dist.pack(rec.initial_hashes)
+    return out
+
+
+def _walk_modules(module, prefix):
+    from .recorder import _walk
+    return _walk(module, prefix)
+
+
 def _roots(rec) -> list:
     """The top-level modules the script called: the model (path "") and the others, by the
     class name that prefixes their paths (a loss module, a teacher), with where the script
@@ -303,6 +330,9 @@ def build(rec) -> dict:
         report["interrupted"] = {"signal": rec.interrupted_by, "steps_run": len(steps),
                                  "steps_requested": len(steps), "bisect_run": 0}
     report["steps"] = [dict(s) for s in steps]
+    rank = _rank(rec)
+    if rank is not None:
+        report["rank"] = rank
     report["op_types"] = [{"type": t, "calls": _dtype_counts(c, rec.fp8_calls.get(t, 0))}
                           for t, c in sorted(rec.op_types.items())]
     report["inserted_casts"] = [{"from": a, "to": b, "calls": n} for (a, b), n in rec.inserted_casts.items()]
