@@ -437,8 +437,10 @@ RecordedRun job_of(std::vector<RecordedRun> ranks, int exit_code) {
     const reports::Distributed& d = *job.report.distributed;
     job.report.summary.verdict_text += fmt::format(
         "; {} ranks in agreement{}", d.world_size,
-        d.compared_params ? fmt::format(" ({} replicated parameter(s) identical at every step)", *d.compared_params)
-                          : std::string());
+        !d.compared_params ? std::string()
+        : *d.compared_params > 0
+            ? fmt::format(" ({} replicated parameter(s) identical at every step)", *d.compared_params)
+            : std::string(" (their parameters are shards, each rank's own: the same decisions and scales compared)"));
     j["summary"]["verdict_text"] = job.report.summary.verdict_text;
   }
   if (!failure.empty()) {

@@ -152,8 +152,13 @@ reports::Distributed consensus(const std::vector<std::vector<DataParallelStep>>&
       d.first_divergence = step;
       std::map<std::uint64_t, std::vector<std::int64_t>> groups;
       for (std::size_t r = 0; r < ranks.size(); ++r) groups[ranks[r][k].checksum].push_back(static_cast<std::int64_t>(r));
+      // The groups in the order of their first rank: "rank 0, 2, 3 vs rank 1".
+      std::vector<std::vector<std::int64_t>> ordered;
+      for (const auto& entry : groups) ordered.push_back(entry.second);
+      std::sort(ordered.begin(), ordered.end());
       std::string parts;
-      for (const auto& [sum, members] : groups) parts += (parts.empty() ? "" : " vs ") + ("ranks " + list(members));
+      for (const auto& members : ordered)
+        parts += (parts.empty() ? "" : " vs ") + std::string(members.size() > 1 ? "ranks " : "rank ") + list(members);
       d.divergence = "the replicas' parameters differ after step " + std::to_string(step) + " (" + parts + ")" +
                      (d.disagreements.empty() || d.disagreements.back().step != step ? "" : ": " + d.disagreements.back().detail);
     }

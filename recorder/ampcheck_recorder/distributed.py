@@ -32,6 +32,10 @@ from . import numerics as nx
 from .ranks import RankInfo, out_for_rank, rank_from_environment  # noqa: F401
 
 COLLECTIVE_NAMESPACES = frozenset({"c10d", "_c10d_functional", "c10d_functional", "_c10d_functional_autograd"})
+# The data-parallel wrappers' own copies into and out of their communication buffers
+# (FSDP2's all_gather_copy_in, split_with_sizes_copy, chunk_cat): values in transit, some
+# of them in buffers a collective has not filled yet. Passed through unrecorded.
+TRANSIT_NAMESPACES = frozenset({"fsdp"})
 # Calls in those namespaces that move no data: passed through unrecorded.
 NOT_COLLECTIVES = frozenset({"wait_tensor", "_wait_tensor", "wait"})
 
@@ -55,9 +59,10 @@ _MASK = (1 << 64) - 1
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
-    t = t.detach()
-    if hasattr(t, "to_local") and type(t) is not torch.Tensor:  # a DTensor: this rank's part
-        t = t.to_local()
+    # A DTensor (FSDP2's sharded parameters): this rank's part, taken without dispatching
+    # through the subclass (the recorder reads with Python dispatch disabled).
+    local = getattr(t, "_local_tensor", None)
+    t = (local if isinstance(local, torch.Tensor) else t).detach()
     if t.is_floating_point() or t.is_complex():
         size = t.element_size()
         as_int = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}.get(size)

@@ -249,6 +249,13 @@ def tensors_of_call(args, kwargs) -> list:
 PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
 
 
+def local(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor's part on this rank (FSDP2's parameters and gradients), else the tensor:
+    read without dispatching through the subclass."""
+    part = getattr(t, "_local_tensor", None)
+    return part if isinstance(part, torch.Tensor) else t
+
+
 def plain(t: torch.Tensor) -> bool:
     """A tensor with storage the recorder can read: not a subclass (FakeTensor, DTensor),
     not on the meta device."""

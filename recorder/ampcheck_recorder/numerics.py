@@ -91,6 +91,19 @@ def readable(t: torch.Tensor) -> torch.Tensor:
     return t.float() if t.dtype in FP8 else t
 
 
+def storage_holds(t: torch.Tensor) -> bool:
+    """Whether a tensor kept from earlier still has the memory it views: FSDP frees an
+    unsharded parameter by resizing its storage to 0 (untyped_storage().resize_(0)), which no
+    dispatch mode sees; reading such a view later would read freed memory."""
+    if t.numel() == 0:
+        return True
+    try:
+        extent = t.storage_offset() + 1 + sum((n - 1) * abs(st) for n, st in zip(t.shape, t.stride()))
+        return t.untyped_storage().nbytes() >= extent * t.element_size()
+    except (RuntimeError, NotImplementedError):  # no storage to ask (a subclass, a meta tensor)
+        return False
+
+
 def _work_dtype(t: torch.Tensor):
     # fp16, bf16 and fp32 values are exact in fp32, and so are the class boundaries of
     # both narrow dtypes (each a short mantissa times a power of two in fp32's range);
@@ -406,6 +419,8 @@ class StatsBatch:
 
     def flush(self):
         items, self.items, self.elements = self.items, [], 0
+        # A result whose memory was freed meanwhile (FSDP's resharding) is not read.
+        items = [item for item in items if storage_holds(item[1])]
         if not items:
             return
         if self.table is None or self.table.shape[0] < self.rows:

@@ -160,8 +160,9 @@ class _FuncInfo:
 
     def __init__(self, func):
         self.packet = packet_name(func)
-        self.ignored = self.packet in IGNORED or (self.packet in dist.NOT_COLLECTIVES and getattr(
-            func, "namespace", "") in dist.COLLECTIVE_NAMESPACES)
+        self.ignored = (self.packet in IGNORED or getattr(func, "namespace", "") in dist.TRANSIT_NAMESPACES
+                        or (self.packet in dist.NOT_COLLECTIVES
+                            and getattr(func, "namespace", "") in dist.COLLECTIVE_NAMESPACES))
         # c10d's collectives (DDP's buckets, FSDP's gathers and reductions, a script's own
         # dist.all_reduce) and the functional ones (DTensor, compiled code): dtypes and sizes
         # are recorded, their values never read (they may still be in flight).
@@ -216,6 +217,10 @@ def _make_recompute(func, args, kwargs):
 
     def recompute():
         if not cache:
+            # Run later (a producer's walk back): its arguments' memory may have been freed.
+            if not all(nx.storage_holds(t) for t in listen.tensors_of_call(args, kwargs)):
+                cache.append(None)
+                return None
             try:
                 with listen.internal(), torch.no_grad():
                     a, k = fp32_mod.fp32_args(func, args, kwargs, widen_dtypes=True)
@@ -637,7 +642,11 @@ class Recorder:
             while _WRAPPERS.get(type(inner).__name__) and isinstance(
                     getattr(inner, _WRAPPERS[type(inner).__name__], None), torch.nn.Module):
                 inner = getattr(inner, _WRAPPERS[type(inner).__name__])
-            self.model_name = type(inner).__name__
+            cls = type(inner)
+            if cls.__name__.startswith("FSDP") and any(b.__name__ == "FSDPModule" for b in cls.__mro__):
+                # fully_shard (FSDP2) swaps the module's class for FSDP<Class>(FSDPModule, Class).
+                cls = next((b for b in cls.__bases__ if b.__name__ != "FSDPModule"), cls)
+            self.model_name = cls.__name__
             self.parameters = sum(p.numel() for p in module.parameters() if p.requires_grad)
         for path, m in _walk(module, prefix):
             self._paths.setdefault(id(m), (path, m))
@@ -730,7 +739,7 @@ class Recorder:
                             continue
                         seen.add(id(p))
                         count += 1
-                        grad = p.grad
+                        grad = listen.local(p.grad)  # a DTensor's (FSDP2): this rank's shard
                         finite, any_nz = torch.stack([torch.isfinite(grad).all(), (grad != 0).any()]).tolist()
                         nonzero = nonzero or bool(any_nz)
                         if not finite:
@@ -1039,6 +1048,8 @@ class Recorder:
                 ni = self._nodes.get(seq) or self._nodes_prev.get(seq)
                 phase, module, function = "backward", (ni.module if ni else self._node_module(node)), \
                     (ni.function if ni else "")
+            elif self._in_backward:  # the engine's final callbacks (FSDP's last reductions)
+                phase, module, function = "backward", "", ""
             elif s.optimizer_depth:
                 phase, module, function = "optimizer", "", ""
                 if s.in_scaler:
