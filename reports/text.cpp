@@ -378,10 +378,12 @@ std::string distributed_section(const Report& r) {
   // A job recorded rank by rank (ampcheck record -- torchrun ...) says what it compared.
   const bool recorded = d.compared_params.has_value() || r.rank.has_value();
   std::string s = fmt::format(
-      "Data parallel: {} ranks ({}), found_inf {}: {}\n", d.world_size, d.runtime,
-      d.found_inf_reduced ? "reduced over the ranks before each skip decision"
-      : recorded          ? "not reduced over the ranks (each rank's GradScaler decided from its own gradients)"
-                          : "NOT reduced (--dp-no-inf-reduce: each rank acted on its own)",
+      "Data parallel: {} ranks ({}), {}: {}\n", d.world_size, d.runtime,
+      d.found_inf_reduced ? "found_inf reduced over the ranks before each skip decision"
+      : recorded && r.run.amp.loss_scaling == "static"
+          ? "no loss scaler"
+      : recorded ? "found_inf not reduced over the ranks (each rank's GradScaler decided from its own gradients)"
+                 : "found_inf NOT reduced (--dp-no-inf-reduce: each rank acted on its own)",
       d.in_agreement ? "all in agreement (the same decision, scale and parameters at every step)"
                      : "the ranks did NOT agree");
   if (d.compared_params)

@@ -23,13 +23,10 @@ its ranks' reports (inspector/consensus.cpp reads them, as it reads the engine's
 
 from __future__ import annotations
 
-import base64
-import struct
-
 import torch
 
 from . import numerics as nx
-from .ranks import RankInfo, out_for_rank, rank_from_environment  # noqa: F401
+from .ranks import MASK, RankInfo, combine, out_for_rank, pack, rank_from_environment, unpack  # noqa: F401
 
 COLLECTIVE_NAMESPACES = frozenset({"c10d", "_c10d_functional", "c10d_functional", "_c10d_functional_autograd"})
 # The data-parallel wrappers' own copies into and out of their communication buffers
@@ -55,7 +52,6 @@ _NAMES = {
     "recv_any_source_": "recv",
 }
 
-_MASK = (1 << 64) - 1
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -96,26 +92,8 @@ def checksums(tensors) -> list[int]:
         values.append((d, torch.stack(group).tolist()))
     by_device = {d: iter(v) for d, v in values}
     for i, s in zip(where, sums):
-        out[i] = next(by_device[s.device]) & _MASK
+        out[i] = next(by_device[s.device]) & MASK
     return out
-
-
-def combine(values) -> str:
-    """The checksums of several tensors as one, in hex (FNV-1a over their 64-bit words)."""
-    h = 0xCBF29CE484222325
-    for v in values:
-        h = ((h ^ (v & _MASK)) * 0x100000001B3) & _MASK
-    return f"{h:016x}"
-
-
-def pack(values) -> str:
-    """Per-tensor checksums as base64 of little-endian 64-bit words (the report's form)."""
-    return base64.b64encode(struct.pack(f"<{len(values)}Q", *[v & _MASK for v in values])).decode("ascii")
-
-
-def unpack(text: str) -> list[int]:
-    raw = base64.b64decode(text)
-    return list(struct.unpack(f"<{len(raw) // 8}Q", raw))
 
 
 def collective_name(packet: str) -> str:

@@ -46,6 +46,7 @@ import numpy as np
 import paddle
 
 from . import judge
+from . import ranks
 from . import report as report_mod
 from .stats import BF16, EXPONENTS, F16, MAX_EXPONENT, MIN_EXPONENT, Stats
 
@@ -263,6 +264,12 @@ class PaddleRecorder:
         self._owner: dict = {}        # id(parameter) -> owning layer's path
         self._param_names: dict = {}  # id(parameter) -> structured name
         self._waiting = wait_for_model and model is None
+        # several processes (paddle.distributed.launch): this rank and its checksums (ranks.py)
+        self.rank_info = ranks.rank_from_environment()
+        self._hashed: list | None = None
+        self.initial_hashes: list | None = None
+        self._step_hashes = None
+        self.quiet_beside_ranks = False
         self.model_name = ""
         self.parameters = 0
         # the run
@@ -340,12 +347,17 @@ class PaddleRecorder:
             while any(p == prefix for p, _ in self._roots):
                 prefix, n = f"{base}{n}", n + 1
         self._roots.append((prefix, layer))
+        # paddle.DataParallel wraps the model as its _layers: its paths are the model's own.
+        inner = layer._layers if type(layer).__name__ == "DataParallel" and isinstance(
+            getattr(layer, "_layers", None), paddle.nn.Layer) else layer
         if not self.model_name:
-            self.model_name = type(layer).__name__
+            self.model_name = type(inner).__name__
             self.parameters = sum(int(np.prod(p.shape)) for p in layer.parameters() if not p.stop_gradient)
         for name, sub in layer.named_sublayers(include_self=True):
             if id(sub) in self._paths:
                 continue
+            if inner is not layer:
+                name = name[len("_layers."):] if name.startswith("_layers.") else ("" if name == "_layers" else name)
             path = ".".join(x for x in (prefix, name) if x)
             self._paths[id(sub)] = path
             for pname, p in sub.named_parameters(include_sublayers=False):
@@ -433,9 +445,42 @@ class PaddleRecorder:
         if self._step_busy:
             self._end_step()
         self._final = report_mod.build(self)
-        if self.out:
+        if self.out and not (self.quiet_beside_ranks and self._waiting and self._ranks_beside()):
             report_mod.write(self._final, self.out)
         return self._final
+
+    def _ranks_beside(self) -> bool:
+        """Whether ranks of a job wrote their reports beside this process's (a launcher's)."""
+        import glob
+        import os
+        root, ext = os.path.splitext(self.out)
+        return bool(glob.glob(glob.escape(root) + ".rank*" + (ext or ".json")))
+
+    def rank_details(self) -> dict:
+        """What report.py's rank block needs: Paddle's collectives are not heard (no hook below
+        its layers), nor what its wrappers were asked for."""
+        backend = ""
+        try:
+            import paddle.distributed as pd
+            if pd.is_initialized():
+                backend = str(pd.get_backend()).lower()
+        except Exception:  # noqa: BLE001 - older Paddle: no backend to read
+            pass
+        return {"backend": backend}
+
+    def _note_initial_hashes(self):
+        """Before the first update: the parameters checksummed every step and their checksums
+        now (ranks.py): the job's analysis tells the replicas from the shards by them."""
+        if self._hashed is not None or self.rank_info is None or self.rank_info.world_size < 2:
+            return
+        hashed, seen = [], set()
+        for _, root in self._roots:
+            for p in root.parameters():
+                if id(p) not in seen and not p.stop_gradient:
+                    seen.add(id(p))
+                    hashed.append((self._param_names.get(id(p), p.name), p))
+        self._hashed = hashed
+        self.initial_hashes = [_checksum(p) for _, p in hashed]
 
     def discard(self):
         """Stops listening and writes nothing."""
@@ -563,6 +608,7 @@ class PaddleRecorder:
         """True when this is the outermost call of an enabled scaler (super() calls nest)."""
         if not self._listening or not scaler._enable or getattr(scaler, "_ampcheck_depth", 0):
             return False
+        self._note_initial_hashes()
         scaler._ampcheck_depth = 1
         self._in_scaler += 1
         return True
@@ -852,6 +898,7 @@ class PaddleRecorder:
     def _optimizer_pre(self, opt, args):
         with self._lock:
             self._note_optimizer(opt)
+            self._note_initial_hashes()
             self._step_busy = True
             if args and isinstance(args[0], paddle.Tensor) and id(args[0]) not in self._scaled_ids:
                 self._note_scalar_loss(args[0])  # minimize(loss)
@@ -888,6 +935,9 @@ class PaddleRecorder:
                 self._end_step()
 
     def _update(self, before, after, found_inf, skipped, counters, bad):
+        if self._hashed is not None:  # after the update (or the skip): parameters and gradients
+            self._step_hashes = ([_checksum(p) for _, p in self._hashed],
+                                 [_checksum(p.grad) for _, p in self._hashed])
         self._updates += 1
         event = judge.ScalerEvent(self._updates, float(before), float(after), bool(found_inf), bool(skipped),
                                   dict(counters), nonfinite_params=len(bad),
@@ -911,7 +961,8 @@ class PaddleRecorder:
                 return
             step = self.step_index
             losses = self._step_losses
-            record = {"step": step, "loss": sum(losses) / len(losses) if losses else math.nan,
+            # Micro-batches: their losses add up to the loss whose gradient the update applies.
+            record = {"step": step, "loss": math.fsum(losses) if losses else math.nan,
                       "loss_scale": 1.0, "found_inf": False, "skipped": False}
             if self._step_updates:
                 first, last = self._step_updates[0], self._step_updates[-1]
@@ -919,6 +970,11 @@ class PaddleRecorder:
                 record["found_inf"] = any(u.found_inf for u in self._step_updates)
                 record["skipped"] = any(u.skipped for u in self._step_updates)
                 record["scale_after"] = last.scale_after
+            if self._step_hashes is not None:
+                params, grads = self._step_hashes
+                record.update(params_hash=ranks.combine(params), grads_hash=ranks.combine(grads),
+                              param_hashes=ranks.pack(params), grad_hashes=ranks.pack(grads))
+                self._step_hashes = None
             self.steps.append(record)
             if self.watch is not None:
                 self.watch.on_step_end(step)
@@ -950,6 +1006,19 @@ class _NoForcing:
     ops: frozenset = frozenset()
     modules: tuple = ()
     functions: frozenset = frozenset()
+
+
+def _checksum(t) -> int:
+    """A tensor's values' bit patterns summed as integers, modulo 2^64 (ranks.py); 0 for none."""
+    if t is None:
+        return 0
+    a = np.ascontiguousarray(np.asarray(t.numpy()))
+    if a.size == 0:
+        return 0
+    ints = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}.get(a.dtype.itemsize)
+    if ints is None:
+        a, ints = a.astype(np.float64), np.int64
+    return int(np.sum(a.view(ints), dtype=np.int64)) & ranks.MASK
 
 
 def _scale_of(scaler) -> float:

@@ -4,8 +4,12 @@ distributed.py has the rest of what several processes record."""
 
 from __future__ import annotations
 
+import base64
 import os
+import struct
 from dataclasses import dataclass
+
+MASK = (1 << 64) - 1
 
 
 @dataclass(frozen=True)
@@ -49,3 +53,21 @@ def out_for_rank(out: str, rank: int) -> str:
     """A rank's report beside the job's: run.json -> run.rank1.json."""
     root, ext = os.path.splitext(out)
     return f"{root}.rank{rank}{ext or '.json'}"
+
+
+def combine(values) -> str:
+    """The checksums of several tensors as one, in hex (FNV-1a over their 64-bit words)."""
+    h = 0xCBF29CE484222325
+    for v in values:
+        h = ((h ^ (v & MASK)) * 0x100000001B3) & MASK
+    return f"{h:016x}"
+
+
+def pack(values) -> str:
+    """Per-tensor checksums as base64 of little-endian 64-bit words (the report's form)."""
+    return base64.b64encode(struct.pack(f"<{len(values)}Q", *[v & MASK for v in values])).decode("ascii")
+
+
+def unpack(text: str) -> list[int]:
+    raw = base64.b64decode(text)
+    return list(struct.unpack(f"<{len(raw) // 8}Q", raw))

@@ -421,6 +421,14 @@ class Recorder:
             report_mod.write(self._final, self.out)
         return self._final
 
+    def rank_details(self) -> dict:
+        """What report.py's rank block needs of this recorder (distributed.py)."""
+        modules = []
+        for prefix, module in self._roots:
+            modules += list(_walk(module, prefix))
+        return {"backend": dist.backend() or self.backend, "found_inf_reduced": self._found_inf_reduced,
+                "asked": dist.mixed_precision_asked(modules), "collectives": self.collectives.report()}
+
     def _ranks_beside(self) -> bool:
         """Whether ranks of a job wrote their reports beside this process's (a launcher's)."""
         import glob

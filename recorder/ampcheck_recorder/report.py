@@ -132,30 +132,21 @@ def _level(rec) -> str:
 
 
 def _rank(rec) -> dict | None:
-    """One rank of a job a launcher started (distributed.py): who it is, what mixed precision
-    its data-parallel wrappers were asked for, the collectives it ran, and the parameters
-    its steps checksum."""
+    """One rank of a job a launcher started (ranks.py, distributed.py): who it is, what mixed
+    precision its data-parallel wrappers were asked for, the collectives it ran, and the
+    parameters its steps checksum."""
     info = getattr(rec, "rank_info", None)
     if info is None:
         return None
-    from . import distributed as dist
-    modules = []
-    for prefix, module in getattr(rec, "_roots", []):
-        modules += list(_walk_modules(module, prefix))
+    from .ranks import pack
+    details = rec.rank_details()
     out = {"rank": info.rank, "world_size": info.world_size, "local_rank": info.local_rank,
-           "launcher": info.launcher, "backend": dist.backend() or getattr(rec, "backend", ""),
-           "found_inf_reduced": bool(getattr(rec, "_found_inf_reduced", False)),
-           "asked": dist.mixed_precision_asked(modules),
-           "collectives": rec.collectives.report(),
-           "params": [name for name, _ in (rec._hashed or [])]}
-    if rec.initial_hashes is not None:
-        out["initial_hashes"] = dist.pack(rec.initial_hashes)
+           "launcher": info.launcher, "backend": details.get("backend", ""),
+           "found_inf_reduced": bool(details.get("found_inf_reduced", False)),
+           "asked": details.get("asked", []), "collectives": details.get("collectives", []),
+           "params": [name for name, _ in (rec._hashed or [])],
+           "initial_hashes": pack(rec.initial_hashes) if rec.initial_hashes is not None else ""}
     return out
-
-
-def _walk_modules(module, prefix):
-    from .recorder import _walk
-    return _walk(module, prefix)
 
 
 def _roots(rec) -> list:
