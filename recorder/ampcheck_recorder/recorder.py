@@ -35,6 +35,7 @@ import torch
 from . import distributed as dist
 from . import fp32 as fp32_mod
 from . import listen
+from . import trainers
 from . import nonfinite as nf
 from . import numerics as nx
 from .optypes import ARG_DEPENDENT, IGNORED, op_type, packet_name
@@ -314,6 +315,8 @@ class Recorder:
         self._roots: list = []        # (prefix, module)
         self._root_sites: dict = {}   # prefix -> where the script first called that root
         self.quiet_beside_ranks = False  # a launcher's: write nothing when ranks recorded
+        self.trainer_asked = None     # trainers.amp_asked(): the trainer's AMP flags
+        self._trainer_seen = False
         self.backend = ""             # the process group's backend, when a collective ran
         # several processes (distributed.py): this rank, its collectives, its checksums
         self.rank_info = dist.rank_from_environment()
@@ -467,8 +470,9 @@ class Recorder:
                          f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU", int(torch.initial_seed()))
 
     def amp_note(self) -> str:
-        """Why no op ran in low precision, when the recorder knows (PaddleRecorder does)."""
-        return ""
+        """Where the run's low precision is not what the trainer running the loop was asked
+        for (trainers.py): a Trainer's fp16=True on the CPU that ran nothing in fp16."""
+        return trainers.ignored_note(self.trainer_asked, self.low_dtypes, self.device or "cpu")
 
     def set_accuracy(self, accuracy: float):
         """The training accuracy the script measured, in [0, 1], for summary.accuracy."""
@@ -761,6 +765,7 @@ class Recorder:
             self._step_busy = True
             self._note_optimizer(optimizer)
             self._note_initial_hashes()
+            self._note_trainer()
             if self._step_lr is None:
                 self._step_lr = self._lr_now()
         # args are step()'s own, the optimizer first: step(self, closure=None).
@@ -786,6 +791,17 @@ class Recorder:
         if len(args) > 1:
             return (args[0], closure_in_training_phase) + tuple(args[2:]), kwargs
         return args, dict(kwargs, closure=closure_in_training_phase)
+
+    def _note_trainer(self):
+        """Once, at the first optimizer step: the trainer on the call stack and the mixed
+        precision it was asked for (trainers.py)."""
+        if self._trainer_seen:
+            return
+        self._trainer_seen = True
+        try:
+            self.trainer_asked = trainers.amp_asked(sys._getframe(1))
+        except Exception:  # a trainer's attribute that raises: nothing asked that we know of
+            self.trainer_asked = None
 
     def _note_gradients(self, optimizer):
         """The gradients an optimizer step is about to use: counted for the gradient-underflow
@@ -848,6 +864,7 @@ class Recorder:
                 self._scaler_optimizers.append(optimizer)
             self._note_optimizer(optimizer)
             self._note_initial_hashes()
+            self._note_trainer()
         st = listen.state()
         st.in_scaler += 1
         try:

@@ -303,6 +303,9 @@ def build(rec) -> dict:
         "script": rec.script or "",
         "script_args": list(rec.script_args),
     }
+    asked = getattr(rec, "trainer_asked", None)
+    if asked:
+        run["trainer"] = dict(asked)
     roots = _roots(rec)
     if roots:
         run["roots"] = roots
@@ -368,6 +371,8 @@ def _verdict(rec, w, nonfinite, summary, dtype, report, framework: str) -> dict:
         probing = sum(1 for k in nonfinite.get("skips", []) if k["reading"] in nf.PROBING)
         if probing:
             text += f" ({probing} of them probing for its scale)"
+        if rec.amp_note():  # ran in another dtype than the trainer was asked for
+            text += "; " + rec.amp_note()
         if nonfinite.get("probing", {}).get("excused"):
             text += "; " + _probing_note(nonfinite, framework)
     if not failed and nonfinite["intended"]:
