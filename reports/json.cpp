@@ -751,6 +751,32 @@ constexpr void fields(V& v, S& s) {
 
 // schema_version is not walked here: the writer writes the version it implements and the
 // reader checks it before anything else (see to_json and from_json).
+template <class V, Is<CompiledOp> S>
+constexpr void fields(V& v, S& s) {
+  v("op", s.op);
+  v("dtype", s.dtype);
+  v("module", s.module);
+  v("count", s.count);
+}
+template <class V, Is<CompiledGraph> S>
+constexpr void fields(V& v, S& s) {
+  v("kind", s.kind);
+  v("ops", s.ops);
+}
+template <class V, Is<CompiledReplay> S>
+constexpr void fields(V& v, S& s) {
+  v("step", s.step);
+  v("why", s.why);
+  v("found", s.found);
+}
+template <class V, Is<CompiledRegion> S>
+constexpr void fields(V& v, S& s) {
+  v("region", s.region);
+  v("calls", s.calls);
+  v("backward_calls", s.backward_calls);
+  v("graphs", s.graphs);
+  v("replays", s.replays);
+}
 template <class V, Is<Report> S>
 constexpr void fields(V& v, S& s) {
   v("run", s.run);
@@ -770,6 +796,7 @@ constexpr void fields(V& v, S& s) {
   v("distributed", s.distributed);  // 1.5; optional (several ranks)
   v("fp8", s.fp8);  // 1.9; optional (fp8 training)
   v("rank", s.rank);  // 1.10; optional (a rank of a recorded job)
+  v("compiled", s.compiled);  // 1.10; optional (a recorded run with torch.compile)
 }
 
 // GCC evaluates the guard below (a default value of each struct, strings and vectors
@@ -821,12 +848,13 @@ static_assert(kEveryMemberHasAField<
               KernelFinding, OutsideKernel, Kernels, RankOverflow, RankDisagreement, RankSummary, Distributed,
               PrecisionShare, ProfileOp, FallbackCost, Unattributable, CounterCheck, ProfileRank, RankDifference,
               SkippedUpdate, MaskFailure, ScriptOutcome, LrSchedule, CollectiveRow, MixedPrecisionAsked,
-              RankRecording, DistributedFinding, Fp8TensorRecord, Fp8FindingRecord,
+              RankRecording, DistributedFinding, CompiledOp, CompiledGraph, CompiledReplay, CompiledRegion,
+              Fp8TensorRecord, Fp8FindingRecord,
               Fp8Training>);
 // Report's default schema_version is not constexpr, so fields(Report) cannot be walked
-// here: its members are counted by hand (schema_version, written apart, and the 17 of
+// here: its members are counted by hand (schema_version, written apart, and the 18 of
 // fields(Report)), and the test of the top-level keys checks fields(Report) itself.
-static_assert(member_count<Report>() == 1 + 17,
+static_assert(member_count<Report>() == 1 + 18,
               "Report gained a member: add it to fields(Report) in reports/json.cpp");
 static_assert(member_count<KernelsReport>() == 1 + 7,
               "KernelsReport gained a member: add it to fields(KernelsReport) in reports/json.cpp");

@@ -674,6 +674,32 @@ struct Fp8Training {
   std::vector<Fp8FindingRecord> findings;  // failures first, then by step
 };
 
+// 1.10: a region torch.compile compiled in a recorded run (recorder/ampcheck_recorder/
+// compiled.py): it ran compiled, unheard op by op; what it computes is read from the graphs
+// Inductor compiled (each aten call of the traced program with its output dtype and the
+// module path dynamo kept); a failure in it is found by running its last call again eagerly.
+struct CompiledOp {
+  std::string op;      // ampcheck's name ("linear", "softmax_grad")
+  std::string dtype;   // its output's
+  std::string module;  // "" outside any module
+  std::int64_t count = 0;  // such calls in one run of the graph
+};
+struct CompiledGraph {
+  std::string kind;  // "forward", "backward"
+  std::vector<CompiledOp> ops;
+};
+struct CompiledReplay {
+  std::int64_t step = 0;
+  std::string why;    // what made it run again eagerly
+  std::string found;  // what the eager run found: "linear in 'emb'", or why it found nothing
+};
+struct CompiledRegion {
+  std::string region;  // the module's path ("" the model) or the function's name
+  std::int64_t calls = 0, backward_calls = 0;
+  std::vector<CompiledGraph> graphs;
+  std::vector<CompiledReplay> replays;
+};
+
 struct Report {
   std::string schema_version = std::to_string(kSchemaMajor) + "." + std::to_string(kSchemaMinor);
   RunInfo run;
@@ -693,6 +719,7 @@ struct Report {
   std::optional<Distributed> distributed;  // 1.5: data-parallel runs (several ranks)
   std::optional<Fp8Training> fp8;  // 1.9: runs that train in fp8 with an inspection
   std::optional<RankRecording> rank;  // 1.10: one rank of a recorded job
+  std::optional<std::vector<CompiledRegion>> compiled;  // 1.10: recorded runs with torch.compile
 };
 
 }  // namespace ampcheck::reports

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>  // fmt::join
 
 #include <algorithm>
+#include <map>
 #include <cmath>
 #include <string_view>
 
@@ -429,6 +430,35 @@ std::string distributed_section(const Report& r) {
   return s;
 }
 
+// torch.compile's regions in a recorded run: their calls, what their graphs compute by
+// dtype, and what running them again eagerly found.
+std::string compiled_section(const Report& r) {
+  if (!r.compiled || r.compiled->empty()) return "";
+  std::string s = "Compiled by torch.compile (run compiled, unheard op by op; read from the graphs Inductor made):\n";
+  for (const CompiledRegion& c : *r.compiled) {
+    const std::string name = c.region.empty() ? "the model" : "'" + c.region + "'";
+    s += fmt::format("  {}: {} call(s), {} backward run(s), {} graph(s)\n", name, c.calls, c.backward_calls,
+                     c.graphs.size());
+    for (const CompiledGraph& g : c.graphs) {
+      std::map<std::string, std::int64_t> by_dtype;
+      std::int64_t total = 0;
+      for (const CompiledOp& op : g.ops) {
+        if (op.op == "cast" || op.op == "cast_grad") continue;
+        by_dtype[op.dtype.empty() ? "-" : op.dtype] += op.count;
+        total += op.count;
+      }
+      std::string dtypes;
+      for (const auto& [dtype, n] : by_dtype) dtypes += fmt::format("{}{} {}", dtypes.empty() ? "" : ", ", n, dtype);
+      s += fmt::format("    {} graph: {} op call(s) a run ({})\n", g.kind, total, dtypes);
+    }
+    if (c.graphs.empty())
+      s += "    its graphs were not seen (a backend other than Inductor): TORCH_COMPILE_DISABLE=1 records it eagerly\n";
+    for (const CompiledReplay& x : c.replays)
+      s += fmt::format("    recorded again eagerly at step {} ({}): {}\n", x.step, x.why, x.found);
+  }
+  return s;
+}
+
 // fp8: one line per scaled tensor: its format, the steps, the amax and scale they spanned,
 // and the worst step's saturated and flushed shares; then the findings.
 std::string fp8_section(const Report& r) {
@@ -678,6 +708,7 @@ std::string to_text(const Report& r, std::size_t top) {
   if (r.bisect) s += bisect_section(*r.bisect, r.interrupted.has_value()) + "\n";
   if (r.compare) s += compare_section(*r.compare) + "\n";
   if (r.spread) s += spread_section(r) + "\n";
+  if (r.compiled) s += compiled_section(r) + "\n";
   if (r.distributed) s += distributed_section(r) + "\n";
   if (r.fp8) s += fp8_section(r) + "\n";
   return s + "verdict: " + sum.verdict_text + "\n";

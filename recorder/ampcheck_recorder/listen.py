@@ -193,6 +193,14 @@ class RecordingMode(TorchDispatchMode):
         super().__init__()
         self._sink = sink
 
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        # TorchDynamo skips every frame while a mode that does not ignore compiled code is
+        # on the stack: the model would run eagerly under the recorder. Regions compiled
+        # through torch.compile are run with the recorder out of the way (compiled.py); this
+        # keeps code compiled any other way (torch._dynamo.optimize) compiled too.
+        return True
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if kwargs is None:
             kwargs = {}

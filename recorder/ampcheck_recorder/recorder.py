@@ -23,6 +23,7 @@ values (as the engine's are) but are not rows of the op table: they are not the 
 from __future__ import annotations
 
 import atexit
+import functools
 import math
 import os
 import sys
@@ -32,6 +33,7 @@ from contextlib import contextmanager
 
 import torch
 
+from . import compiled as compiled_mod
 from . import distributed as dist
 from . import fp32 as fp32_mod
 from . import listen
@@ -315,6 +317,9 @@ class Recorder:
         self._roots: list = []        # (prefix, module)
         self._root_sites: dict = {}   # prefix -> where the script first called that root
         self.quiet_beside_ranks = False  # a launcher's: write nothing when ranks recorded
+        self.compiled = compiled_mod.Compiled(self)  # torch.compile's regions (compiled.py)
+        self.replaying = ""           # the compiled region being recorded again eagerly
+        self._compiled_nodes: set = set()  # CompiledFunctionBackward nodes seen this step
         self.trainer_asked = None     # trainers.amp_asked(): the trainer's AMP flags
         self._trainer_seen = False
         self.backend = ""             # the process group's backend, when a collective ran
@@ -390,6 +395,7 @@ class Recorder:
         self._patch_autograd()
         self._patch_function_apply()
         self._patch_scheduler()
+        self._patch_compile()
         self._fmode = listen.AutocastWatch(self.forcer)
         self._fmode.__enter__()
         self._mode = listen.RecordingMode(self._on_call)
@@ -412,6 +418,7 @@ class Recorder:
                 h.remove()
             for owner, name, original in reversed(self._patches):
                 setattr(owner, name, original)
+            self.compiled.uninstall()
             with _active_lock:
                 if _active is self:
                     _active = None
@@ -496,6 +503,85 @@ class Recorder:
         self._patches.append((owner, name, owner.__dict__.get(name, original) if isinstance(owner, type)
                               else original))
         setattr(owner, name, make(original))
+
+    def _patch_compile(self):
+        """torch.compile's results run as compiled regions (compiled.py): compiled, with the
+        recorder out of the way, their graphs read from Inductor, a failure in them recorded
+        again eagerly. nn.Module.compile calls torch.compile, so it is covered too."""
+        rec = self
+
+        def make(original):
+            @functools.wraps(original)
+            def compile(model=None, *args, **kwargs):
+                if model is None:  # @torch.compile(mode=...) as a decorator factory
+                    return lambda fn: compile(fn, *args, **kwargs)
+                out = original(model, *args, **kwargs)
+                if active() is not rec:
+                    return out
+                try:
+                    return rec._as_region(model, out)
+                except Exception:
+                    rec._broke()
+                    return out
+            return compile
+
+        self._patch(torch, "compile", make)
+
+    def _as_region(self, model, out):
+        if isinstance(model, torch.nn.Module) and isinstance(getattr(out, "_orig_mod", None), torch.nn.Module):
+            # An OptimizedModule: its forward is dynamo's; the replay calls the module itself.
+            out.forward = self.compiled.wrap(out.forward, model.__call__, module=model)
+            return out
+        owner = getattr(model, "__self__", None)  # Module.compile: torch.compile(self._call_impl)
+        module = owner if isinstance(owner, torch.nn.Module) else None
+        return self.compiled.wrap(out, model, module=module)
+
+    def module_path(self, module) -> str:
+        """A module's path in the report, the model's first call registering it as a root."""
+        with self._lock:
+            hit = self._paths.get(id(module))
+            if hit is not None and hit[1] is module:
+                return hit[0]
+            self._waiting = False
+            self._add_root(module, None)
+            return self._paths[id(module)][0]
+
+    @property
+    def closed(self) -> bool:
+        return self._closed or active() is not self
+
+    @contextmanager
+    def out_of_the_way(self, s):
+        """For a compiled region's call: the recorder's modes off the stacks, its global
+        module hooks and its Function.apply patch removed, all put back after."""
+        mm = torch.nn.modules.module
+        hooks = []
+        for d in (mm._global_forward_pre_hooks, mm._global_forward_hooks):
+            for h in self._handles[:2]:
+                if h.id in d:
+                    hooks.append((d, h.id, d.pop(h.id)))
+        apply_patch = torch.autograd.Function.__dict__.get("apply")
+        original_apply = next((orig for owner, name, orig in self._patches
+                               if owner is torch.autograd.Function and name == "apply"), None)
+        if original_apply is not None:
+            torch.autograd.Function.apply = original_apply
+        dispatch = _remove_mode(torch._C._len_torch_dispatch_stack, lambda: torch._C._pop_torch_dispatch_stack(None),
+                                torch._C._push_on_torch_dispatch_stack, self._mode)
+        function = _remove_mode(torch._C._len_torch_function_stack, torch._C._pop_torch_function_stack,
+                                torch._C._push_on_torch_function_stack, self._fmode)
+        depth = len(s.modules)
+        try:
+            yield
+        finally:
+            _restore_modes(torch._C._len_torch_function_stack, torch._C._pop_torch_function_stack,
+                           torch._C._push_on_torch_function_stack, function)
+            _restore_modes(torch._C._len_torch_dispatch_stack, lambda: torch._C._pop_torch_dispatch_stack(None),
+                           torch._C._push_on_torch_dispatch_stack, dispatch)
+            if original_apply is not None:
+                torch.autograd.Function.apply = apply_patch
+            for d, hid, hook in hooks:
+                d[hid] = hook
+            del s.modules[depth:]
 
     def _patch_scheduler(self):
         """The learning-rate scheduler's class, for the header ("LambdaLR" behind a warmup)."""
@@ -813,6 +899,8 @@ class Recorder:
             if bad:
                 self._grad_nonfinite = True
                 self._grad_bad += bad
+                if self.watch is not None and not self.watch._pending.producers:
+                    self.compiled.replay_backward("the gradients the update read were non-finite")
 
     def _optimizer_post(self, optimizer, args, kwargs):
         s = listen.state()
@@ -889,6 +977,9 @@ class Recorder:
             bad = []
             if found:
                 _, _, bad = self._scan_grads(self._scaler_optimizers)
+        if found and self.watch is not None and not self.watch._pending.producers:
+            # Recorded (not the recorder's own work): outside internal().
+            self.compiled.replay_backward("the loss scaler found Inf/NaN in the gradients")
         with self._optimizer_phase():
             result = original(scaler, *args, **kwargs)
         with self._lock, listen.internal():
@@ -1019,6 +1110,8 @@ class Recorder:
             self._scaled_ids = set()
             self._occurrences = {}
             self._nodes_prev, self._nodes = self._nodes, {}
+            self._compiled_nodes = set()
+            self.compiled.step_ended()
             self._pending_casts = {}
             self.forcer.clear()
 
@@ -1041,6 +1134,8 @@ class Recorder:
             info = self._func_info(func)
         if info.ignored or self._waiting or self.internal_error is not None:
             return func(*args, **kwargs)
+        if self.compiled.regions and self._in_compiled_backward():
+            return func(*args, **kwargs)  # a compiled region's backward: its graph, read from Inductor
         tensors = listen.tensors_of_call(args, kwargs)
         if info.collective:
             try:
@@ -1063,6 +1158,17 @@ class Recorder:
         except Exception:
             self._broke()
         return out
+
+    def _in_compiled_backward(self) -> bool:
+        node = _current_node() if listen.HAS_NODE else None
+        if node is None or not node.name().startswith("CompiledFunction"):
+            return False
+        seq = node._sequence_nr()
+        with self._lock:
+            if seq not in self._compiled_nodes:
+                self._compiled_nodes.add(seq)
+                self.compiled.on_backward_node()
+        return True
 
     def _collective(self, info, tensors):
         s = listen.state()
@@ -1188,7 +1294,7 @@ class Recorder:
                     self.low_dtypes.append(name)
             if kdtype in nx.FP8 and nx.dtype_name(kdtype) not in self.fp8_dtypes:
                 self.fp8_dtypes.append(nx.dtype_name(kdtype))
-            if phase != "optimizer":
+            if phase != "optimizer" and not self.replaying:  # a replay's calls ran once already
                 self._table(call, aten, tensors, outs, kdtype)
             if self.watch is None:
                 return
@@ -1218,7 +1324,7 @@ class Recorder:
             # so that advice can name the line that put an op into low precision.
             ev.site = listen.script_site()
         self.watch.on_op(ev, call.node_inserted)
-        if phase == "optimizer" or call.inserted:
+        if phase == "optimizer" or call.inserted or self.replaying:
             return
         inst = self._instance(call)
         if outs and outs[0].dtype in nx.FP8_BOUNDS and floating_in and floating_in[0].dtype not in nx.FP8:
@@ -1364,6 +1470,23 @@ class Recorder:
         if err > inst.worst:
             inst.worst, inst.floor_at_worst, inst.worst_step = err, floor, step
         inst.max_abs = max(inst.max_abs, max_abs)
+
+
+def _remove_mode(length, pop, push, mode):
+    """Takes `mode` off a mode stack; returns the stack as it was (bottom first)."""
+    modes = [pop() for _ in range(length())]
+    modes.reverse()
+    for m in modes:
+        if m is not mode:
+            push(m)
+    return modes
+
+
+def _restore_modes(length, pop, push, modes):
+    for _ in range(length()):
+        pop()
+    for m in modes:
+        push(m)
 
 
 _current_node = torch._C._current_autograd_node if listen.HAS_NODE else (lambda: None)

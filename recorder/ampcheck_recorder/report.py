@@ -335,6 +335,9 @@ def build(rec) -> dict:
     report["swamping"] = []
     nonfinite = _nonfinite_block(rec, w)
     report["nonfinite"] = nonfinite
+    compiled = rec.compiled.report() if getattr(rec, "compiled", None) is not None else []
+    if compiled:
+        report["compiled"] = compiled
     skipped = sum(1 for s in steps if s["skipped"])
     finite_losses = [s["loss"] for s in steps]
     summary = {
@@ -351,23 +354,45 @@ def build(rec) -> dict:
     return report
 
 
+def _compiled_summary(report) -> tuple[int, list, str]:
+    """(low-precision forward ops, their dtypes, the verdict's words) of the compiled
+    regions' graphs (compiled.py): counted apart from the op calls heard one by one."""
+    regions = report.get("compiled", [])
+    if not regions:
+        return 0, [], ""
+    from .compiled import low_precision_share
+    low, total, dtypes = low_precision_share(regions)
+    names = ", ".join("the model" if not r["region"] else f"'{r['region']}'" for r in regions)
+    if total:
+        return low, dtypes, (f"; in the graphs torch.compile made of {names}: {low} of {total} forward ops in "
+                             f"{' and '.join(dtypes) or 'float32'}, not counted above")
+    return 0, [], (f"; {names} ran compiled and its graphs were not seen (a backend other than Inductor): its ops "
+                   "are not counted; TORCH_COMPILE_DISABLE=1 records them eagerly")
+
+
 def _verdict(rec, w, nonfinite, summary, dtype, report, framework: str) -> dict:
     failed = bool(w and w["failures"])
+    compiled_low, compiled_dtypes, compiled_text = _compiled_summary(report)
+    if summary["low_precision_calls"] == 0 and compiled_dtypes and dtype == "float32":
+        dtype = compiled_dtypes[0]
     if failed:
         kinds = {f["kind"] for f in w["failures"]}
         if w["zero_gradients"] and kinds <= {"gradient_underflow", "scale_below_floor"}:
             verdict, text = "gradient_underflow", "FAILED: " + _gradient_underflow_text(nonfinite, framework)
         else:
             verdict, text = "failed", "FAILED: " + _failure_text(w)
-    elif summary["low_precision_calls"] == 0:
+    elif summary["low_precision_calls"] == 0 and not compiled_low:
         verdict, text = "amp_off", "AMP is NOT on: no op ran in a low-precision dtype"
         if rec.amp_note():
             text += ": " + rec.amp_note()
+        text += compiled_text
     else:
         verdict = "healthy"
-        ran_in = " and ".join(d for d in ([dtype] if dtype != "float32" else []) + list(rec.fp8_dtypes))
+        ran_in = " and ".join(d for d in ([dtype] if dtype != "float32" else []) + list(rec.fp8_dtypes)
+                              + [d for d in compiled_dtypes if d != dtype])
         text = (f"healthy: AMP is on ({summary['low_precision_calls']} of {summary['total_calls']} op calls ran "
-                f"in {ran_in or dtype}), {summary['skipped_steps']} skipped step(s) absorbed by the scaler")
+                f"in {ran_in or dtype}{compiled_text}), {summary['skipped_steps']} skipped step(s) absorbed by the "
+                "scaler")
         probing = sum(1 for k in nonfinite.get("skips", []) if k["reading"] in nf.PROBING)
         if probing:
             text += f" ({probing} of them probing for its scale)"

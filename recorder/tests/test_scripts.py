@@ -136,3 +136,47 @@ def test_a_loss_outside_the_model_names_the_scripts_cast_and_the_advice_reaches_
     assert "fp32 = ampcheck_recorder.keep_fp32(model" not in advice.stdout, advice.stdout  # it cannot reach it
     code, r, _ = record(tmp_path, "mse_outside_train.py", "--steps", "12", "--fix")
     assert not r["nonfinite"]["producers"], r["summary"]["verdict_text"]
+
+
+def _counters(stdout: str) -> str:
+    line = next(x for x in stdout.splitlines() if x.startswith("compiled: "))
+    return line
+
+
+def test_a_compiled_model_stays_compiled_and_is_recorded_as_its_graphs(tmp_path, validate):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    plain = subprocess.run([sys.executable, os.path.join(SCRIPTS, "compile_train.py")], env=env, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=600)
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    code, r, stdout = record(tmp_path, "compile_train.py")
+    validate(r)
+    # torch.compile's own counters: the same graph, the same captured calls, no graph break.
+    assert _counters(stdout) == _counters(plain.stdout)
+    assert "'unique_graphs': 1" in _counters(stdout) and "graph breaks: 0" in _counters(stdout)
+    assert code == 0 and r["summary"]["verdict"] == "healthy", r["summary"]["verdict_text"]
+    (region,) = r["compiled"]
+    assert region["region"] == "" and region["calls"] == 6 and region["backward_calls"] == 6
+    kinds = [g["kind"] for g in region["graphs"]]
+    assert kinds == ["forward", "backward"]
+    forward = {(o["op"], o["module"]): o["dtype"] for o in region["graphs"][0]["ops"]}
+    # autocast's fp16 linears, with the user's module paths (no _orig_mod.)
+    for module in ("emb", "block.fc1", "block.fc2", "head"):
+        assert forward[("linear", module)] == "float16", forward
+    assert ("linear_grad", "head") in {(o["op"], o["module"]) for o in region["graphs"][1]["ops"]}
+    assert not any(o["module"].startswith("_orig_mod") for o in r["ops"])
+    assert "in the graphs torch.compile made of the model" in r["summary"]["verdict_text"]
+
+
+def test_a_failure_inside_a_compiled_region_is_found_by_recording_it_again_eagerly(tmp_path):
+    code, r, _ = record(tmp_path, "compile_train.py", "--fault", "forward")
+    assert code == 1
+    p = r["nonfinite"]["producers"][0]
+    # The value of 6e4 through emb's fp16 linear: the same producer the eager run names.
+    assert (p["op"], p["module"], p["phase"], p["step"]) == ("linear", "emb", "forward", 3), p
+    assert p["lost"] and p["lost"][0]["kind"] == "overflow"
+    replays = r["compiled"][0]["replays"]
+    assert replays[0]["step"] == 3 and replays[0]["found"] == "linear in 'emb'", replays
+    code, r, _ = record(tmp_path, "compile_train.py", "--fault", "custom_backward")
+    assert code == 1
+    text = r["summary"]["verdict_text"]
+    assert "exp in the backward of autograd.Function ScaledTanh in 'block'" in text, text
