@@ -67,7 +67,12 @@ import numpy as np
 import onnx
 import torch
 import torch.nn as nn
-import torchvision
+
+def _torchvision():
+    """torchvision, for the image models only: the attention blocks need nothing but torch."""
+    import torchvision
+    return torchvision
+
 
 OPSET = 17
 TRAIN_ROWS = 64  # rows of NAME.npz
@@ -214,15 +219,15 @@ class OverflowMlp(nn.Module):
 # name -> (constructor, classes, kind of input). New models go at the end: each model's
 # seed is its index here, so the earlier models' files stay the same.
 MODELS = {
-    "resnet18": (lambda: torchvision.models.resnet18(weights=None, num_classes=10), 10, "image"),
-    "mobilenet_v3": (lambda: torchvision.models.mobilenet_v3_small(weights=None, num_classes=10), 10, "image"),
+    "resnet18": (lambda: _torchvision().models.resnet18(weights=None, num_classes=10), 10, "image"),
+    "mobilenet_v3": (lambda: _torchvision().models.mobilenet_v3_small(weights=None, num_classes=10), 10, "image"),
     "bert_block": (lambda: BertBlock(2), 2, "tokens"),
     "gpt2_block": (lambda: Gpt2Block(2), 2, "tokens"),
     "overflow_mlp": (lambda: OverflowMlp(4), 4, "vector"),
-    "efficientnet_b0": (lambda: torchvision.models.efficientnet_b0(weights=None, num_classes=10), 10, "image"),
-    "mobilenet_v2": (lambda: torchvision.models.mobilenet_v2(weights=None, num_classes=10), 10, "image"),
-    "shufflenet_v2": (lambda: torchvision.models.shufflenet_v2_x1_0(weights=None, num_classes=10), 10, "image"),
-    "resnext50": (lambda: torchvision.models.resnext50_32x4d(weights=None, num_classes=10), 10, "image"),
+    "efficientnet_b0": (lambda: _torchvision().models.efficientnet_b0(weights=None, num_classes=10), 10, "image"),
+    "mobilenet_v2": (lambda: _torchvision().models.mobilenet_v2(weights=None, num_classes=10), 10, "image"),
+    "shufflenet_v2": (lambda: _torchvision().models.shufflenet_v2_x1_0(weights=None, num_classes=10), 10, "image"),
+    "resnext50": (lambda: _torchvision().models.resnext50_32x4d(weights=None, num_classes=10), 10, "image"),
     "lstm_classifier": (lambda: RnnClassifier("lstm", 2), 2, "tokens"),
     "gru_classifier": (lambda: RnnClassifier("gru", 2), 2, "tokens"),
     "bert_mask": (lambda: BertMaskBlock(2), 2, "tokens+mask"),

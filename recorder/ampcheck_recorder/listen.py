@@ -213,6 +213,14 @@ class RecordingMode(TorchDispatchMode):
         return self._sink(func, args, kwargs)
 
 
+# TorchDispatchMode wraps a subclass's handler in torch._disable_dynamo, a wrapper and a
+# dynamo context per aten call (microseconds each, on every op of the run). The recorder's
+# handler never runs inside a frame dynamo traces (compiled regions run with the recorder
+# off the stack, and the mode ignores compile internals), so it is called as written.
+_raw = RecordingMode.__dict__["__torch_dispatch__"]
+RecordingMode.__torch_dispatch__ = getattr(_raw, "__wrapped__", _raw)
+
+
 def mode_on_this_thread(mode_type) -> bool:
     """Whether a mode of this type is on the current thread's dispatch mode stack."""
     try:
