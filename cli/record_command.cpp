@@ -32,6 +32,7 @@ struct RecordOptions {
   std::vector<std::string> fp32_ops, fp32_modules, allow_inf;
   double max_skipped = 0.05;
   std::int64_t stats_every = 1;
+  std::string listen = "auto";
   int seeds = 1;
   bool quiet = false;
 };
@@ -57,6 +58,11 @@ CLI::App* add_options(CLI::App& app, RecordOptions& o) {
                                                   "scaler's probing")
       ->capture_default_str();
   cmd->add_option("--stats-every", o.stats_every, "numerics every N-th step (stats, full)")->capture_default_str();
+  cmd->add_option("--listen", o.listen,
+                  "the steps heard op by op: auto (the first 4, every power of two, every step after one whose loss or "
+                  "gradients were non-finite; a failure on another step is found by running the model's call again) "
+                  "or all (every step: exact op counts, the cost of hearing every op)")
+      ->capture_default_str();
   cmd->add_option("--seeds", o.seeds,
                   "record the command N times, run k with AMPCHECK_RECORD_SEED=k (the recorder seeds torch, random "
                   "and numpy with it when the script imports torch), and keep the spread of the results for "
@@ -130,6 +136,8 @@ int run_record(const RecordOptions& o, std::ostream& out, std::ostream& err) {
   if (!(o.max_skipped >= 0 && o.max_skipped <= 1))
     throw UsageError(fmt::format("record: --max-skipped {} is not a fraction in [0, 1]; give e.g. 0.05", o.max_skipped));
   if (o.stats_every < 1) throw UsageError(fmt::format("record: --stats-every {}: give 1 (every step) or more", o.stats_every));
+  if (o.listen != "auto" && o.listen != "all")
+    throw UsageError("record: --listen \"" + o.listen + "\" is not a policy; use auto or all");
   if (o.seeds < 1 || o.seeds > kMaxSeeds)
     throw UsageError(fmt::format("record: --seeds {} is out of range: give 1 (one run) to {}", o.seeds, kMaxSeeds));
   check_output("--report", o.report);
@@ -144,6 +152,7 @@ int run_record(const RecordOptions& o, std::ostream& out, std::ostream& err) {
   request.allow_inf = o.allow_inf;
   request.max_skipped = o.max_skipped;
   request.stats_every = o.stats_every;
+  request.listen = o.listen;
   request.stdout_to_stderr = o.json;
 
   std::vector<RecordedRun> runs;

@@ -277,6 +277,7 @@ Recording record_process(const RecordRequest& r) {
       {"AMPCHECK_RECORD_ALLOW_INF", joined(r.allow_inf)},
       {"AMPCHECK_RECORD_MAX_SKIPPED", fmt::format("{}", r.max_skipped)},
       {"AMPCHECK_RECORD_STATS_EVERY", std::to_string(r.stats_every)},
+      {"AMPCHECK_RECORD_LISTEN", r.listen},
   };
   if (r.seed) set.emplace_back("AMPCHECK_RECORD_SEED", std::to_string(*r.seed));
   // AMPCHECK_RECORD_OWNER (the recording process's id) is the recorder's own: an inherited

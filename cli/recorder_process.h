@@ -33,6 +33,7 @@ struct RecordRequest {
   std::vector<std::string> fp32_ops, fp32_modules, allow_inf;
   double max_skipped = 0.05;
   std::int64_t stats_every = 1;
+  std::string listen = "auto";  // the steps heard op by op: auto or all (recorder.py, LISTEN_POLICIES)
   std::optional<std::uint64_t> seed;  // AMPCHECK_RECORD_SEED: torch.manual_seed at torch's import
   // Where the script's standard output and error go: inherited (""), or appended to this
   // file (bisect-nan's trials, whose output is not the user's to read).

@@ -112,6 +112,8 @@ constexpr void fields(V& v, S& s) {
   v("recorder_error", s.recorder_error);
   v("lr_schedule", s.lr_schedule);      // 1.10; optional (recorded runs whose rate moved)
   v("micro_batches", s.micro_batches);  // 1.10; optional (gradient accumulation)
+  v("listen", s.listen);                // 1.10; optional (recorded runs), as the one below
+  v("listened_steps", s.listened_steps);
 }
 template <class V, Is<StepRecord> S>
 constexpr void fields(V& v, S& s) {

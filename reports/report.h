@@ -117,6 +117,11 @@ struct RunInfo {
   // adds up.
   std::optional<LrSchedule> lr_schedule;
   std::optional<std::int64_t> micro_batches;
+  // 1.10, recorded runs: which steps were heard op by op ("auto": the first steps, powers of
+  // two and the steps after a failure; "all"), and those steps: the op table counts their
+  // calls; every step's loss, scaler update and gradients were read.
+  std::optional<std::string> listen;
+  std::optional<std::vector<std::int64_t>> listened_steps;
 };
 
 // One optimizer step as the loss scaler saw it.

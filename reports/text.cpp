@@ -666,6 +666,19 @@ std::string to_text(const KernelsReport& report, bool per_instance) {
   return s;
 }
 
+// "1-4, 8, 16": step numbers in runs.
+std::string step_ranges(const std::vector<std::int64_t>& steps) {
+  std::string out;
+  for (std::size_t i = 0; i < steps.size();) {
+    std::size_t j = i;
+    while (j + 1 < steps.size() && steps[j + 1] == steps[j] + 1) ++j;
+    out += (out.empty() ? "" : ", ") + std::to_string(steps[i]) +
+           (j > i ? (j == i + 1 ? ", " : "-") + std::to_string(steps[j]) : std::string());
+    i = j + 1;
+  }
+  return out;
+}
+
 std::string to_text(const Report& r, std::size_t top) {
   const RunInfo& run = r.run;
   std::string s = fmt::format("ampcheck {}: {} ({} parameters)\n", run.command, run.model_description, run.parameters);
@@ -685,6 +698,11 @@ std::string to_text(const Report& r, std::size_t top) {
                       number(l->last));
   s += fmt::format("  {} {}, {} semantics, {} steps, batch {}, {} lr {}, seed {}, device {}\n", run.level, run.dtype,
                    run.amp.semantics, run.steps, batch, run.optimizer, lr, run.seed, run.device);
+  if (run.listened_steps && static_cast<std::int64_t>(run.listened_steps->size()) < run.steps)
+    s += fmt::format("  op calls heard on {} of the {} steps ({}: steps {}); every step's loss, loss scale and gradients "
+                     "read, a failure on the others heard by running the model's call again (--listen all hears "
+                     "every step)\n",
+                     run.listened_steps->size(), run.steps, run.listen.value_or("auto"), step_ranges(*run.listened_steps));
   if (const std::string sampled = sampling_text(run); !sampled.empty()) s += "  " + sampled + "\n";
   if (const auto& m = run.device_memory)
     s += fmt::format("  GPU memory: peak {:.1f} MiB in tensors, {:.1f} MiB reserved; {} cudaMalloc calls, cache hits {} of {}\n",

@@ -162,20 +162,22 @@ class Compiled:
         finally:
             _tls.inside = False
             self._compiling = None
-        if keep:
-            self._after(region, out)
+        self._after(region, out, keep)
         return out
 
-    def _after(self, region: Region, out):
+    def _after(self, region: Region, out, keep: bool):
         outs = [t for t in listen.tensors_of(out) if isinstance(t, torch.Tensor) and listen.plain(t)]
         floating = [t for t in outs if t.is_floating_point()]
-        with listen.quiet():
-            bad = any(not nx.all_finite(t) for t in floating)
-        if bad:  # a non-finite value made inside the region: find it op by op
-            self.replay(region, "a value it returned was non-finite", backward=False)
+        if keep:
+            with listen.quiet():
+                bad = any(not nx.all_finite(t) for t in floating)
+            if bad:  # a non-finite value made inside the region: find it op by op
+                self.replay(region, "a value it returned was non-finite", backward=False)
+        # Its backward runs (counted once a call) and, to replay it, the gradients it receives.
+        call = {"counted": False}
         for t in floating:
             if t.requires_grad:
-                t.register_hook(functools.partial(_keep_grad, region))
+                t.register_hook(functools.partial(_on_grad, self, region, call, keep))
 
     # -- the graphs Inductor compiled --------------------------------------------------------
 
@@ -218,9 +220,8 @@ class Compiled:
     # -- the eager replay ------------------------------------------------------------------
 
     def on_backward_node(self):
-        """A compiled region's backward (CompiledFunctionBackward) runs: counted."""
+        """A compiled region's backward (CompiledFunctionBackward) runs on a heard step."""
         if self._last is not None:
-            self._last.backward_calls += 1
             self._backward_ran = True
 
     def replay_backward(self, why: str):
@@ -291,8 +292,13 @@ class Compiled:
         return out
 
 
-def _keep_grad(region: Region, grad):
-    region.grads.append(grad.detach())
+def _on_grad(owner: "Compiled", region: Region, call: dict, keep: bool, grad):
+    if not call["counted"]:
+        call["counted"] = True
+        region.backward_calls += 1
+        owner._backward_ran = True
+    if keep:
+        region.grads.append(grad.detach())
     return None
 
 

@@ -23,6 +23,7 @@ The environment (each also a flag of ``run``; docs/recorder.md):
     AMPCHECK_RECORD_ALLOW_INF     op types or module paths whose Inf/-Inf is intended
     AMPCHECK_RECORD_MAX_SKIPPED   the skipped fraction a healthy run may have (0.05)
     AMPCHECK_RECORD_STATS_EVERY   numerics every N steps (1)
+    AMPCHECK_RECORD_LISTEN        auto | all: the steps heard op by op (docs/recorder.md)
     AMPCHECK_RECORD_SEED          seeds torch (or paddle), random and numpy when the script
                                   imports the framework (`ampcheck record --seeds N`); a
                                   script that seeds itself afterwards wins (it may read
@@ -52,6 +53,7 @@ ENV_STATS_EVERY = "AMPCHECK_RECORD_STATS_EVERY"
 ENV_OWNER = "AMPCHECK_RECORD_OWNER"
 ENV_SEED = "AMPCHECK_RECORD_SEED"
 ENV_OWNER_RANK = "AMPCHECK_RECORD_OWNER_RANK"
+ENV_LISTEN = "AMPCHECK_RECORD_LISTEN"
 
 
 class ConfigError(ValueError):
@@ -67,7 +69,7 @@ def split_list(text: str | None) -> list[str]:
 
 
 def options(out, inspect="stats", fp32_ops=(), fp32_modules=(), allow_inf=(), max_skipped=0.05,
-            stats_every=1, source="") -> dict:
+            stats_every=1, source="", listen="auto") -> dict:
     """The Recorder's keyword arguments, checked; `source` names where they came from."""
     where = f" ({source})" if source else ""
     if inspect not in ("trace", "stats", "full"):
@@ -84,8 +86,12 @@ def options(out, inspect="stats", fp32_ops=(), fp32_modules=(), allow_inf=(), ma
         raise ConfigError(f'stats every "{stats_every}"{where} is not a whole number; give 1 or more') from None
     if stats_every < 1:
         raise ConfigError(f"stats every {stats_every}{where}: give 1 (every step) or more")
+    if listen not in ("auto", "all"):
+        raise ConfigError(f'listen "{listen}"{where} is not a policy; use auto (the first steps, powers of two and '
+                          'every step after a failure) or all (every step)')
     return {"out": out, "inspect": inspect, "fp32_ops": list(fp32_ops), "fp32_modules": list(fp32_modules),
-            "allow_inf": list(allow_inf), "max_skipped_fraction": max_skipped, "stats_every": stats_every}
+            "allow_inf": list(allow_inf), "max_skipped_fraction": max_skipped, "stats_every": stats_every,
+            "listen": listen}
 
 
 def options_from_environment() -> dict | None:
@@ -96,7 +102,7 @@ def options_from_environment() -> dict | None:
     return options(out, env.get(ENV_INSPECT, "stats") or "stats", split_list(env.get(ENV_FP32_OPS)),
                    split_list(env.get(ENV_FP32_MODULES)), split_list(env.get(ENV_ALLOW_INF)),
                    env.get(ENV_MAX_SKIPPED, "0.05") or "0.05", env.get(ENV_STATS_EVERY, "1") or "1",
-                   source="the AMPCHECK_RECORD_* environment")
+                   source="the AMPCHECK_RECORD_* environment", listen=env.get(ENV_LISTEN, "auto") or "auto")
 
 
 def claim_process() -> bool:

@@ -454,6 +454,25 @@ class NanWatch(UpdateJudge):
                     event["script_casts"] = casts
             _add_producer(self.producers, event)
 
+    # -- steps not heard op by op -----------------------------------------------------
+
+    def forward_failed_at(self, step: int) -> bool:
+        """Whether a non-finite forward value of `step` was seen (heard, or replayed)."""
+        return self._first_forward_bad is not None and self._first_forward_bad["step"] == step or any(
+            p["step"] == step and p["phase"] == "forward" for p in self.producers)
+
+    def unheard_loss(self, step: int, loss: float):
+        """A non-finite loss on a step not heard op by op, that running the model's call again
+        did not explain (the loss computed outside the model, or no call to replay): the
+        step's first non-finite forward value is the loss, its producer unheard."""
+        c = [int(math.isnan(loss)), int(loss == math.inf), int(loss == -math.inf)]
+        event = {"_seq": 1 << 62, "step": step, "phase": "forward", "op": "loss", "module": "", "inputs": [],
+                 "out_nan": c[0], "out_pos_inf": c[1], "out_neg_inf": c[2], "lost": [], "aten": ""}
+        if self.forward_event(event, False) is False and self._first_forward_bad is event:
+            self._first_forward_note = (f" (step {step} was not heard op by op and the model's call, run again, "
+                                        "made nothing non-finite: the loss was computed outside the model; the "
+                                        "steps after it are heard)")
+
     # -- gradients, steps and the scaler -------------------------------------------
 
     def on_step_begin(self, step: int):

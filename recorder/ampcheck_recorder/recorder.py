@@ -23,6 +23,7 @@ values (as the engine's are) but are not rows of the op table: they are not the 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import math
 import os
@@ -43,6 +44,12 @@ from . import numerics as nx
 from .optypes import ARG_DEPENDENT, IGNORED, op_type, packet_name
 
 INSPECT_MODES = ("trace", "stats", "full")
+# Which steps are heard op by op: "all", or "auto": the first AUTO_FIRST steps, every power of
+# two after them, and every step after one whose loss or gradients were non-finite. A step
+# not heard still has its loss, its scaler update and its gradients' finiteness read, and a
+# failure in it is found op by op by running the model's call again eagerly.
+LISTEN_POLICIES = ("auto", "all")
+AUTO_FIRST = 4
 # Op results whose statistics wait to be computed together (numerics.StatsBatch), at
 # most this many elements: they are kept alive until then.
 BATCH_ELEMENTS = 1 << 22
@@ -257,9 +264,11 @@ class Recorder:
 
     def __init__(self, model=None, optimizer=None, scaler=None, *, inspect="stats", out=None,
                  fp32_ops=(), fp32_modules=(), allow_inf=(), max_skipped_fraction=0.05, stats_every=1,
-                 script=None, script_args=(), wait_for_model=False, start=True):
+                 listen="auto", script=None, script_args=(), wait_for_model=False, start=True):
         if inspect not in INSPECT_MODES:
             raise ValueError(f'inspect="{inspect}" is not a mode; use "trace", "stats" or "full"')
+        if listen not in LISTEN_POLICIES:
+            raise ValueError(f'listen="{listen}" is not a policy; use "auto" or "all"')
         if not isinstance(stats_every, int) or stats_every < 1:
             raise ValueError(f"stats_every={stats_every!r}: give 1 (every step) or more")
         self.inspect = inspect
@@ -317,6 +326,17 @@ class Recorder:
         self._roots: list = []        # (prefix, module)
         self._root_sites: dict = {}   # prefix -> where the script first called that root
         self.quiet_beside_ranks = False  # a launcher's: write nothing when ranks recorded
+        # which steps are heard op by op (LISTEN_POLICIES); forcing ops or modules to fp32
+        # needs every step heard, since the forcing itself rides on the listening
+        self.listen = "all" if self.forcer else listen
+        self.listening = False
+        self.listened_steps: list = []
+        self._listen_next: set = set()
+        self._model_root = None       # the model's root module: its calls are what a replay runs
+        self._root_call = None        # its last call on a step not heard: (module, args, kwargs, ...)
+        self._root_grads: list = []   # the gradients its outputs received then
+        self._root_hooks: list = []
+        self._heard = True            # the step in progress is heard
         self.compiled = compiled_mod.Compiled(self)  # torch.compile's regions (compiled.py)
         self.replaying = ""           # the compiled region being recorded again eagerly
         self._compiled_nodes: set = set()  # CompiledFunctionBackward nodes seen this step
@@ -397,13 +417,41 @@ class Recorder:
         self._patch_scheduler()
         self._patch_compile()
         self._fmode = listen.AutocastWatch(self.forcer)
-        self._fmode.__enter__()
         self._mode = listen.RecordingMode(self._on_call)
-        self._mode.__enter__()
+        self._set_listening(True)
         if self.out and not self._atexit:
             atexit.register(self._close_at_exit)
             self._atexit = True
         return self
+
+    def _set_listening(self, on: bool):
+        """Hears the steps to come op by op, or not: the recorder's modes on the calling
+        thread's stacks and its global module hooks, in or out."""
+        if on == self.listening:
+            return
+        self.listening = on
+        mm = torch.nn.modules.module
+        hooks = ((mm._global_forward_pre_hooks, self._handles[0], self._module_pre),
+                 (mm._global_forward_hooks, self._handles[1], self._module_post))
+        if on:
+            for d, h, fn in hooks:
+                d[h.id] = fn
+            self._fmode.__enter__()
+            self._mode.__enter__()
+            listen.state().modules.clear()
+        else:
+            for d, h, _ in hooks:
+                d.pop(h.id, None)
+            _exit_mode(self._mode, torch._C._len_torch_dispatch_stack,
+                       lambda: torch._C._pop_torch_dispatch_stack(None), torch._C._push_on_torch_dispatch_stack)
+            _exit_mode(self._fmode, torch._C._len_torch_function_stack, torch._C._pop_torch_function_stack,
+                       torch._C._push_on_torch_function_stack)
+
+    def _hears(self, step: int) -> bool:
+        """Whether `step` is heard op by op (LISTEN_POLICIES)."""
+        if self.listen == "all" or step <= AUTO_FIRST or step in self._listen_next:
+            return True
+        return step & (step - 1) == 0  # a power of two
 
     def close(self):
         """Stops listening and writes the report to `out` (if given). Returns the report."""
@@ -412,9 +460,8 @@ class Recorder:
             return self._final
         self._closed = True
         if self._started:
-            self._mode.__exit__(None, None, None)
-            self._fmode.__exit__(None, None, None)
-            for h in self._handles:
+            self._set_listening(False)
+            for h in self._handles + self._root_hooks:
                 h.remove()
             for owner, name, original in reversed(self._patches):
                 setattr(owner, name, original)
@@ -426,7 +473,8 @@ class Recorder:
             self._end_step()
         self._flush_stats()
         from . import report as report_mod
-        self._final = report_mod.build(self)
+        with self._lock:  # a thread still running ops is not recorded any more (_closed)
+            self._final = report_mod.build(self)
         if self.out and not (self.quiet_beside_ranks and self._waiting and self._ranks_beside()):
             report_mod.write(self._final, self.out)
         return self._final
@@ -735,6 +783,8 @@ class Recorder:
             # A module the script calls itself, outside the model (its loss, a teacher): where,
             # so that advice can point at the call keep_fp32(model, ...) cannot reach.
             self._root_sites[prefix] = listen.script_site()
+        if prefix == "":
+            self._note_model_root(module)
         if prefix == "" and not self.model_name:
             inner = module
             while _WRAPPERS.get(type(inner).__name__) and isinstance(
@@ -891,7 +941,11 @@ class Recorder:
 
     def _note_gradients(self, optimizer):
         """The gradients an optimizer step is about to use: counted for the gradient-underflow
-        reading, and the non-finite ones named for the update's record."""
+        reading, and the non-finite ones named for the update's record. On a step not heard
+        inside a GradScaler's step there is nothing to read: the scaler found them finite (it
+        steps only then), and the underflow reading counts heard steps only."""
+        if not self.listening and self._in_scaler_step:
+            return
         with self._lock:
             count, nonzero, bad = self._scan_grads([optimizer])
             if self.watch is not None:
@@ -901,6 +955,8 @@ class Recorder:
                 self._grad_bad += bad
                 if self.watch is not None and not self.watch._pending.producers:
                     self.compiled.replay_backward("the gradients the update read were non-finite")
+                    if not self.listening:
+                        self._quiet_failure("the gradients the update read were non-finite", backward=True)
 
     def _optimizer_post(self, optimizer, args, kwargs):
         s = listen.state()
@@ -933,6 +989,7 @@ class Recorder:
                     self._note_loss(float(outputs.detach().float()))
                 if isinstance(scaled, torch.Tensor):
                     self._scaled_ids.add(id(scaled))
+                self._after_loss()
         return scaled
 
     def _scaler_unscale(self, scaler, original, optimizer, *args, **kwargs):
@@ -980,6 +1037,8 @@ class Recorder:
         if found and self.watch is not None and not self.watch._pending.producers:
             # Recorded (not the recorder's own work): outside internal().
             self.compiled.replay_backward("the loss scaler found Inf/NaN in the gradients")
+            if not self.listening:
+                self._quiet_failure("the loss scaler found Inf/NaN in the gradients", backward=True)
         with self._optimizer_phase():
             result = original(scaler, *args, **kwargs)
         with self._lock, listen.internal():
@@ -1037,21 +1096,40 @@ class Recorder:
         if self.watch is not None:
             self.watch.on_loss(loss)
 
+    def _after_loss(self):
+        """On a step not heard, a non-finite loss: the model's call heard again; when that
+        finds no non-finite value (the loss computed outside the model), the loss itself is
+        the step's first non-finite forward value, its producer unheard."""
+        if self.listening or self.replaying or self.watch is None or not self._step_losses:
+            return
+        loss = self._step_losses[-1]
+        if math.isfinite(loss):
+            return
+        self._quiet_failure("the loss was non-finite", backward=False)
+        if not self.watch.forward_failed_at(self.step_index):
+            self.watch.unheard_loss(self.step_index, loss)
+
     def _backward(self, original, tensors, args, kwargs):
+        if self.replaying:  # a replay's own backward: no loss of the script's
+            return original(tensors, *args, **kwargs)
         with self._lock:
             self._waiting = False
             self._step_busy = True
             t = tensors if isinstance(tensors, torch.Tensor) else (
                 tensors[0] if isinstance(tensors, (list, tuple)) and len(tensors) == 1 else None)
+            noted = False
             if isinstance(t, torch.Tensor) and t.numel() == 1 and id(t) not in self._scaled_ids:
                 with listen.internal():
                     self._note_loss(float(t.detach().float()))
+                noted = True
             # The engine runs backward with the caller's thread-local state: autocast's too.
             self._backward_autocast = listen.autocast_now()
             self._backward_dtypes = tuple(nx.dtype_name(listen.autocast_dtype(d)) if on else ""
                                           for d, on in zip(("cpu", "cuda"), self._backward_autocast))
+        if noted:
+            self._after_loss()
         mode = None
-        if not listen.mode_on_this_thread(listen.RecordingMode):
+        if self.listening and not listen.mode_on_this_thread(listen.RecordingMode):
             mode = listen.RecordingMode(self._on_call)  # a thread the script started
             mode.__enter__()
         self._in_backward += 1
@@ -1114,6 +1192,82 @@ class Recorder:
             self.compiled.step_ended()
             self._pending_casts = {}
             self.forcer.clear()
+            if self._heard:
+                self.listened_steps.append(step)
+            self._root_call, self._root_grads = None, []
+            self._set_listening(self._hears(self.step_index))
+            self._heard = self.listening
+
+    # -- steps not heard op by op --------------------------------------------------------
+
+    def _note_model_root(self, module):
+        """The model's root module: on a step not heard, hooks of its own keep its last call
+        (inputs, autocast and RNG state) and the gradients its outputs receive, for a replay."""
+        if self._model_root is not None:
+            return
+        self._model_root = module
+        self._root_hooks = [module.register_forward_pre_hook(self._root_pre, with_kwargs=True),
+                            module.register_forward_hook(self._root_post, with_kwargs=True, always_call=True)]
+
+    def _root_pre(self, module, args, kwargs):
+        if self.listening or self.replaying or self.inspect == "trace" or active() is not self:
+            return None
+        self._root_call = (module, args, dict(kwargs), listen.autocast_now(),
+                           (listen.autocast_dtype("cpu"), listen.autocast_dtype("cuda")), compiled_mod._rng_state())
+        self._root_grads = []
+        return None
+
+    def _root_post(self, module, args, kwargs, output):
+        if self.listening or self.replaying or self._root_call is None or active() is not self:
+            return None
+        for i, t in enumerate(listen.tensors_of(output)):
+            if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad:
+                t.register_hook(functools.partial(self._keep_root_grad, i))
+        return None
+
+    def _keep_root_grad(self, index, grad):
+        self._root_grads.append((index, grad.detach()))
+        return None
+
+    def _quiet_failure(self, why: str, backward: bool):
+        """A step not heard op by op turned non-finite (its loss, or its gradients): the model's
+        call of this step runs again, heard (the producers found as on any heard step), and the
+        next step is heard too."""
+        self._listen_next.add(self.step_index + 1)
+        call = self._root_call
+        if call is None or self.listening or self.replaying or self.watch is None:
+            return False
+        module, args, kwargs, on, dtypes, rng = call
+        target = _replay_target(module)
+        if target is None:
+            return False
+        before = compiled_mod._rng_state()
+        compiled_mod._set_rng_state(rng)
+        self.replaying = "the model"
+        self._set_listening(True)
+        try:
+            with contextlib.ExitStack() as stack:
+                for device, enabled, dtype in (("cpu", on[0], dtypes[0]), ("cuda", on[1], dtypes[1])):
+                    if enabled:
+                        stack.enter_context(torch.autocast(device_type=device, dtype=dtype))
+                if not backward:
+                    stack.enter_context(torch.no_grad())
+                out = target(*args, **kwargs)
+                if backward:
+                    outs = [t for t in listen.tensors_of(out) if isinstance(t, torch.Tensor) and t.requires_grad]
+                    grads = dict(self._root_grads)
+                    pairs = [(t, grads[i]) for i, t in enumerate(outs) if i in grads]
+                    leaves = [p for p in target.parameters() if p.requires_grad]
+                    if pairs and leaves:
+                        torch.autograd.grad([t for t, _ in pairs], leaves, grad_outputs=[g for _, g in pairs],
+                                            allow_unused=True)
+            return True
+        except Exception:  # the replay could not run: the failure stays unexplained, said so
+            return False
+        finally:
+            self._set_listening(False)
+            self.replaying = ""
+            compiled_mod._set_rng_state(before)
 
     # -- op calls -----------------------------------------------------------------------
 
@@ -1132,7 +1286,7 @@ class Recorder:
         info = self._finfo.get(func)
         if info is None:
             info = self._func_info(func)
-        if info.ignored or self._waiting or self.internal_error is not None:
+        if info.ignored or self._waiting or self.internal_error is not None or self._closed:
             return func(*args, **kwargs)
         if self.compiled.regions and self._in_compiled_backward():
             return func(*args, **kwargs)  # a compiled region's backward: its graph, read from Inductor
@@ -1480,6 +1634,38 @@ def _remove_mode(length, pop, push, mode):
         if m is not mode:
             push(m)
     return modes
+
+
+def _replay_target(module):
+    """What a replay of the model's call runs: the module itself, or the one a wrapper holds
+    (DDP's `module`: its forward would reduce gradients over the ranks, which one rank must
+    not do alone); None for a model whose parameters are shards (FSDP: gathering them is a
+    collective of every rank)."""
+    if any(type(m).__name__ == "FullyShardedDataParallel" or hasattr(m, "_get_fsdp_state")
+           for m in module.modules()):
+        return None
+    while type(module).__name__ in _WRAPPERS and isinstance(getattr(module, _WRAPPERS[type(module).__name__], None),
+                                                            torch.nn.Module):
+        module = getattr(module, _WRAPPERS[type(module).__name__])
+    return module
+
+
+def _exit_mode(mode, length, pop, push):
+    """mode.__exit__() (its own bookkeeping kept), with any mode pushed above it put back."""
+    above = []
+    while length():
+        top = pop()
+        if top is mode:
+            push(top)
+            break
+        above.append(top)
+    else:  # not on the stack
+        for m in reversed(above):
+            push(m)
+        return
+    mode.__exit__(None, None, None)
+    for m in reversed(above):
+        push(m)
 
 
 def _restore_modes(length, pop, push, modes):

@@ -303,6 +303,9 @@ def build(rec) -> dict:
         "script": rec.script or "",
         "script_args": list(rec.script_args),
     }
+    if getattr(rec, "listen", None):
+        run["listen"] = rec.listen
+        run["listened_steps"] = list(rec.listened_steps)
     asked = getattr(rec, "trainer_asked", None)
     if asked:
         run["trainer"] = dict(asked)

@@ -76,8 +76,9 @@ def test_the_trainers_fp16_on_the_cpu_is_amp_off_naming_the_flag_and_bf16_trains
 
 def test_lightnings_closure_forward_and_backward_are_the_trainings_own(tmp_path):
     _pytest_needs("lightning")
-    code, r, _ = record(tmp_path, "lightning_train.py", "--epochs", "2")
+    code, r, _ = record(tmp_path, "lightning_train.py", "--epochs", "2", options=("--listen", "all"))
     assert code == 0, r["summary"]["verdict_text"]
+    assert r["run"]["listened_steps"] == list(range(1, 9))
     calls = {row["type"]: sum(row["calls"][k] for k in ("fp16", "bf16", "fp32", "other")) for row in r["op_types"]}
     # 32 samples in batches of 8: 4 training steps an epoch, 2 epochs; 1 validation batch an
     # epoch. Each training step a forward and a backward of the conv; validation forwards only.
