@@ -4,7 +4,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -13,7 +17,11 @@
 #include "cli/exit_codes.h"
 #include "cli/interrupt.h"
 #include "engine/util/strings.h"  // closest
+#include "ampcheck_build_info.h"  // AMPCHECK_VERSION
 #include "cli/recorder_process.h"
+#include "inspector/profile_check.h"  // check_profiles
+#include "profiles/profile_error.h"
+#include "profiles/read.h"
 #include "cli/run_options.h"  // check_output, write_output
 #include "cli/usage_error.h"
 #include "reports/drift.h"    // spread_of
@@ -33,6 +41,7 @@ struct RecordOptions {
   double max_skipped = 0.05;
   std::int64_t stats_every = 1;
   std::string listen = "auto";
+  std::int64_t kernels = 0;
   int seeds = 1;
   bool quiet = false;
 };
@@ -58,6 +67,11 @@ CLI::App* add_options(CLI::App& app, RecordOptions& o) {
                                                   "scaler's probing")
       ->capture_default_str();
   cmd->add_option("--stats-every", o.stats_every, "numerics every N-th step (stats, full)")->capture_default_str();
+  cmd->add_option("--kernels", o.kernels,
+                  "profile steps 2..N+1 with PyTorch's profiler and read the GPU kernels each op launched as `ampcheck "
+                  "kernels` reads a profile: whether the matrix work really ran in fp16/bf16 on tensor cores; the "
+                  "profile is written beside --report (NAME.kernels.json) with its analysis (NAME.kernels-check.json)")
+      ->capture_default_str();
   cmd->add_option("--listen", o.listen,
                   "the steps heard op by op: auto (the first 4, every power of two, every step after one whose loss or "
                   "gradients were non-finite; a failure on another step is found by running the model's call again) "
@@ -128,6 +142,49 @@ std::string with_spread(const std::string& recorded, const reports::Report& with
   return j.dump(2) + "\n";
 }
 
+// NAME.json -> NAME<suffix> (NAME.kernels.json).
+std::string sibling(const std::string& report, const std::string& suffix) {
+  const auto dot = report.rfind('.');
+  const bool has_ext = dot != std::string::npos && report.find('/', dot) == std::string::npos;
+  return (has_ext ? report.substr(0, dot) : report) + suffix;
+}
+
+std::string read_all(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+KernelsCheck check_recorded_kernels(const std::filesystem::path& trace, std::int64_t steps, const std::string& device) {
+  KernelsCheck c;
+  if (!std::filesystem::exists(trace)) {
+    c.text = fmt::format("\nrecord --kernels {}: no profile was written (the run ended before its second step, or the "
+                         "profiler could not start: run.kernels_profile.note says why)\n",
+                         steps);
+    return c;
+  }
+  try {
+    const std::vector<profiles::Profile> all = profiles::read_profiles(trace.string(), {});
+    reports::KernelsReport k = inspector::check_profiles(all, {}, "record --kernels");
+    k.ampcheck = AMPCHECK_VERSION;
+    c.json = reports::to_json(k);
+    c.verdict = k.verdict;
+    c.verdict_text = k.verdict_text;
+    c.text = fmt::format("\nGPU kernels of steps 2-{} (record --kernels, read as ampcheck kernels reads a profile):\n{}",
+                         steps + 1, reports::to_text(k, false));
+  } catch (const profiles::ProfileError& e) {
+    // A CPU run has no GPU kernel to read: said, not a failure of the recording.
+    c.text = device == "cpu" ? fmt::format("\nrecord --kernels {}: the run trained on the CPU: its profile of steps "
+                                           "2-{} has no GPU kernel to read\n",
+                                           steps, steps + 1)
+                             : fmt::format("\nrecord --kernels {}: {}\n", steps, e.what());
+  }
+  return c;
+}
+
+namespace {
+
 int run_record(const RecordOptions& o, std::ostream& out, std::ostream& err) {
   if (o.command.empty())
     throw UsageError("record: no command to run; give it after --: ampcheck record -- python train.py [args]");
@@ -136,6 +193,8 @@ int run_record(const RecordOptions& o, std::ostream& out, std::ostream& err) {
   if (!(o.max_skipped >= 0 && o.max_skipped <= 1))
     throw UsageError(fmt::format("record: --max-skipped {} is not a fraction in [0, 1]; give e.g. 0.05", o.max_skipped));
   if (o.stats_every < 1) throw UsageError(fmt::format("record: --stats-every {}: give 1 (every step) or more", o.stats_every));
+  if (o.kernels < 0 || o.kernels > 1000)
+    throw UsageError(fmt::format("record: --kernels {}: give the steps to profile, 1 to 1000 (0: none)", o.kernels));
   if (o.listen != "auto" && o.listen != "all")
     throw UsageError("record: --listen \"" + o.listen + "\" is not a policy; use auto or all");
   if (o.seeds < 1 || o.seeds > kMaxSeeds)
@@ -153,6 +212,10 @@ int run_record(const RecordOptions& o, std::ostream& out, std::ostream& err) {
   request.max_skipped = o.max_skipped;
   request.stats_every = o.stats_every;
   request.listen = o.listen;
+  // The profile's trace outlives the recording's scratch folder: this one is record's own.
+  std::optional<ScratchFolder> kernels_scratch;
+  request.kernels = o.kernels;
+  if (o.kernels > 0) request.kernels_out = (kernels_scratch.emplace().dir / "trace.json").string();
   request.stdout_to_stderr = o.json;
 
   std::vector<RecordedRun> runs;
@@ -192,6 +255,25 @@ int run_record(const RecordOptions& o, std::ostream& out, std::ostream& err) {
                        runs.size(), o.seeds);
   }
 
+  std::string kernels_text;
+  if (kernels_scratch) {
+    // Rank 0's profile for a job (each rank profiled its own steps).
+    std::filesystem::path trace = kernels_scratch->dir / "trace.json";
+    if (!first.ranks.empty()) trace = kernels_scratch->dir / "trace.rank0.json";
+    const KernelsCheck check = check_recorded_kernels(trace, o.kernels, report.run.device);
+    kernels_text = check.text;
+    if (!check.json.empty()) {
+      nlohmann::ordered_json j = nlohmann::ordered_json::parse(json);
+      j["kernels_check"] = {{"verdict", check.verdict}, {"verdict_text", check.verdict_text}};
+      if (!o.report.empty() && j["run"].contains("kernels_profile"))
+        j["run"]["kernels_profile"]["file"] = sibling(o.report, ".kernels.json");
+      json = j.dump(2) + "\n";
+    }
+    if (!o.report.empty()) {
+      if (std::filesystem::exists(trace)) write_output("--report", sibling(o.report, ".kernels.json"), read_all(trace));
+      if (!check.json.empty()) write_output("--report", sibling(o.report, ".kernels-check.json"), check.json);
+    }
+  }
   if (!o.report.empty()) {
     write_output("--report", o.report, json);
     // A job a launcher started: each rank's own report beside the job's (run.rank1.json).
@@ -204,7 +286,7 @@ int run_record(const RecordOptions& o, std::ostream& out, std::ostream& err) {
                      first.ranks[r].json);
   }
   if (!o.html.empty()) write_output("--html", o.html, reports::to_html(report));
-  out << (o.json ? json : reports::to_text(report));
+  out << (o.json ? json : reports::to_text(report) + kernels_text);
   if (interrupted) return kInterrupted;
   if (report.run.recorder_error) {
     err << "ampcheck record: " << reports::recorder_error_text(report.run) << "\n";

@@ -3,9 +3,22 @@
 // summary `run` prints, and the JSON and HTML reports, of their real run.
 #pragma once
 
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
 #include "cli/command.h"
 
 namespace ampcheck::cli {
+
+// record --kernels N: the PyTorch profile of steps 2..N+1 (`trace`, a Chrome trace the
+// recorder wrote) read as `ampcheck kernels` reads a profile (profiles/, inspector/
+// profile_check.h). `text` is the section record prints (or why there is none: no trace, a
+// CPU run's profile without GPU kernels); `json` the KernelsReport, "" when none.
+struct KernelsCheck {
+  std::string text, json, verdict, verdict_text;
+};
+KernelsCheck check_recorded_kernels(const std::filesystem::path& trace, std::int64_t steps, const std::string& device);
 
 // Exit 0: the run is healthy; 1: the run failed (a NaN producer, a collapsing scale, ...);
 // 2: bad usage, or no recording (the command not found, PyTorch not importable, the

@@ -130,24 +130,7 @@ std::string tail(const std::string& text, std::size_t lines) {
   return text.substr(at + 1);
 }
 
-// A scratch folder for one recording, removed with it.
-struct Scratch {
-  fs::path dir;
-  Scratch() {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string templ = (tmp && *tmp ? std::string(tmp) : std::string("/tmp")) + "/ampcheck-record-XXXXXX";
-    if (mkdtemp(templ.data()) == nullptr)
-      throw UsageError(fmt::format("record: cannot make a scratch folder {} ({}); set TMPDIR to a writable folder",
-                                   templ, std::strerror(errno)));
-    dir = templ;
-  }
-  ~Scratch() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-};
+using Scratch = ScratchFolder;
 
 std::string joined(const std::vector<std::string>& items) {
   std::string out;
@@ -278,6 +261,8 @@ Recording record_process(const RecordRequest& r) {
       {"AMPCHECK_RECORD_MAX_SKIPPED", fmt::format("{}", r.max_skipped)},
       {"AMPCHECK_RECORD_STATS_EVERY", std::to_string(r.stats_every)},
       {"AMPCHECK_RECORD_LISTEN", r.listen},
+      {"AMPCHECK_RECORD_KERNELS", std::to_string(r.kernels)},
+      {"AMPCHECK_RECORD_KERNELS_OUT", r.kernels_out},
   };
   if (r.seed) set.emplace_back("AMPCHECK_RECORD_SEED", std::to_string(*r.seed));
   // AMPCHECK_RECORD_OWNER (the recording process's id) is the recorder's own: an inherited
@@ -357,6 +342,20 @@ std::string recorder_advice(const std::string& python, const std::vector<std::st
     throw UsageError(fmt::format("the recorder's advice failed ({} -m ampcheck_recorder advice, exit {}): {}", python,
                                  code, last_line(text)));
   return text;
+}
+
+ScratchFolder::ScratchFolder() {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string templ = (tmp && *tmp ? std::string(tmp) : std::string("/tmp")) + "/ampcheck-record-XXXXXX";
+  if (mkdtemp(templ.data()) == nullptr)
+    throw UsageError(fmt::format("record: cannot make a scratch folder {} ({}); set TMPDIR to a writable folder",
+                                 templ, std::strerror(errno)));
+  dir = templ;
+}
+
+ScratchFolder::~ScratchFolder() {
+  std::error_code ec;
+  fs::remove_all(dir, ec);
 }
 
 bool RecordedRun::script_failed() const {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,6 +35,10 @@ struct RecordRequest {
   double max_skipped = 0.05;
   std::int64_t stats_every = 1;
   std::string listen = "auto";  // the steps heard op by op: auto or all (recorder.py, LISTEN_POLICIES)
+  // record --kernels N: steps 2..N+1 under PyTorch's profiler, its Chrome trace written to
+  // kernels_out (a rank's beside it: NAME.rankR.json); 0: none.
+  std::int64_t kernels = 0;
+  std::string kernels_out;
   std::optional<std::uint64_t> seed;  // AMPCHECK_RECORD_SEED: torch.manual_seed at torch's import
   // Where the script's standard output and error go: inherited (""), or appended to this
   // file (bisect-nan's trials, whose output is not the user's to read).
@@ -82,6 +87,15 @@ RecordedRun recorded_run(const RecordRequest& request);
 std::string recorder_advice(const std::string& python, const std::vector<std::string>& ops,
                             const std::vector<std::string>& modules, const std::string& device,
                             const std::string& report_json = "");
+
+// A scratch folder (in TMPDIR), removed with it.
+struct ScratchFolder {
+  std::filesystem::path dir;
+  ScratchFolder();
+  ~ScratchFolder();
+  ScratchFolder(const ScratchFolder&) = delete;
+  ScratchFolder& operator=(const ScratchFolder&) = delete;
+};
 
 // Splits a shell line into words as sh would for plain words and quotes (no expansion):
 // what names the interpreter of a --script line.

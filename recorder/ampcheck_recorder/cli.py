@@ -49,6 +49,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="op types or module paths whose Inf/-Inf is intended, comma separated")
     run.add_argument("--max-skipped", default="0.05", help="the skipped fraction a healthy run may have")
     run.add_argument("--stats-every", default="1", help="numerics every N steps (default 1)")
+    run.add_argument("--kernels", default="0",
+                     help="profile steps 2..N+1 with PyTorch's profiler (the GPU kernels each op launched), written "
+                          "beside the report as NAME.kernels.json (default 0: none)")
     run.add_argument("--listen", default="auto", choices=("auto", "all"),
                      help="the steps heard op by op: auto (the first 4, powers of two, every step after a "
                           "failure) or all (default auto)")
@@ -86,7 +89,8 @@ def _run(a) -> int:
     try:
         kind, target, args = _target(a.target)
         opts = inject.options(a.out, a.inspect, inject.split_list(a.fp32_ops), inject.split_list(a.fp32_modules),
-                              inject.split_list(a.allow_inf), a.max_skipped, a.stats_every, listen=a.listen)
+                              inject.split_list(a.allow_inf), a.max_skipped, a.stats_every, listen=a.listen,
+                              kernels=a.kernels)
         script = {"script": target if kind == "path" else f"-m {target}", "script_args": args,
                   "wait_for_model": True}
         if a.framework == "paddle":

@@ -24,6 +24,8 @@ The environment (each also a flag of ``run``; docs/recorder.md):
     AMPCHECK_RECORD_MAX_SKIPPED   the skipped fraction a healthy run may have (0.05)
     AMPCHECK_RECORD_STATS_EVERY   numerics every N steps (1)
     AMPCHECK_RECORD_LISTEN        auto | all: the steps heard op by op (docs/recorder.md)
+    AMPCHECK_RECORD_KERNELS       N: steps 2..N+1 under PyTorch's profiler (record --kernels N)
+    AMPCHECK_RECORD_KERNELS_OUT   where that profile's Chrome trace goes (default NAME.kernels.json)
     AMPCHECK_RECORD_SEED          seeds torch (or paddle), random and numpy when the script
                                   imports the framework (`ampcheck record --seeds N`); a
                                   script that seeds itself afterwards wins (it may read
@@ -54,6 +56,8 @@ ENV_OWNER = "AMPCHECK_RECORD_OWNER"
 ENV_SEED = "AMPCHECK_RECORD_SEED"
 ENV_OWNER_RANK = "AMPCHECK_RECORD_OWNER_RANK"
 ENV_LISTEN = "AMPCHECK_RECORD_LISTEN"
+ENV_KERNELS = "AMPCHECK_RECORD_KERNELS"          # steps to profile (record --kernels N)
+ENV_KERNELS_OUT = "AMPCHECK_RECORD_KERNELS_OUT"  # where the trace goes
 
 
 class ConfigError(ValueError):
@@ -69,7 +73,7 @@ def split_list(text: str | None) -> list[str]:
 
 
 def options(out, inspect="stats", fp32_ops=(), fp32_modules=(), allow_inf=(), max_skipped=0.05,
-            stats_every=1, source="", listen="auto") -> dict:
+            stats_every=1, source="", listen="auto", kernels=0, kernels_out=None) -> dict:
     """The Recorder's keyword arguments, checked; `source` names where they came from."""
     where = f" ({source})" if source else ""
     if inspect not in ("trace", "stats", "full"):
@@ -89,9 +93,15 @@ def options(out, inspect="stats", fp32_ops=(), fp32_modules=(), allow_inf=(), ma
     if listen not in ("auto", "all"):
         raise ConfigError(f'listen "{listen}"{where} is not a policy; use auto (the first steps, powers of two and '
                           'every step after a failure) or all (every step)')
+    try:
+        kernels = int(kernels)
+    except ValueError:
+        raise ConfigError(f'kernels "{kernels}"{where} is not a whole number of steps') from None
+    if kernels < 0:
+        raise ConfigError(f"kernels {kernels}{where}: give the steps to profile (0: none)")
     return {"out": out, "inspect": inspect, "fp32_ops": list(fp32_ops), "fp32_modules": list(fp32_modules),
             "allow_inf": list(allow_inf), "max_skipped_fraction": max_skipped, "stats_every": stats_every,
-            "listen": listen}
+            "listen": listen, "kernels": kernels, "kernels_out": kernels_out}
 
 
 def options_from_environment() -> dict | None:
@@ -102,7 +112,8 @@ def options_from_environment() -> dict | None:
     return options(out, env.get(ENV_INSPECT, "stats") or "stats", split_list(env.get(ENV_FP32_OPS)),
                    split_list(env.get(ENV_FP32_MODULES)), split_list(env.get(ENV_ALLOW_INF)),
                    env.get(ENV_MAX_SKIPPED, "0.05") or "0.05", env.get(ENV_STATS_EVERY, "1") or "1",
-                   source="the AMPCHECK_RECORD_* environment", listen=env.get(ENV_LISTEN, "auto") or "auto")
+                   source="the AMPCHECK_RECORD_* environment", listen=env.get(ENV_LISTEN, "auto") or "auto",
+                   kernels=env.get(ENV_KERNELS, "0") or "0", kernels_out=env.get(ENV_KERNELS_OUT) or None)
 
 
 def claim_process() -> bool:
@@ -212,6 +223,10 @@ def paddle_options(opts: dict) -> dict:
         raise ConfigError("inspect full needs a hook below Paddle's layers, which Paddle does not have: use stats")
     if opts["stats_every"] != 1:
         raise ConfigError("stats every N steps is PyTorch's only: the PaddlePaddle recorder checks every step")
+    if opts.get("kernels"):
+        raise ConfigError("record --kernels profiles with PyTorch's profiler: for a PaddlePaddle run, profile it with "
+                          "paddle.profiler (targets=[ProfilerTarget.CPU, ProfilerTarget.GPU]) and read the trace "
+                          "with ampcheck kernels")
     return {k: opts[k] for k in ("out", "inspect", "allow_inf", "max_skipped_fraction")}
 
 
@@ -259,6 +274,8 @@ def from_environment():
     if opts is None or not claim_process():
         return
     opts["out"] = out_of_this_process(opts["out"])
+    if opts["kernels_out"]:
+        opts["kernels_out"] = out_of_this_process(opts["kernels_out"])
     sys.excepthook = _note_uncaught
     on_sigterm()
     imported = [name for name in FRAMEWORKS if name in sys.modules]

@@ -264,11 +264,14 @@ class Recorder:
 
     def __init__(self, model=None, optimizer=None, scaler=None, *, inspect="stats", out=None,
                  fp32_ops=(), fp32_modules=(), allow_inf=(), max_skipped_fraction=0.05, stats_every=1,
-                 listen="auto", script=None, script_args=(), wait_for_model=False, start=True):
+                 listen="auto", kernels=0, kernels_out=None, script=None, script_args=(), wait_for_model=False,
+                 start=True):
         if inspect not in INSPECT_MODES:
             raise ValueError(f'inspect="{inspect}" is not a mode; use "trace", "stats" or "full"')
         if listen not in LISTEN_POLICIES:
             raise ValueError(f'listen="{listen}" is not a policy; use "auto" or "all"')
+        if not isinstance(kernels, int) or kernels < 0:
+            raise ValueError(f"kernels={kernels!r}: give the steps to profile (0: none)")
         if not isinstance(stats_every, int) or stats_every < 1:
             raise ValueError(f"stats_every={stats_every!r}: give 1 (every step) or more")
         self.inspect = inspect
@@ -337,6 +340,14 @@ class Recorder:
         self._root_grads: list = []   # the gradients its outputs received then
         self._root_hooks: list = []
         self._heard = True            # the step in progress is heard
+        # record --kernels: steps 2..1+kernels run under PyTorch's profiler, its Chrome trace
+        # written to kernels_out (default: beside the report, NAME.kernels.json), read by
+        # ampcheck's profile analysis (profiles/, `ampcheck kernels`)
+        self.kernels = kernels
+        self.kernels_out = kernels_out or (os.path.splitext(out)[0] + ".kernels.json" if out else None)
+        self._profiler = None
+        self.kernels_steps: list = []
+        self.kernels_note = ""
         self.compiled = compiled_mod.Compiled(self)  # torch.compile's regions (compiled.py)
         self.replaying = ""           # the compiled region being recorded again eagerly
         self._compiled_nodes: set = set()  # CompiledFunctionBackward nodes seen this step
@@ -471,6 +482,7 @@ class Recorder:
                     _active = None
         if self._step_busy:
             self._end_step()
+        self._stop_profiler()  # a run shorter than the window: what it profiled
         self._flush_stats()
         from . import report as report_mod
         with self._lock:  # a thread still running ops is not recorded any more (_closed)
@@ -1194,9 +1206,45 @@ class Recorder:
             self.forcer.clear()
             if self._heard:
                 self.listened_steps.append(step)
+            if self._profiler is not None:
+                self.kernels_steps.append(step)
+                if len(self.kernels_steps) >= self.kernels:
+                    self._stop_profiler()
+            elif self.kernels and step == 1 and self.kernels_out and not self.kernels_steps:
+                self._start_profiler()
             self._root_call, self._root_grads = None, []
             self._set_listening(self._hears(self.step_index))
             self._heard = self.listening
+
+    # -- record --kernels: a window of steps under PyTorch's profiler ----------------------
+
+    def _start_profiler(self):
+        from torch.profiler import ProfilerActivity, profile
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(ProfilerActivity.CUDA)
+        try:
+            self._profiler = profile(activities=activities, record_shapes=True)
+            with listen.quiet():
+                self._profiler.__enter__()
+        except Exception as e:  # a profiler already running (the script's own): said, not fatal
+            self._profiler = None
+            self.kernels_note = f"the profiler could not start: {e}"
+
+    def _stop_profiler(self):
+        prof, self._profiler = self._profiler, None
+        if prof is None:
+            return
+        try:
+            with listen.quiet():
+                prof.__exit__(None, None, None)
+            folder = os.path.dirname(os.path.abspath(self.kernels_out))
+            os.makedirs(folder, exist_ok=True)
+            tmp = self.kernels_out + ".partial"
+            prof.export_chrome_trace(tmp)
+            os.replace(tmp, self.kernels_out)
+        except Exception as e:
+            self.kernels_note = f"the profile could not be written: {e}"
 
     # -- steps not heard op by op --------------------------------------------------------
 
@@ -1206,8 +1254,10 @@ class Recorder:
         if self._model_root is not None:
             return
         self._model_root = module
-        self._root_hooks = [module.register_forward_pre_hook(self._root_pre, with_kwargs=True),
-                            module.register_forward_hook(self._root_post, with_kwargs=True, always_call=True)]
+        # Its inputs only: a hook on its outputs for the gradients they receive costs more per
+        # step than a step not heard may (~2% on a small block); a backward failure on such a
+        # step is found on the next, heard one when it recurs.
+        self._root_hooks = [module.register_forward_pre_hook(self._root_pre, with_kwargs=True)]
 
     def _root_pre(self, module, args, kwargs):
         if self.listening or self.replaying or self.inspect == "trace" or active() is not self:
@@ -1217,25 +1267,15 @@ class Recorder:
         self._root_grads = []
         return None
 
-    def _root_post(self, module, args, kwargs, output):
-        if self.listening or self.replaying or self._root_call is None or active() is not self:
-            return None
-        for i, t in enumerate(listen.tensors_of(output)):
-            if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad:
-                t.register_hook(functools.partial(self._keep_root_grad, i))
-        return None
-
-    def _keep_root_grad(self, index, grad):
-        self._root_grads.append((index, grad.detach()))
-        return None
-
     def _quiet_failure(self, why: str, backward: bool):
-        """A step not heard op by op turned non-finite (its loss, or its gradients): the model's
-        call of this step runs again, heard (the producers found as on any heard step), and the
-        next step is heard too."""
+        """A step not heard op by op turned non-finite: the next step is heard; a non-finite
+        loss has the model's call of this step run again, heard (the producers found as on any
+        heard step). Gradients found non-finite wait for the next step (the gradients the
+        model's outputs received were not kept)."""
         self._listen_next.add(self.step_index + 1)
         call = self._root_call
-        if call is None or self.listening or self.replaying or self.watch is None:
+        if call is None or self.listening or self.replaying or self.watch is None or (
+                backward and not self._root_grads):
             return False
         module, args, kwargs, on, dtypes, rng = call
         target = _replay_target(module)

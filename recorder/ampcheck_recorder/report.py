@@ -131,6 +131,12 @@ def _level(rec) -> str:
     return "O3" if rec.low_dtypes else "O0"
 
 
+def torch_cuda_available() -> bool:
+    import sys
+    torch = sys.modules.get("torch")
+    return bool(torch is not None and torch.cuda.is_available())
+
+
 def _rank(rec) -> dict | None:
     """One rank of a job a launcher started (ranks.py, distributed.py): who it is, what mixed
     precision its data-parallel wrappers were asked for, the collectives it ran, and the
@@ -303,6 +309,9 @@ def build(rec) -> dict:
         "script": rec.script or "",
         "script_args": list(rec.script_args),
     }
+    if getattr(rec, "kernels", 0):
+        run["kernels_profile"] = {"steps": list(rec.kernels_steps), "file": os.path.basename(rec.kernels_out or ""),
+                                  "cuda": bool(torch_cuda_available()), "note": rec.kernels_note}
     if getattr(rec, "listen", None):
         run["listen"] = rec.listen
         run["listened_steps"] = list(rec.listened_steps)
