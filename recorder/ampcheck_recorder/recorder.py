@@ -1095,6 +1095,8 @@ class Recorder:
                 params = [p for _, p in self._hashed]
                 self._step_hashes = (dist.checksums(params), dist.checksums([p.grad for p in params]))
         self._updates += 1
+        if found_inf:
+            self._listen_next.add(self.step_index + 1)  # a failure: the step after it is heard
         bad = list(bad_params) if found_inf else []
         event = nf.ScalerEvent(self._updates, float(before), float(after), bool(found_inf), bool(skipped),
                                dict(counters), nonfinite_params=len(bad), nonfinite_names=bad[:nf.MAX_PARAM_NAMES])
@@ -1105,6 +1107,8 @@ class Recorder:
 
     def _note_loss(self, loss: float):
         self._step_losses.append(loss)
+        if not math.isfinite(loss):
+            self._listen_next.add(self.step_index + 1)  # a failure: the step after it is heard
         if self.watch is not None:
             self.watch.on_loss(loss)
 
