@@ -24,8 +24,11 @@ mkdir -p "$(dirname "$venv")"
 # pytest-xdist runs the recorder's suite on every core. numpy 2.3: Paddle 3.3's GradScaler
 # logs a back-off with float() of its one-element scale tensor, which numpy 2.4 refuses
 # (TypeError: only 0-dimensional arrays can be converted to Python scalars).
+# transformers, accelerate and lightning are the trainers users record their runs in
+# (recorder/tests/scripts: a Hugging Face loop and Trainer, accelerate launch, a
+# LightningModule); the recorder itself needs none of them.
 requirements=("torch==2.15.*" "paddlepaddle==3.3.*" "numpy==2.3.*" "onnx==1.23.*" "pytest==9.*" "pytest-xdist==3.*"
-              "jsonschema==4.*")
+              "jsonschema==4.*" "transformers==5.*" "accelerate==1.*" "lightning==2.*")
 stamp="$venv/.ampcheck-requirements"
 want=$(printf '%s\n' "${requirements[@]}")
 
@@ -52,7 +55,7 @@ if ! "$venv/bin/pip" install --quiet --disable-pip-version-check --progress-bar 
        "tests need them (AMPCHECK_SKIP_PYTHON_TESTS=1 skips those tests on purpose)" >&2
   exit 2
 fi
-"$venv/bin/python" -c "import torch, paddle, numpy, onnx, pytest, jsonschema" >&2 \
+"$venv/bin/python" -c "import torch, paddle, numpy, onnx, pytest, jsonschema, transformers, accelerate, lightning" >&2 \
   || { echo "pyenv: $venv installed, but import torch or paddle fails (above)" >&2; exit 2; }
 printf '%s\n' "$want" > "$stamp"
 echo "$venv/bin/python"
