@@ -12,7 +12,9 @@
 #   5. step times on the GPU: each sample at O0/O1/O2, and PyTorch on the same model
 #      (fp32, and autocast float16 + GradScaler) where `import torch` works with CUDA;
 #   6. which kernels really ran (CUPTI), and fp8 on cuBLASLt (the fp8 samples' GEMMs read
-#      as fp8 on tensor cores, the CPU's verdict and loss).
+#      as fp8 on tensor cores, the CPU's verdict and loss);
+#   9. the PyTorch recorder on CUDA: the planted scripts named as on the CPU, bisect-nan
+#      --script, a compiled model, record --kernels, the recorder's overhead.
 # Writes bench/results/DATE-gpu-<gpu name>.{md,json} (naming the GPU, driver and
 # versions, from `ampcheck doctor --json`) even when a check fails, then exits 1 if any
 # did. Without a GPU it exits 1 at once, saying so.
@@ -375,6 +377,58 @@ if models_dir:
         onnx_rows.append(row)
         print("onnx: " + json.dumps(row), flush=True)
 
+# ---- 9. the PyTorch recorder on the GPU (issue 41): the planted scripts of
+# recorder/tests/scripts with --device cuda must be named as on the CPU (their docstrings
+# say what each plants), bisect-nan --script must find the custom Function on the GPU, the
+# compiled model must stay compiled, record --kernels must read the bf16 BERT's kernels as
+# bf16 on tensor cores, and the recorder's overhead on the GPU (a run and a heard step).
+recorder_rows = []
+if torch_cuda:
+    scripts = f"{root}/recorder/tests/scripts"
+    py = sys.executable
+    cases = [
+        ("custom_function", ["record", "--quiet", "--", py, f"{scripts}/custom_function_train.py", "--device", "cuda"],
+         1, "exp in the backward of autograd.Function ScaledTanh in 'act'"),
+        ("custom_function fixed", ["record", "--quiet", "--", py, f"{scripts}/custom_function_train.py", "--device", "cuda",
+                                   "--fix"], 0, "verdict: healthy"),
+        ("mse outside the model", ["record", "--quiet", "--", py, f"{scripts}/mse_outside_train.py", "--device", "cuda"],
+         1, "the script cast its input 1 to float16"),
+        ("compiled forward fault", ["record", "--quiet", "--", py, f"{scripts}/compile_train.py", "--device", "cuda",
+                                    "--fault", "forward"], 1, "first produced by linear in module 'emb', forward, step 3"),
+        ("compiled healthy", ["record", "--quiet", "--", py, f"{scripts}/compile_train.py", "--device", "cuda"], 0,
+         "in the graphs torch.compile made of the model"),
+        ("hf bert bf16 --kernels", ["record", "--quiet", "--kernels", "2", "--", py, f"{scripts}/hf_bert_loop.py",
+                                    "--device", "cuda", "--steps", "4"], 0, "GPU kernels of steps 2-3"),
+        ("bisect custom_function", ["bisect-nan", "--quiet", "--script",
+                                    f"{py} {scripts}/custom_function_train.py --device cuda"], 0,
+         "keep_fp32(model, ops=['ScaledTanh'])"),
+    ]
+    has_transformers = subprocess.run([py, "-c", "import transformers"], capture_output=True).returncode == 0
+    if not has_transformers:
+        cases = [c for c in cases if not c[0].startswith("hf ")]
+        recorder_rows.append({"case": "hf bert bf16 --kernels", "rc": "-", "ok": False,
+                              "verdict": "not run: transformers is not installed beside this torch"})
+    for name, args, want_rc, want in cases:
+        t0 = time.time()
+        r = run(args, timeout=900)
+        out = r.stdout + r.stderr
+        row = {"case": name, "rc": r.returncode, "seconds": round(time.time() - t0, 1),
+               "ok": r.returncode == want_rc and want in out,
+               "verdict": next((l for l in out.splitlines() if l.startswith("verdict:")), "")}
+        if not row["ok"]:
+            row["tail"] = out.strip().splitlines()[-8:]
+            problems.append(f"recorder on the GPU, {name}: exit {r.returncode} (want {want_rc}), "
+                            f"{'found' if want in out else 'lacks'} '{want}'")
+        recorder_rows.append(row)
+        print("recorder: " + json.dumps(row), flush=True)
+    bench = subprocess.run([py, f"{root}/bench/recorder_overhead.py", "--device", "cuda", "--rounds", "3", "--steps", "5",
+                            "--run-steps", "256", "--only", "bert_block,gpt2_block,resnet18",
+                            "--out", f"{work}/recorder-overhead-gpu.md"], capture_output=True, text=True)
+    recorder_rows.append({"case": "overhead", "rc": bench.returncode,
+                          "table": open(f"{work}/recorder-overhead-gpu.md").read() if bench.returncode == 0 else
+                          (bench.stderr.strip().splitlines() or ["?"])[-1]})
+    print("recorder overhead on the GPU:\n" + str(recorder_rows[-1]["table"]), flush=True)
+
 # ---- the results files
 doctor = json.load(open(f"{work}/doctor.json"))
 gpu = doctor["cuda"]["gpus"][0]
@@ -413,7 +467,8 @@ doc = {"ampcheck_gpu_check": 1, "date": date, "gpu": gpu, "cpu": doctor["cpu"]["
                  "ampcheck's bench/peer_step worker (the step of `run --inspect off`), PyTorch's step of the same model",
                  "torch_note": torch_note,
                  "rows": bench},
-       "cupti": cupti, "fp8": fp8, "inspector_overhead": overhead, "onnx": onnx_rows, "problems": problems}
+       "cupti": cupti, "fp8": fp8, "inspector_overhead": overhead, "onnx": onnx_rows, "recorder": recorder_rows,
+       "problems": problems}
 
 
 def num(v):
@@ -475,6 +530,12 @@ if onnx_rows:
            "| model | cuda f32 vs PyTorch f32 | cuda O2 vs cpu O2 | cuda O2 vs PyTorch f32 |", "|---|---:|---:|---:|"]
     md += [f"| {r['model']} | {fmt3(r.get('cuda_f32_vs_torch'))} | {fmt3(r.get('cuda_o2_vs_cpu_o2'))} | "
            f"{fmt3(r.get('cuda_o2_vs_torch_f32'))} |" for r in onnx_rows]
+if recorder_rows:
+    md += ["", "## The PyTorch recorder on the GPU (recorder/tests/scripts, --device cuda)", "",
+           "| case | exit | as planted | seconds | verdict |", "|---|---:|---|---:|---|"]
+    md += [f"| {r['case']} | {r['rc']} | {'yes' if r.get('ok') else '**no**'} | {r.get('seconds', '-')} | "
+           f"{r.get('verdict', '')[:160]} |" for r in recorder_rows if r["case"] != "overhead"]
+    md += ["", str(next((r["table"] for r in recorder_rows if r["case"] == "overhead"), ""))]
 errors = [f"- {r['sample']} {k[:-6]}: {v}" for r in bench for k, v in r.items() if k.endswith("_error")]
 if errors:
     md += ["", "Errors:", ""] + errors

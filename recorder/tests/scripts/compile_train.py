@@ -1,7 +1,7 @@
 """A torch.compile'd transformer-style MLP block trained in fp16 under autocast with a
 GradScaler, written for ampcheck's tests:
 
-  python compile_train.py [--steps 6] [--fault none|forward|custom_backward] [--eager]
+  python compile_train.py [--steps 6] [--fault none|forward|custom_backward] [--eager] [--device cpu|cuda]
 
   --fault forward          step 3's batch holds values of 6e4: emb's fp16 output overflows to
                            Inf (fp32 holds it), and the LayerNorm after it makes NaN of it
@@ -61,19 +61,21 @@ def main():
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--fault", default="none", choices=("none", "forward", "custom_backward"))
     p.add_argument("--eager", action="store_true", help="do not compile")
+    p.add_argument("--device", default="cpu")
     a = p.parse_args()
     torch.manual_seed(0)
-    model = Net(a.fault == "custom_backward")
+    model = Net(a.fault == "custom_backward").to(a.device)
     run = model if a.eager else torch.compile(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    scaler = torch.amp.GradScaler("cpu")
+    scaler = torch.amp.GradScaler(a.device)
     g = torch.Generator().manual_seed(1)
     for step in range(1, a.steps + 1):
         x = torch.randn(32, 16, generator=g)
         y = torch.randint(0, 4, (32,), generator=g)
         if a.fault == "forward" and step == 3:
             x[0] = 6e4
-        with torch.autocast("cpu", dtype=torch.float16):
+        x, y = x.to(a.device), y.to(a.device)
+        with torch.autocast(a.device, dtype=torch.float16):
             loss = F.cross_entropy(run(x), y)
         scaler.scale(loss).backward()
         scaler.step(opt)

@@ -4,7 +4,7 @@ which overflows fp16 for |x| > 11.1 whatever the loss scale (the gradient it mul
 not an input of the exp). fc1's outputs reach 13.7, so every update is skipped and the
 scaler backs off forever; in fp32 the same run trains.
 
-  python custom_function_train.py [--steps 12] [--fp32] [--fix]
+  python custom_function_train.py [--steps 12] [--fp32] [--fix] [--device cpu|cuda]
 
 --fix applies the advice bisect-nan gives: ampcheck_recorder.keep_fp32(model, ops=["ScaledTanh"]).
 """
@@ -47,20 +47,21 @@ def main():
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--fp32", action="store_true")
     p.add_argument("--fix", action="store_true")
+    p.add_argument("--device", default="cpu")
     a = p.parse_args()
     torch.manual_seed(0)
-    model = Net()
+    model = Net().to(a.device)
     with torch.no_grad():
         model.fc1.weight.mul_(6)
     if a.fix:
         import ampcheck_recorder
         ampcheck_recorder.keep_fp32(model, ops=["ScaledTanh"])
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    scaler = torch.amp.GradScaler("cpu", enabled=not a.fp32)
-    x = torch.randn(32, 16)
-    y = torch.randint(0, 4, (32,))
+    scaler = torch.amp.GradScaler(a.device, enabled=not a.fp32)
+    x = torch.randn(32, 16).to(a.device)
+    y = torch.randint(0, 4, (32,)).to(a.device)
     for _ in range(a.steps):
-        with torch.autocast("cpu", dtype=torch.float16, enabled=not a.fp32):
+        with torch.autocast(a.device, dtype=torch.float16, enabled=not a.fp32):
             loss = nn.functional.cross_entropy(model(x), y)
         scaler.scale(loss).backward()
         scaler.step(opt)
