@@ -621,6 +621,22 @@ int bisect_from(const BisectOptions& o, const InstrumentedRun& first, const Bise
     modules_of_type[op.type].insert(op.module);
     if (const auto id = op_from_name(op.type); id && op_info(*id).amp == AmpCategory::lower) gemm_like.insert(key);
   }
+  // A recorded script's torch.compile'd regions: their forward graphs' ops in fp16/bf16 are
+  // candidates too (a forcing trial runs them eagerly, heard: recorder/compiled.py).
+  if (!fp8 && report.compiled)
+    for (const reports::CompiledRegion& region : *report.compiled)
+      for (const reports::CompiledGraph& g : region.graphs) {
+        if (g.kind != "forward") continue;
+        for (const reports::CompiledOp& op : g.ops) {
+          if (src.not_candidates.count(op.op) || (op.dtype != "float16" && op.dtype != "bfloat16")) continue;
+          const std::string key = o.granularity == "type" ? op.op : op.module;
+          if (key.empty()) continue;
+          if (std::find(b.candidates.begin(), b.candidates.end(), key) == b.candidates.end())
+            b.candidates.push_back(key);
+          modules_of_type[op.op].insert(op.module);
+          if (const auto id = op_from_name(op.op); id && op_info(*id).amp == AmpCategory::lower) gemm_like.insert(key);
+        }
+      }
 
   Trials trials{o, src.runner, err, 0, {}, b, {}};
   {

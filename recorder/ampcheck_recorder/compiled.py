@@ -46,6 +46,7 @@ class Region:
         self.last = None              # (args, kwargs, autocast, rng) of its last call, for a replay
         self.grads: list = []         # the gradients its last call's outputs received
         self.backward_calls = 0
+        self.eager_calls = 0          # run eagerly for a trial forcing ops to fp32
         self.replays: list = []       # {"step", "why", "found"}
 
 
@@ -135,6 +136,13 @@ class Compiled:
         def run(*args, **kwargs):
             if owner.rec.closed or getattr(_tls, "inside", False):
                 return compiled(*args, **kwargs)
+            if owner.rec.forcer:
+                # A trial forcing ops or modules to fp32 (bisect-nan --script): the forcing
+                # is the recorder's, on the calls it hears, so the region runs eagerly, heard.
+                region.calls += 1
+                region.eager_calls += 1
+                eager = region.module if region.module is not None else region.fn
+                return eager(*args, **kwargs)
             return owner.call(region, compiled, args, kwargs)
 
         for attr in ("_torchdynamo_orig_callable", "_torchdynamo_inline"):
@@ -287,8 +295,11 @@ class Compiled:
             for g in r.graphs:
                 rows = [{"op": op, "dtype": dt, "module": m, "count": n} for (op, dt, m), n in g["ops"].items()]
                 graphs.append({"kind": g["kind"], "ops": rows})
-            out.append({"region": r.name, "calls": r.calls, "backward_calls": r.backward_calls, "graphs": graphs,
-                        "replays": list(r.replays)})
+            entry = {"region": r.name, "calls": r.calls, "backward_calls": r.backward_calls, "graphs": graphs,
+                     "replays": list(r.replays)}
+            if r.eager_calls:
+                entry["eager_calls"] = r.eager_calls  # a forcing trial's: run eagerly, heard
+            out.append(entry)
         return out
 
 
