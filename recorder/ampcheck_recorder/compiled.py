@@ -252,34 +252,19 @@ class Compiled:
         fn = region.module if region.module is not None else region.fn
         if fn is None:
             return
-        before = _rng_state()
         found = len(rec.watch.producers) if rec.watch is not None else 0
         pending = len(rec.watch._pending.producers) if rec.watch is not None else 0
-        _set_rng_state(rng)
         _tls.inside = True
         rec.replaying = region.name or "the compiled region"
+        leaves = [p for p in (region.module.parameters() if region.module is not None else []) if p.requires_grad]
         try:
-            with contextlib.ExitStack() as stack:
-                for device, enabled, dtype in (("cpu", on[0], dtypes[0]), ("cuda", on[1], dtypes[1])):
-                    if enabled:
-                        stack.enter_context(torch.autocast(device_type=device, dtype=dtype))
-                if not backward:
-                    stack.enter_context(torch.no_grad())
-                out = fn(*args, **kwargs)
-                if backward and region.grads:
-                    outs = [t for t in listen.tensors_of(out) if isinstance(t, torch.Tensor) and t.requires_grad]
-                    grads = region.grads[:len(outs)]
-                    leaves = [p for p in (region.module.parameters() if region.module is not None else [])
-                              if p.requires_grad]
-                    if outs and len(grads) == len(outs) and leaves:
-                        torch.autograd.grad(outs, leaves, grad_outputs=grads, allow_unused=True)
+            run_again(fn, args, kwargs, on, dtypes, rng, region.grads if backward else None, leaves)
         except Exception as e:  # the replay could not run: said, never the run's failure
             region.replays.append({"step": rec.step_index, "why": why, "found": f"not replayed: {e}"})
             return
         finally:
             rec.replaying = ""
             _tls.inside = False
-            _set_rng_state(before)
         if rec.watch is None:
             return
         new = (rec.watch._pending.producers[pending:] if backward else rec.watch.producers[found:])
@@ -311,6 +296,30 @@ def _on_grad(owner: "Compiled", region: Region, call: dict, keep: bool, grad):
     if keep:
         region.grads.append(grad.detach())
     return None
+
+
+def run_again(fn, args, kwargs, autocast_on, dtypes, rng, grads=None, leaves=()):
+    """Runs a call again as it ran: under its autocast state (on, dtype for the CPU and
+    CUDA) and from its RNG state, the RNG put back after. Without `grads`, under no_grad;
+    with them, backward from its outputs (the gradients they received, in their order) into
+    `leaves`, without accumulating into any .grad. Its outputs are dropped."""
+    before = _rng_state()
+    _set_rng_state(rng)
+    try:
+        with contextlib.ExitStack() as stack:
+            for device, enabled, dtype in (("cpu", autocast_on[0], dtypes[0]), ("cuda", autocast_on[1], dtypes[1])):
+                if enabled:
+                    stack.enter_context(torch.autocast(device_type=device, dtype=dtype))
+            if grads is None:
+                stack.enter_context(torch.no_grad())
+            out = fn(*args, **kwargs)
+            if grads:
+                outs = [t for t in listen.tensors_of(out) if isinstance(t, torch.Tensor) and t.requires_grad]
+                grads = grads[:len(outs)]
+                if outs and len(grads) == len(outs) and leaves:
+                    torch.autograd.grad(outs, list(leaves), grad_outputs=grads, allow_unused=True)
+    finally:
+        _set_rng_state(before)
 
 
 def _rng_state():

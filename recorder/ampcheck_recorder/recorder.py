@@ -23,7 +23,6 @@ values (as the engine's are) but are not rows of the op table: they are not the 
 from __future__ import annotations
 
 import atexit
-import contextlib
 import functools
 import math
 import os
@@ -337,7 +336,6 @@ class Recorder:
         self._listen_next: set = set()
         self._model_root = None       # the model's root module: its calls are what a replay runs
         self._root_call = None        # its last call on a step not heard: (module, args, kwargs, ...)
-        self._root_grads: list = []   # the gradients its outputs received then
         self._root_hooks: list = []
         self._heard = True            # the step in progress is heard
         # record --kernels: steps 2..1+kernels run under PyTorch's profiler, its Chrome trace
@@ -1216,7 +1214,7 @@ class Recorder:
                     self._stop_profiler()
             elif self.kernels and step == 1 and self.kernels_out and not self.kernels_steps:
                 self._start_profiler()
-            self._root_call, self._root_grads = None, []
+            self._root_call = None
             self._set_listening(self._hears(self.step_index))
             self._heard = self.listening
 
@@ -1268,50 +1266,31 @@ class Recorder:
             return None
         self._root_call = (module, args, dict(kwargs), listen.autocast_now(),
                            (listen.autocast_dtype("cpu"), listen.autocast_dtype("cuda")), compiled_mod._rng_state())
-        self._root_grads = []
         return None
 
     def _quiet_failure(self, why: str, backward: bool):
-        """A step not heard op by op turned non-finite: the next step is heard; a non-finite
+        """A step not heard op by op turned non-finite: the next step is heard. A non-finite
         loss has the model's call of this step run again, heard (the producers found as on any
-        heard step). Gradients found non-finite wait for the next step (the gradients the
-        model's outputs received were not kept)."""
+        heard step); gradients found non-finite wait for the next step (the gradients the
+        model's outputs received are not kept on a step not heard)."""
         self._listen_next.add(self.step_index + 1)
         call = self._root_call
-        if call is None or self.listening or self.replaying or self.watch is None or (
-                backward and not self._root_grads):
+        if backward or call is None or self.listening or self.replaying or self.watch is None:
             return False
         module, args, kwargs, on, dtypes, rng = call
         target = _replay_target(module)
         if target is None:
             return False
-        before = compiled_mod._rng_state()
-        compiled_mod._set_rng_state(rng)
         self.replaying = "the model"
         self._set_listening(True)
         try:
-            with contextlib.ExitStack() as stack:
-                for device, enabled, dtype in (("cpu", on[0], dtypes[0]), ("cuda", on[1], dtypes[1])):
-                    if enabled:
-                        stack.enter_context(torch.autocast(device_type=device, dtype=dtype))
-                if not backward:
-                    stack.enter_context(torch.no_grad())
-                out = target(*args, **kwargs)
-                if backward:
-                    outs = [t for t in listen.tensors_of(out) if isinstance(t, torch.Tensor) and t.requires_grad]
-                    grads = dict(self._root_grads)
-                    pairs = [(t, grads[i]) for i, t in enumerate(outs) if i in grads]
-                    leaves = [p for p in target.parameters() if p.requires_grad]
-                    if pairs and leaves:
-                        torch.autograd.grad([t for t, _ in pairs], leaves, grad_outputs=[g for _, g in pairs],
-                                            allow_unused=True)
+            compiled_mod.run_again(target, args, kwargs, on, dtypes, rng)
             return True
         except Exception:  # the replay could not run: the failure stays unexplained, said so
             return False
         finally:
             self._set_listening(False)
             self.replaying = ""
-            compiled_mod._set_rng_state(before)
 
     # -- op calls -----------------------------------------------------------------------
 

@@ -8,6 +8,8 @@
 #   mse_outside_train.py      mse_loss in 'MSELoss', a module outside the model, in fp16
 #                             because the script cast the target itself: the fix names the
 #                             line that calls it, and that cast
+#   compile_train.py --fault forward  a 6e4 input overflows emb's fp16 linear at step 3 inside a
+#                             torch.compile'd model: named by the eager replay, fixed by modules
 # and record's own usage: a forgotten `--` answered with the form to use.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/expect.sh"
@@ -32,6 +34,13 @@ expect 1 "the script cast its input 1 to float16 at $scripts/mse_outside_train.p
   "$bin" record --quiet -- "$py" "$scripts/mse_outside_train.py"
 expect 0 "# 'MSELoss' is not part of the model: the script calls MSELoss itself, at $scripts/mse_outside_train.py:$line:" -- \
   "$bin" bisect-nan --quiet --granularity instance --script "$py $scripts/mse_outside_train.py"
+
+# A torch.compile'd model: its forward failure found by recording the failing call again
+# eagerly, and bisect-nan's trials force the compiled graphs' modules (run eagerly, heard).
+expect 1 "first produced by linear in module 'emb', forward, step 3" -- \
+  "$bin" record --quiet -- "$py" "$scripts/compile_train.py" --fault forward
+expect 0 "fp32 = ampcheck_recorder.keep_fp32(model, modules=[" -- \
+  "$bin" bisect-nan --quiet --granularity instance --script "$py $scripts/compile_train.py --fault forward"
 
 # A forgotten --: the script's options are named, with the form to use.
 expect 2 "record: --steps is the command's, not ampcheck's: put -- before the command, ampcheck record --quiet -- python x.py --steps 5" -- \
