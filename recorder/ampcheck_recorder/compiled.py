@@ -183,9 +183,11 @@ class Compiled:
                 self.replay(region, "a value it returned was non-finite", backward=False)
         # Its backward runs (counted once a call) and, to replay it, the gradients it receives.
         call = {"counted": False}
-        for t in floating:
-            if t.requires_grad:
-                t.register_hook(functools.partial(_on_grad, self, region, call, keep))
+        wanting = [t for t in floating if t.requires_grad]
+        if keep:
+            region.grads = [None] * len(wanting)
+        for i, t in enumerate(wanting):
+            t.register_hook(functools.partial(_on_grad, self, region, call, keep, i))
 
     # -- the graphs Inductor compiled --------------------------------------------------------
 
@@ -288,13 +290,16 @@ class Compiled:
         return out
 
 
-def _on_grad(owner: "Compiled", region: Region, call: dict, keep: bool, grad):
+def _on_grad(owner: "Compiled", region: Region, call: dict, keep: bool, index: int, grad):
+    # Hooks fire in backward's order, so each gradient is kept at its output's place. An
+    # output the loss does not use (nanoGPT's logits beside its loss) gets None. The hook
+    # only listens: it never raises into the user's backward.
     if not call["counted"]:
         call["counted"] = True
         region.backward_calls += 1
         owner._backward_ran = True
-    if keep:
-        region.grads.append(grad.detach())
+    if keep and grad is not None and index < len(region.grads):
+        region.grads[index] = grad.detach()
     return None
 
 
@@ -314,10 +319,13 @@ def run_again(fn, args, kwargs, autocast_on, dtypes, rng, grads=None, leaves=())
                 stack.enter_context(torch.no_grad())
             out = fn(*args, **kwargs)
             if grads:
-                outs = [t for t in listen.tensors_of(out) if isinstance(t, torch.Tensor) and t.requires_grad]
-                grads = grads[:len(outs)]
-                if outs and len(grads) == len(outs) and leaves:
-                    torch.autograd.grad(outs, list(leaves), grad_outputs=grads, allow_unused=True)
+                outs = [t for t in listen.tensors_of(out) if isinstance(t, torch.Tensor)
+                        and t.is_floating_point() and t.requires_grad]
+                if len(grads) == len(outs):  # the outputs that received a gradient
+                    pairs = [(t, g) for t, g in zip(outs, grads) if g is not None]
+                    if pairs and leaves:
+                        torch.autograd.grad([t for t, _ in pairs], list(leaves),
+                                            grad_outputs=[g for _, g in pairs], allow_unused=True)
     finally:
         _set_rng_state(before)
 

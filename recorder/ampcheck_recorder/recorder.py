@@ -1508,10 +1508,14 @@ class Recorder:
             self._fp8_cast(inst, call.step, floating_in[0], nx.FP8_BOUNDS[outs[0].dtype])
         sample = (call.step - 1) % self.stats_every == 0
         if sample:
+            # A view computes nothing: its values are counted where they were made (and an
+            # as_strided view of DDP's uninitialized gradient bucket holds no values at all).
             role = None
-            if phase == "forward":
+            if info.is_view:
+                pass
+            elif phase == "forward":
                 role = "out"
-            elif not info.is_view:
+            else:
                 s = listen.state()
                 role = f"grad{s.node_results}"
                 s.node_results += 1

@@ -220,3 +220,37 @@ def test_healthy_bf16_run(record):
     assert report["summary"]["verdict"] == "healthy"
     calls = {r["type"]: r["calls"] for r in report["op_types"]}
     assert calls["linear"]["bf16"] == 9 and calls["linear"]["fp16"] == 0  # 3 linears x 3 steps
+
+
+def test_a_view_of_memory_nothing_wrote_is_no_tensors_values():
+    # DDP's gradient buckets: as_strided views of a flat buffer whose memory nothing has
+    # written yet, then filled. A view computes nothing: its elements are no tensor's values
+    # (here the storage holds NaN where the garbage would be), and the run made no NaN.
+    class Bucketed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 2)
+            self.bucket = torch.full((32,), float("nan"))  # allocated before the recording
+
+        def forward(self, x):
+            view = self.bucket.as_strided((16,), (1,), 16)
+            view.zero_()
+            return self.fc(x) + view.sum()
+
+    torch.manual_seed(0)
+    model = Bucketed()
+    rec = Recorder(model, inspect="stats")
+    opt = torch.optim.SGD(model.parameters(), 1e-2)
+    x, y = torch.randn(16, 8), torch.randint(0, 2, (16,))
+    for _ in range(3):
+        model.bucket.numpy()[:] = float("nan")  # garbage no op wrote, as an allocator leaves it
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+    report = rec.close()
+    views = [o for o in report["ops"] if o["type"] == "as_strided"]
+    assert views and all(o["numerics"] == [] for o in views), views
+    assert not any(n["numerics"]["nan"] for o in report["ops"] for n in o["numerics"])
+    assert report["nonfinite"]["producers"] == [] and report["summary"]["verdict"] == "healthy"

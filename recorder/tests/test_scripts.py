@@ -181,3 +181,20 @@ def test_a_failure_inside_a_compiled_region_is_found_by_recording_it_again_eager
     assert code == 1
     text = r["summary"]["verdict_text"]
     assert "exp in the backward of autograd.Function ScaledTanh in 'block'" in text, text
+
+
+def test_a_compiled_model_written_as_nanogpt_is_recorded_without_touching_its_backward(tmp_path):
+    # nanoGPT's loop: the compiled model returns (logits, loss), so backward gives logits no
+    # gradient (a None to the recorder's hook, which must never raise into the user's run);
+    # two micro-batches a step, unscale_ and clip_grad_norm_.
+    code, r, stdout = record(tmp_path, "compile_train.py", "--nanogpt")
+    assert code == 0 and r["summary"]["verdict"] == "healthy", r["summary"]["verdict_text"]
+    assert "graph breaks: 0" in _counters(stdout)
+    (region,) = r["compiled"]
+    assert region["calls"] == 12 and region["backward_calls"] == 12
+    assert r["run"]["micro_batches"] == 2
+    # The backward replay gets the loss's gradient only, and finds the Function's overflow.
+    code, r, _ = record(tmp_path, "compile_train.py", "--nanogpt", "--fault", "custom_backward")
+    assert code == 1
+    assert "exp in the backward of autograd.Function ScaledTanh in 'block'" in r["summary"]["verdict_text"]
+    assert r["compiled"][0]["replays"][0]["found"] == "exp in 'block'", r["compiled"][0]["replays"]

@@ -31,6 +31,10 @@ for f in ddp.json ddp.rank0.json ddp.rank1.json; do validate "$work/$f"; done
 [[ $(json_get "$work/ddp.rank0.json" '{(c["op"], c["dtype"], c["phase"]) for c in r["rank"]["collectives"] if c["phase"] == "backward"}') == "{('all_reduce', 'float32', 'backward')}" ]] ||
   fail "DDP's gradient all-reduces: float32, in backward"
 [[ ! -e $work/ddp.rank2.json ]] || fail "a rank too many"
+# DDP's gradient buckets are as_strided views of uninitialized memory: a view computes
+# nothing, so their garbage is no tensor's non-finite values in a run that made none.
+[[ $(json_get "$work/ddp.rank0.json" 'sum(n["numerics"][k] for o in r["ops"] for n in o["numerics"] for k in ("nan", "pos_inf", "neg_inf"))') == "0" ]] ||
+  fail "a healthy DDP run's tensors hold no non-finite values (DDP's bucket views are not values)"
 
 # 4 ranks: rank 1 skips alone at step 3.
 expect 1 "ranks disagreed at step 3: rank 1 skipped the update that ranks 0, 2, 3 applied" -- \

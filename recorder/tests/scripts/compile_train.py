@@ -2,11 +2,15 @@
 GradScaler, written for ampcheck's tests:
 
   python compile_train.py [--steps 6] [--fault none|forward|custom_backward] [--eager] [--device cpu|cuda]
+                          [--nanogpt]
 
   --fault forward          step 3's batch holds values of 6e4: emb's fp16 output overflows to
                            Inf (fp32 holds it), and the LayerNorm after it makes NaN of it
   --fault custom_backward  the activation is a custom autograd.Function whose backward reads
                            exp(|x|) of its saved fp16 input (x up to ~14): Inf at every scale
+  --nanogpt                written as nanoGPT's train.py is: the compiled model returns
+                           (logits, loss), the loss computed inside it and logits unused by
+                           backward; two micro-batches a step, unscale_ and clip_grad_norm_
 
 Prints torch.compile's counters at the end: a recording must leave them as a plain run has
 them (one graph, the same captured calls, no graph break).
@@ -52,8 +56,11 @@ class Net(nn.Module):
         self.block = Block(32, custom)
         self.head = nn.Linear(32, 4)
 
-    def forward(self, x):
-        return self.head(self.block(self.emb(x)))
+    def forward(self, x, targets=None):
+        logits = self.head(self.block(self.emb(x)))
+        if targets is None:
+            return logits
+        return logits, F.cross_entropy(logits, targets)
 
 
 def main():
@@ -62,6 +69,7 @@ def main():
     p.add_argument("--fault", default="none", choices=("none", "forward", "custom_backward"))
     p.add_argument("--eager", action="store_true", help="do not compile")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--nanogpt", action="store_true", help="nanoGPT's loop: (logits, loss), accumulation, clipping")
     a = p.parse_args()
     torch.manual_seed(0)
     model = Net(a.fault == "custom_backward").to(a.device)
@@ -75,9 +83,18 @@ def main():
         if a.fault == "forward" and step == 3:
             x[0] = 6e4
         x, y = x.to(a.device), y.to(a.device)
-        with torch.autocast(a.device, dtype=torch.float16):
-            loss = F.cross_entropy(run(x), y)
-        scaler.scale(loss).backward()
+        if a.nanogpt:
+            for micro in range(2):
+                with torch.autocast(a.device, dtype=torch.float16):
+                    logits, loss = run(x[16 * micro:16 * (micro + 1)], y[16 * micro:16 * (micro + 1)])
+                    loss = loss / 2
+                scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        else:
+            with torch.autocast(a.device, dtype=torch.float16):
+                loss = F.cross_entropy(run(x), y)
+            scaler.scale(loss).backward()
         scaler.step(opt)
         scaler.update()
         opt.zero_grad()
