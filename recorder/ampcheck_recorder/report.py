@@ -9,10 +9,13 @@ strings "nan", "inf" and "-inf", the indent is 2 and the file ends in a newline.
 Schema 1.6 has the recorder's run fields (``run.framework``, ``framework_version``,
 ``script``, ``script_args``, ``script_outcome``, ``recorder_error``), every skipped update
 with its reading and cause (``nonfinite.skips``) and the masks that were failures
-(``nonfinite.mask_failures``). What a PyTorch run has that the schema has no field for
-goes where every object allows more (``additionalProperties: true``), under names
-docs/recorder.md lists: ``steps[].scale_after``; ``ops[].aten``, ``ops[].autocast`` and
-``ops[].fp32_nonfinite``; ``nonfinite.healed_updates``; NanEvent ``aten``.
+(``nonfinite.mask_failures``); 1.10 adds what a recorded run of several processes and a
+compiled model carry (``rank``, ``steps[].params_hash``/``grads_hash``, ``compiled``,
+``run.lr_schedule``, ``run.micro_batches``, the "persistent" skip reading). What a PyTorch
+run has that the schema has no field for goes where every object allows more
+(``additionalProperties: true``), under names docs/recorder.md lists:
+``steps[].scale_after``; ``ops[].aten``, ``ops[].autocast`` and ``ops[].fp32_nonfinite``;
+``nonfinite.healed_updates``; NanEvent ``aten``.
 
 Determinism: nothing here depends on time, host or process. The same seeded run on the
 same machine and thread count gives the same bytes.
@@ -29,7 +32,7 @@ from dataclasses import dataclass
 from . import judge as nf
 from ._version import __version__
 
-SCHEMA_VERSION = "1.6"
+SCHEMA_VERSION = "1.10"
 
 
 @dataclass(frozen=True)
