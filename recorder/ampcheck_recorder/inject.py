@@ -72,6 +72,17 @@ def split_list(text: str | None) -> list[str]:
     return [x.strip() for x in (text or "").split(",") if x.strip()]
 
 
+def _whole(value, least, what, fix):
+    """value as an int of at least `least`, or a ConfigError naming `what` and the fix."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise ConfigError(f"{what} is not a whole number; {fix}") from None
+    if number < least:
+        raise ConfigError(f"{what} is below {least}; {fix}")
+    return number
+
+
 def options(out, inspect="stats", fp32_ops=(), fp32_modules=(), allow_inf=(), max_skipped=0.05,
             stats_every=1, source="", listen="auto", kernels=0, kernels_out=None) -> dict:
     """The Recorder's keyword arguments, checked; `source` names where they came from."""
@@ -84,21 +95,11 @@ def options(out, inspect="stats", fp32_ops=(), fp32_modules=(), allow_inf=(), ma
         raise ConfigError(f'max skipped fraction "{max_skipped}"{where} is not a number; give e.g. 0.05') from None
     if not 0 <= max_skipped <= 1:
         raise ConfigError(f"max skipped fraction {max_skipped}{where} is not in [0, 1]; give e.g. 0.05")
-    try:
-        stats_every = int(stats_every)
-    except ValueError:
-        raise ConfigError(f'stats every "{stats_every}"{where} is not a whole number; give 1 or more') from None
-    if stats_every < 1:
-        raise ConfigError(f"stats every {stats_every}{where}: give 1 (every step) or more")
+    stats_every = _whole(stats_every, 1, f'stats every "{stats_every}"{where}', "give 1 (every step) or more")
     if listen not in ("auto", "all"):
         raise ConfigError(f'listen "{listen}"{where} is not a policy; use auto (the first steps, powers of two and '
                           'every step after a failure) or all (every step)')
-    try:
-        kernels = int(kernels)
-    except ValueError:
-        raise ConfigError(f'kernels "{kernels}"{where} is not a whole number of steps') from None
-    if kernels < 0:
-        raise ConfigError(f"kernels {kernels}{where}: give the steps to profile (0: none)")
+    kernels = _whole(kernels, 0, f'kernels "{kernels}"{where}', "give the steps to profile (0: none)")
     return {"out": out, "inspect": inspect, "fp32_ops": list(fp32_ops), "fp32_modules": list(fp32_modules),
             "allow_inf": list(allow_inf), "max_skipped_fraction": max_skipped, "stats_every": stats_every,
             "listen": listen, "kernels": kernels, "kernels_out": kernels_out}
