@@ -70,6 +70,13 @@ std::vector<std::string> warnings(const CudaInfo& cuda) {
   return w;
 }
 
+// What the loader said of one GPU library ("CUPTI", "NCCL"), empty when it loads.
+std::string missing_text(const CudaInfo& cuda, std::string_view library) {
+  for (const std::string& m : cuda.missing_libraries)
+    if (m.starts_with(std::string(library) + " (")) return m;
+  return {};
+}
+
 std::string no_device_text(const CudaInfo& cuda) {
   return "no CUDA device: " + cuda.why_none + "; the CPU backend gives every diagnostic";
 }
@@ -111,7 +118,9 @@ std::string doctor_text() {
     line("runtime", version_text(cuda.runtime_version));
     line("cuBLAS", cuda.cublas_version);
     line("cuDNN", cuda.cudnn_version);
-    line("CUPTI", fmt::format("API version {}", cuda.cupti_api_version));
+    line("CUPTI", cuda.cupti_api_version > 0 ? fmt::format("API version {}", cuda.cupti_api_version)
+                                             : "not loaded: " + missing_text(cuda, "CUPTI"));
+    line("NCCL", missing_text(cuda, "NCCL").empty() ? "loads" : "not loaded: " + missing_text(cuda, "NCCL"));
   }
   if (cuda.gpus.empty()) {
     line("GPUs", no_device_text(cuda));
@@ -172,7 +181,8 @@ std::string doctor_json() {
         {"runtime_version", or_null(built, version_text(cuda.runtime_version))},
         {"cublas_version", or_null(built, cuda.cublas_version)},
         {"cudnn_version", or_null(built, cuda.cudnn_version)},
-        {"cupti_api_version", or_null(built, cuda.cupti_api_version)},
+        {"cupti_api_version", or_null(built && cuda.cupti_api_version > 0, cuda.cupti_api_version)},
+        {"missing_libraries", cuda.missing_libraries},
         {"gpus", gpus},
         {"no_device", or_null(cuda.gpus.empty(), no_device_text(cuda))}}},
       {"warnings", warnings(cuda)}};

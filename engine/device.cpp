@@ -3,6 +3,7 @@
 #include "kernels/cuda/device_memory.h"
 
 #include <string>
+#include <vector>
 
 #include "engine/dtype/convert.h"  // conversion_isa: AMPCHECK_CPU_ISA
 #include "kernels/cuda/cuda.h"
@@ -19,10 +20,28 @@ std::optional<DeviceRequest> parse_device_request(std::string_view text) {
   return std::nullopt;
 }
 
-Device resolve_device(DeviceRequest request, std::ostream& notices) {
+namespace {
+std::string joined(const std::vector<std::string>& problems) {
+  std::string s;
+  for (const std::string& p : problems) s += (s.empty() ? "" : "; ") + p;
+  return s;
+}
+}  // namespace
+
+Device resolve_device(DeviceRequest request, std::ostream& notices, bool libraries) {
   if (request == DeviceRequest::cpu) return Device::cpu;
   const kernels::cuda::Probe& gpu = kernels::cuda::probe();
-  if (gpu.device_count > 0) return Device::cuda;
+  // The GPU libraries load here, where a GPU is about to be used, and not before.
+  if (libraries && request == DeviceRequest::cuda && gpu.built_with_cuda) {
+    if (const auto missing = kernels::cuda::missing_gpu_libraries(); !missing.empty())
+      throw DeviceError("--device cuda needs the GPU libraries: " + joined(missing) + "; or use --device cpu");
+  }
+  if (gpu.device_count > 0) {
+    const auto missing = libraries ? kernels::cuda::missing_gpu_libraries() : std::vector<std::string>{};
+    if (missing.empty()) return Device::cuda;
+    notices << "ampcheck: a GPU but not its libraries (" << joined(missing) << "); running on the CPU\n";
+    return Device::cpu;
+  }
   if (request == DeviceRequest::cuda)
     throw DeviceError("--device cuda: no usable GPU (" + gpu.why_none +
                       "); use --device cpu, or --device auto to fall back by itself");

@@ -27,8 +27,10 @@ class DeviceError : public std::runtime_error {
 
 // `any` picks CUDA when a GPU is usable and otherwise the CPU, writing one line to
 // `notices` when a CUDA-enabled build finds no GPU. `cuda` without a usable GPU throws
-// DeviceError saying why and what to do.
-Device resolve_device(DeviceRequest request, std::ostream& notices);
+// DeviceError saying why and what to do. Where a GPU is to be used, the GPU libraries
+// (cuBLASLt, cuDNN, CUPTI) are loaded here, their absence said as the GPU's is; `libraries`
+// false is for work that needs the CUDA runtime only (`ampcheck fp`'s conversions).
+Device resolve_device(DeviceRequest request, std::ostream& notices, bool libraries = true);
 
 // GPU 0's caching allocator statistics, once a tensor has lived there (none otherwise).
 std::optional<kernels::AllocatorStats> device_memory_stats();

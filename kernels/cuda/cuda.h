@@ -35,12 +35,19 @@ struct CudaInfo {
   std::string why_none;       // no GPU listed: the runtime's own words (as Probe)
   int driver_version = 0;     // cudaDriverGetVersion: 13000 is 13.0; 0 when no driver
   int runtime_version = 0;    // cudaRuntimeGetVersion
-  std::string cublas_version;  // "13.0.2"; empty in a build without CUDA
+  std::string cublas_version;  // cuBLASLt's, "13.0.2"; empty in a build without CUDA
   std::string cudnn_version;   // "9.19.0"
   int cupti_api_version = 0;   // cuptiGetVersion: CUPTI's API version, not the toolkit's
+  std::vector<std::string> missing_libraries;  // as missing_gpu_libraries(true)
   std::vector<GpuInfo> gpus;
 };
 const CudaInfo& cuda_info();
+
+// The GPU libraries a GPU run needs (cuBLASLt, cuDNN, CUPTI; NCCL too where with_nccl) that
+// do not load, each as "cuDNN (libcudnn.so.9) was not found in ...: <the fix>". Asking
+// loads them (kernels/cuda/gpu_libraries.h): call it only where a GPU is about to be used.
+// Empty in a build without CUDA.
+std::vector<std::string> missing_gpu_libraries(bool with_nccl = false);
 
 // Conversions on GPU 0 of host buffers (copied in, converted, copied back), with the
 // same scalar definitions as the CPU (kernels/fp_bits.h). Throw std::runtime_error

@@ -1,14 +1,17 @@
 // The versions and GPUs `ampcheck doctor` reports (host code only: compiled by the C++
 // compiler in a CUDA build; kernels/no_gpu/cuda.cpp has the build without CUDA).
-#include <cublas_api.h>    // cublasGetProperty: the library's version without a handle (or GPU)
+#include <cublasLt.h>      // cublasLtGetProperty: the library's version without a handle (or GPU)
 #include <cuda_runtime.h>  // cudaDriverGetVersion, cudaRuntimeGetVersion, device properties
 #include <cudnn.h>         // cudnnGetVersion
 #include <cupti.h>         // cuptiGetVersion
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "kernels/cuda/cuda.h"
+#include "kernels/cuda/gpu_libraries.h"
 
 namespace ampcheck::kernels::cuda {
 namespace {
@@ -18,15 +21,17 @@ std::string dotted(int major, int minor, int patch) {
 }
 
 std::string cublas_version() {
+  if (std::string problem = gpu_library_problem(GpuLibrary::cublasLt); !problem.empty()) return "not loaded: " + problem;
   int major = 0, minor = 0, patch = 0;
-  if (cublasGetProperty(MAJOR_VERSION, &major) != CUBLAS_STATUS_SUCCESS ||
-      cublasGetProperty(MINOR_VERSION, &minor) != CUBLAS_STATUS_SUCCESS ||
-      cublasGetProperty(PATCH_LEVEL, &patch) != CUBLAS_STATUS_SUCCESS)
-    return "unknown (cublasGetProperty failed)";
+  if (cublasLtGetProperty(MAJOR_VERSION, &major) != CUBLAS_STATUS_SUCCESS ||
+      cublasLtGetProperty(MINOR_VERSION, &minor) != CUBLAS_STATUS_SUCCESS ||
+      cublasLtGetProperty(PATCH_LEVEL, &patch) != CUBLAS_STATUS_SUCCESS)
+    return "unknown (cublasLtGetProperty failed)";
   return dotted(major, minor, patch);
 }
 
 std::string cudnn_version() {
+  if (std::string problem = gpu_library_problem(GpuLibrary::cudnn); !problem.empty()) return "not loaded: " + problem;
   // cuDNN 9 encodes major*10000 + minor*100 + patch; cuDNN 8 major*1000 + minor*100 + patch.
   const auto v = static_cast<int>(cudnnGetVersion());
   if (v >= 90000) return dotted(v / 10000, v % 10000 / 100, v % 100);
@@ -46,7 +51,9 @@ const CudaInfo& cuda_info() {
     i.cublas_version = cublas_version();
     i.cudnn_version = cudnn_version();
     std::uint32_t cupti = 0;
-    if (cuptiGetVersion(&cupti) == CUPTI_SUCCESS) i.cupti_api_version = static_cast<int>(cupti);
+    if (gpu_library_problem(GpuLibrary::cupti).empty() && cuptiGetVersion(&cupti) == CUPTI_SUCCESS)
+      i.cupti_api_version = static_cast<int>(cupti);
+    i.missing_libraries = missing_gpu_libraries(true);
     for (int d = 0; d < probe().device_count; ++d) {
       cudaDeviceProp prop{};
       if (cudaGetDeviceProperties(&prop, d) != cudaSuccess) continue;
@@ -56,6 +63,18 @@ const CudaInfo& cuda_info() {
     return i;
   }();
   return info;
+}
+
+std::vector<std::string> missing_gpu_libraries(bool with_nccl) {
+  std::vector<std::string> out;
+  for (GpuLibrary lib : {GpuLibrary::cublasLt, GpuLibrary::cudnn, GpuLibrary::cupti, GpuLibrary::nccl}) {
+    if (lib == GpuLibrary::nccl && !with_nccl) continue;
+#if !defined(AMPCHECK_HAVE_NCCL)
+    if (lib == GpuLibrary::nccl) continue;
+#endif
+    if (std::string problem = gpu_library_problem(lib); !problem.empty()) out.push_back(std::move(problem));
+  }
+  return out;
 }
 
 }  // namespace ampcheck::kernels::cuda

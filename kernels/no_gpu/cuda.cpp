@@ -19,6 +19,7 @@ const Probe& probe() {
   return p;
 }
 std::string build_description() { return "no CUDA (AMPCHECK_CUDA=OFF)"; }
+std::vector<std::string> missing_gpu_libraries(bool) { return {}; }
 const CudaInfo& cuda_info() {
   static const CudaInfo info = [] {
     CudaInfo i;
