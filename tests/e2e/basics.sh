@@ -26,15 +26,20 @@ while IFS=$'\t' read -r file key; do
 done <"$root/tests/data/bad_configs/expected.tsv"
 expect 2 'no such file' -- "$bin" config explain "$root/samples/configs/none.json"
 expect 2 'unknown command "confg" (did you mean "config"?); commands: run, record, bisect-nan' -- "$bin" confg
-# A CUDA build on a machine without a GPU: one notice line on stderr, results on the CPU.
+# A CUDA build on a machine without a GPU: a command that would train on the GPU says so in
+# one notice line on stderr and runs on the CPU; one that uses no GPU (fp: the same bits
+# on both) says nothing.
 if "$bin" --version | grep -q "CUDA 1"; then
   if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
-    notice=$("$bin" fp 1 2>&1 >/dev/null)
+    notice=$("$bin" run --model mlp --steps 1 2>&1 >/dev/null)
     if [[ $(grep -c . <<<"$notice") -eq 1 ]] && grep -q "running on the CPU" <<<"$notice"; then
       echo "ok: one-line CPU notice: $notice"
     else
       echo "FAIL: expected one notice line, got: $notice"; fails=$((fails + 1))
     fi
+    quiet=$("$bin" fp 1 2>&1 >/dev/null)
+    if [[ -z $quiet ]]; then echo "ok: fp says nothing of the GPU"
+    else echo "FAIL: fp printed on stderr: $quiet"; fails=$((fails + 1)); fi
   fi
 fi
 echo "cli e2e: $fails failed"
