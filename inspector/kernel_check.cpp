@@ -118,7 +118,12 @@ std::string KernelFinding::text() const {
                         cls.tensor_cores == TensorCores::yes  ? ", tensor cores"
                         : cls.tensor_cores == TensorCores::no ? ", CUDA cores"
                                                               : "");
-  return fmt::format("{} ({}): the policy {} {}, but its kernel {} {} [{} launch{}]: {}", instance, phase_name(phase),
+  // A profile's instance names carry their phase already ("aten::mm#3 (backward)").
+  const std::string phase_label = " (" + std::string(phase_name(phase)) + ")";
+  const bool labelled = instance.size() >= phase_label.size() &&
+                        instance.compare(instance.size() - phase_label.size(), phase_label.size(), phase_label) == 0;
+  return fmt::format("{}{}: the policy {} {}, but its kernel {} {} [{} launch{}]: {}", instance,
+                     labelled ? std::string() : phase_label,
                      intended ? "puts it in" : "ran it in", long_name(expected), kernel_label(kernel), ran, launches,
                      launches == 1 ? "" : "es", reason);
 }
@@ -211,6 +216,8 @@ KernelCheck check_kernels(const std::vector<CheckedInstance>& instances) {
     const MatrixShape shape = matrix_shape(s.op, s.shapes);
     const bool channels = s.op == Op::conv2d;
     const std::string inputs = inputs_reason(s);
+    // A profile's op with no input types recorded: its tensors' dtype is not seen.
+    const bool unseen = s.intended && s.recorded_types.empty();
     const std::string algorithm = channels ? algorithm_reason(s) : std::string();
     bool checked = false;
     for (const CheckedKernel& g : s.kernels) {
@@ -249,11 +256,25 @@ KernelCheck check_kernels(const std::vector<CheckedInstance>& instances) {
             f.reason = with_shape(inputs + fmt::format("the library multiplied the {} data in {}",
                                                        long_name(*s.recorded_inputs), precision_name(c.input)),
                                   shape, channels);
+          } else if (unseen) {
+            f.severity = Severity::note;
+            f.inputs_unseen = true;
+            f.reason = algorithm + fmt::format("its kernel took {} operands; the op's input types were not recorded "
+                                               "(torch.profiler's record_shapes=True records them), so whether it "
+                                               "ran outside autocast or the library fell back from {} is not seen",
+                                               precision_name(c.input), wanted);
           } else {
             f.reason = with_shape(algorithm + fmt::format("the library took the {} tensors and multiplied in {}",
                                                           wanted, precision_name(c.input)),
                                   shape, channels);
           }
+        } else if (c.input == KernelPrecision::tf32 && unseen) {
+          f.problem = KernelProblem::tf32_kernel;
+          f.severity = Severity::note;
+          f.inputs_unseen = true;
+          f.reason = "TF32 multiplies float32 operands on tensor cores: the op's tensors were float32 here; its input "
+                     "types were not recorded (record_shapes=True), so why it was not in " +
+                     wanted + " is not seen";
         } else if (c.input == KernelPrecision::tf32) {
           f.problem = KernelProblem::tf32_kernel;
           f.reason = with_shape(inputs.empty()

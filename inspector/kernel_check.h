@@ -87,6 +87,9 @@ struct KernelFinding {
   std::uint64_t total_ns = 0;  // the kernel's GPU time in this instance
   bool intended = false;       // CheckedInstance::intended
   std::string reason;  // the likely reason, in words, with the fix where there is one
+  // A profile's op whose input types were not recorded: what its kernel took is said, but
+  // no fallback is claimed (that needs the tensors' dtype), and the finding is a note.
+  bool inputs_unseen = false;
   std::string text() const;  // one line: what ran, where the policy said otherwise, and why
 };
 

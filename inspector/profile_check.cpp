@@ -351,6 +351,7 @@ class Checker {
 
   reports::ProfileRank run() {
     classify_all();
+    precision_from_launchers();
     r_.source = p_.source;
     r_.format = pf::format_name(p_.format);
     r_.rank = p_.rank;
@@ -396,6 +397,37 @@ class Checker {
     }
   }
   const KernelClass& cls(std::size_t kernel) const { return classes_[class_of_[kernel]]; }
+
+  // A multiplying kernel whose name carries no type (Triton's and Inductor's triton_tem_*,
+  // a user's own kernel): its operands' precision is its launching op's recorded input
+  // type, where the profile recorded one and the op's floating inputs agree (Inductor
+  // launches each Triton kernel inside a record of its own name, with its tensor
+  // arguments' types under record_shapes). Only float16 and bfloat16 are taken: float32
+  // operands may be multiplied in TF32 (Triton's default for tl.dot, Inductor's under
+  // allow_tf32), which the type does not tell. Tensor cores stay unread: the name does not say.
+  void precision_from_launchers() {
+    std::map<std::pair<std::uint32_t, DType>, std::uint32_t> made;  // (class, dtype) -> class
+    for (std::size_t i = 0; i < p_.kernels.size(); ++i) {
+      const pf::Kernel& k = p_.kernels[i];
+      const KernelClass& c = cls(i);
+      if (k.kind != pf::ActivityKind::kernel || k.op < 0 || !multiplies(c.kind) || c.input != KernelPrecision::unknown)
+        continue;
+      const pf::Op& launcher = p_.ops[static_cast<std::size_t>(k.op)];
+      if (launcher.inputs == 0) continue;
+      std::string types;
+      const std::optional<DType> d = inputs_dtype(p_.inputs[launcher.inputs], &types);
+      if (!d || (*d != DType::f16 && *d != DType::bf16)) continue;
+      auto [it, fresh] = made.try_emplace({class_of_[i], *d}, static_cast<std::uint32_t>(classes_.size()));
+      if (fresh) {
+        KernelClass read = c;
+        read.input = precision_of_dtype(*d);
+        read.why += std::string(read.why.empty() ? "" : "; ") + "operands " + precision_name(read.input) +
+                    " from the launching op's recorded input types (" + types + ")";
+        classes_.push_back(std::move(read));
+      }
+      class_of_[i] = it->second;
+    }
+  }
 
   void attribution() {
     const pf::AttributionStats& a = p_.attribution;
@@ -892,13 +924,23 @@ class Checker {
       std::string parts;
       for (const reports::PrecisionShare& s : r_.shares)
         if (!(s.precision == "f16" || s.precision == "bf16" || s.precision == "fp8" || s.precision == "fp4"))
-          parts += (parts.empty() ? "" : ", ") + s.precision +
-                   (s.tensor_cores == "yes"  ? " on tensor cores"
-                    : s.tensor_cores == "no" ? " on CUDA cores"
-                                             : " (where: not read)") +
+          parts += (parts.empty() ? "" : ", ") +
+                   (s.precision == "unknown" ? std::string("kernels whose names do not say their precision")
+                                             : s.precision + (s.tensor_cores == "yes"  ? " on tensor cores"
+                                                              : s.tensor_cores == "no" ? " on CUDA cores"
+                                                                                       : " (tensor cores not read)")) +
                    " " + ms(s.ns);
       return parts;
     };
+    // Ops whose kernels took wider operands than the policy's but whose input types the
+    // profile did not record: said, and not judged.
+    std::int64_t unseen = 0;
+    for (const KernelFinding& f : check_.findings) unseen += f.inputs_unseen;
+    const std::string unseen_text =
+        unseen == 0 ? std::string()
+                    : fmt::format("; {} finding(s) on ops whose input types were not recorded (record_shapes=True "
+                                  "records them): what their kernels took is listed, no fallback is claimed",
+                                  unseen);
     const std::int64_t warnings = r_.check.warnings();
     const std::string scope = kernels_only ? " (kernel names only: " +
                                                  (p_.links ? std::string("the profile records no ops") : r_.no_links) + ")"
@@ -907,17 +949,45 @@ class Checker {
       r_.verdict = "no_matrix_work";
       r_.verdict_text = "no GEMM, convolution or attention kernel in the profile: nothing for AMP to speed up" + scope;
     } else if (expect_.fp32) {
-      r_.verdict = warnings > 0 ? "not_fp32" : "fp32";
-      r_.verdict_text = warnings > 0 ? fmt::format("NOT float32 as expected: {} of the {} matrix work took fewer bits "
-                                                   "(fp16, bf16 or TF32); {} finding(s)",
-                                                   ms(r_.matrix_ns - [&] {
-                                                     std::int64_t f32 = 0;
-                                                     for (const auto& s : r_.shares)
-                                                       if (s.precision == "f32" || s.precision == "f64") f32 += s.ns;
-                                                     return f32;
-                                                   }()),
-                                                   ms(r_.matrix_ns), warnings)
-                                     : "float32 as expected: AMP is off" + scope;
+      // Every matrix kernel that took fewer bits than float32, by time: TF32's are named.
+      std::map<std::string, std::int64_t> narrower;  // precision -> ns
+      std::map<std::uint32_t, std::int64_t> tf32_kernels;
+      for (std::size_t i = 0; i < p_.kernels.size(); ++i) {
+        const KernelClass& c = cls(i);
+        if (p_.kernels[i].kind != pf::ActivityKind::kernel || !multiplies(c.kind)) continue;
+        if (c.input == KernelPrecision::f32 || c.input == KernelPrecision::f64 || c.input == KernelPrecision::unknown)
+          continue;
+        narrower[precision_name(c.input)] += p_.kernels[i].duration_ns;
+        if (c.input == KernelPrecision::tf32) tf32_kernels[p_.kernels[i].name] += p_.kernels[i].duration_ns;
+      }
+      std::int64_t fewer = 0;
+      std::string parts;
+      for (const auto& [precision, ns] : narrower) {
+        fewer += ns;
+        parts += (parts.empty() ? "" : ", ") + precision + " " + percent(ns, r_.matrix_ns);
+      }
+      if (fewer > 0 || warnings > 0) {
+        std::vector<std::pair<std::int64_t, std::uint32_t>> top;
+        for (const auto& [name, ns] : tf32_kernels) top.emplace_back(ns, name);
+        std::stable_sort(top.begin(), top.end(), [&](const auto& a, const auto& b) {
+          return a.first != b.first ? a.first > b.first : p_.str(a.second) < p_.str(b.second);
+        });
+        std::string named;
+        for (std::size_t i = 0; i < top.size() && i < 3; ++i)
+          named += (named.empty() ? "" : ", ") + kernel_label(p_.str(top[i].second)) + " " + ms(top[i].first);
+        if (top.size() > 3) named += fmt::format(" and {} more", top.size() - 3);
+        r_.verdict = "not_fp32";
+        r_.verdict_text = fmt::format(
+            "NOT float32 as expected: {} of the {} matrix work took fewer bits ({}){}; {} finding(s){}", ms(fewer),
+            ms(r_.matrix_ns), parts.empty() ? std::string("see the findings") : parts,
+            named.empty() ? std::string()
+                          : "; TF32 (10 mantissa bits of each float32 input; torch.backends.cuda.matmul.allow_tf32 / "
+                            "torch.backends.cudnn.allow_tf32) in " + named,
+            warnings, scope);
+      } else {
+        r_.verdict = "fp32";
+        r_.verdict_text = "float32 as expected: AMP is off" + scope;
+      }
     } else if (low == 0) {
       r_.verdict = "amp_off";
       r_.verdict_text = fmt::format("AMP is NOT on: none of the {} of GEMM/convolution/attention time ran in float16 or "
@@ -927,12 +997,12 @@ class Checker {
       r_.verdict = "fallbacks";
       r_.verdict_text = fmt::format("AMP is on with {} fallback(s): {} of the matrix work in fp16/bf16/fp8 on tensor "
                                     "cores; {}{}",
-                                    warnings, percent(low_tc, r_.matrix_ns), r_.cost_text, scope);
+                                    warnings, percent(low_tc, r_.matrix_ns), r_.cost_text + unseen_text, scope);
     } else {
       r_.verdict = "amp_on";
-      r_.verdict_text = fmt::format("AMP is on: {} of the {} matrix work ran in fp16/bf16/fp8 on tensor cores; no "
-                                    "fallback{}",
-                                    percent(low_tc, r_.matrix_ns), ms(r_.matrix_ns), scope);
+      r_.verdict_text = fmt::format("AMP is on: {} of the {} matrix work ran in fp16/bf16/fp8 on tensor cores; {}{}",
+                                    percent(low_tc, r_.matrix_ns), ms(r_.matrix_ns),
+                                    unseen == 0 ? std::string("no fallback") : unseen_text.substr(2), scope);
     }
   }
 

@@ -148,6 +148,97 @@ TEST(ProfileCheck, Tf32UnderAnFp32ExpectationIsNarrower) {
   EXPECT_EQ(r.verdict, "not_fp32");
 }
 
+TEST(ProfileCheck, AnFp32ExpectationOnATf32RunSaysNotFp32NamingTheTf32KernelsAndTheirShare) {
+  // 30 us of TF32 convolution, 10 us of a CUDA-core float32 GEMM: 75% of the matrix work
+  // took TF32 (10 mantissa bits), whatever the op's recorded types.
+  const auto p = read_trace(concat(
+      {call("aten::cudnn_convolution", 0, 1, {{8, 64, 32, 32}, {64, 64, 3, 3}}, {"float", "float"}, kTf32Conv, 30),
+       call("aten::mm", 300, 2, {{64, 64}, {64, 64}}, {"float", "float"}, kF32SimtGemm, 10)}));
+  const reports::ProfileRank r = check(p, "fp32");
+  EXPECT_EQ(r.verdict, "not_fp32");
+  EXPECT_NE(r.verdict_text.find("tf32 75%"), std::string::npos) << r.verdict_text;
+  EXPECT_NE(r.verdict_text.find(kernel_label(kTf32Conv)), std::string::npos) << r.verdict_text;
+  // Without input types the verdict is the same: it rests on the kernels alone.
+  const auto bare = read_trace(concat({call("aten::cudnn_convolution", 0, 1, nullptr, nullptr, kTf32Conv, 30),
+                                       call("aten::mm", 300, 2, nullptr, nullptr, kF32SimtGemm, 10)}),
+                               "bare.json");
+  EXPECT_EQ(check(bare, "fp32").verdict, "not_fp32");
+}
+
+TEST(ProfileCheck, WithoutRecordedInputTypesNoFallbackIsClaimed) {
+  // A profile recorded without record_shapes, float32 throughout (CUDA-core f32 GEMMs and a
+  // TF32 convolution), checked against autocast-fp16 as asked: what each kernel took is
+  // listed, but no finding says the library took float16 tensors, none is a warning, and
+  // the verdict says the input types were not recorded.
+  std::vector<std::vector<ordered_json>> calls;
+  for (int i = 0; i < 4; ++i) calls.push_back(call("aten::mm", 200.0 * i, i + 1, nullptr, nullptr, kF32SimtGemm, 10));
+  calls.push_back(call("aten::cudnn_convolution", 1000, 9, nullptr, nullptr, kTf32Conv, 10));
+  const reports::ProfileRank r = check(read_trace(concat(std::move(calls))), "autocast-fp16");
+  EXPECT_EQ(r.check.warnings(), 0);
+  ASSERT_EQ(r.check.findings.size(), 5u);
+  for (const reports::KernelFinding& f : r.check.findings) {
+    EXPECT_EQ(f.severity, "note") << f.text;
+    EXPECT_EQ(f.text.find("took the float16 tensors"), std::string::npos) << f.text;
+    EXPECT_EQ(f.text.find("converted the float16 data"), std::string::npos) << f.text;
+    EXPECT_NE(f.reason.find("input types were not recorded"), std::string::npos) << f.reason;
+  }
+  EXPECT_EQ(r.verdict, "amp_off");
+  // The same trace with the types recorded (float16 tensors, a float32 kernel): a fallback.
+  const auto typed = read_trace(
+      call("aten::mm", 0, 1, {{64, 64}, {64, 64}}, {"c10::Half", "c10::Half"}, kF32SimtGemm, 10), "typed.json");
+  const reports::ProfileRank t = check(typed, "autocast-fp16");
+  ASSERT_EQ(t.check.findings.size(), 1u);
+  EXPECT_EQ(t.check.findings[0].severity, "warning");
+  EXPECT_NE(t.check.findings[0].reason.find("took the float16 tensors"), std::string::npos) << t.check.findings[0].reason;
+}
+
+TEST(ProfileCheck, AMixOfLowPrecisionAndUnrecordedOpsSaysWhatIsNotJudged) {
+  const auto p = read_trace(concat({call("aten::mm", 0, 1, nullptr, nullptr, kF16Gemm, 30),
+                                    call("aten::mm", 300, 2, nullptr, nullptr, kF32SimtGemm, 10)}));
+  const reports::ProfileRank r = check(p, "autocast-fp16");
+  EXPECT_EQ(r.verdict, "amp_on") << r.verdict_text;
+  EXPECT_NE(r.verdict_text.find("1 finding(s) on ops whose input types were not recorded"), std::string::npos)
+      << r.verdict_text;
+  EXPECT_EQ(r.verdict_text.find("tensor cores; no fallback"), std::string::npos) << r.verdict_text;
+}
+
+TEST(ProfileCheck, ABackwardInstanceIsLabelledOnce) {
+  // Kineto's autograd thread: an op inside a backward node is read as backward; its
+  // instance name carries the phase, and the finding's line does not repeat it.
+  const auto p = read_trace(
+      {cpu_op("autograd::engine::evaluate_function: MmBackward0", 2, 0, 200, 1),
+       cpu_op("aten::mm", 2, 10, 100, 2, {{64, 64}, {64, 64}}, {"float", "float"}),
+       runtime("cudaLaunchKernel", 2, 12, 2, 2), kernel(kF32SimtGemm, 15, 10, 2, 2)});
+  const reports::ProfileRank r = check(p, "autocast-fp16");
+  ASSERT_EQ(r.check.findings.size(), 1u);
+  EXPECT_EQ(r.check.findings[0].phase, "backward");
+  EXPECT_EQ(r.check.findings[0].text.find("(backward) (backward)"), std::string::npos) << r.check.findings[0].text;
+  EXPECT_NE(r.check.findings[0].text.find("(backward)"), std::string::npos) << r.check.findings[0].text;
+}
+
+TEST(ProfileCheck, AKernelWhoseNameHasNoTypeTakesItsLaunchersRecordedInputType) {
+  // Inductor launches each Triton kernel inside a record of its own name whose inputs are
+  // the kernel's tensor arguments: float16 there, so the template GEMM multiplied float16
+  // operands (tensor cores: the name does not say). Float32 arguments say nothing (tl.dot
+  // may take them as TF32), and neither do mixed ones.
+  const std::string tem = "triton_tem_fused_mm_0";
+  const auto p = read_trace(concat(
+      {call(tem, 0, 1, {{64, 64}, {64, 64}, {64, 64}}, {"c10::Half", "c10::Half", "c10::Half"}, tem, 20),
+       call("triton_tem_fused_mm_1", 300, 2, {{64, 64}, {64, 64}, {64, 64}}, {"float", "float", "float"},
+            "triton_tem_fused_mm_1", 10)}));
+  const reports::ProfileRank r = check(p, "autocast-fp16");
+  std::int64_t f16 = 0, unknown = 0;
+  for (const reports::PrecisionShare& s : r.shares) {
+    if (s.precision == "f16") {
+      f16 += s.ns;
+      EXPECT_EQ(s.tensor_cores, "unknown");
+    }
+    if (s.precision == "unknown") unknown += s.ns;
+  }
+  EXPECT_EQ(f16, 20000);
+  EXPECT_EQ(unknown, 10000);
+}
+
 TEST(ProfileCheck, NsightComputeCountersDecideTensorCoresAndDisagreementsAreListed) {
   const std::string wmma = "void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8>("
                            "cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8::Params)";
