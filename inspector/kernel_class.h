@@ -5,25 +5,40 @@
 // use at all for Hopper's cuDNN sm90_xmma kernels because the list never learned them
 // (pytorch/kineto issue 1041).
 //
-// The grammars read (inspector/kernel_class.cpp cites where each convention comes from):
+// The names are read through a table of kernel families (inspector/kernel_families.cpp: one
+// entry per family, how it is matched, the reader it calls or the reading it yields, the
+// source its rule rests on, and how to add a family). The grammars read:
 //   xmma       sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_..._tensor16x8x16_...
 //              (cuBLAS, cuDNN, TensorRT): arch, operation, a type tuple whose second pair
 //              is the MMA operand type and the accumulator type, the MMA instruction.
 //   cuBLAS     volta_fp16_s884gemm_fp16_..., turing_fp16_s1688cudnn_fp16_..., volta_sgemm_...
 //              arch, output type, accumulator letter + MMA shape (no shape: CUDA cores),
-//              gemm or cudnn, operand type (absent: the accumulator's).
+//              gemm or cudnn, operand type (absent: the accumulator's); TensorRT's builds
+//              of them with "trt_" in front, and its trt_<arch>_xmma_implicit_gemm_... .
 //   CUTLASS    cutlass_80_tensorop_f16_s16816gemm_f16_..., cutlass_simt_sgemm_...,
-//              cutlass3x_sm90_tensorop_s64x128x16gemm_f16_f16_f32_f16_f16_...
-//   nvjet      nvjet_sm90_hsh_64x8_64x16_1x1_h_bz_NNT (cuBLAS 12.8+ on sm90 and later):
-//              operand, accumulator and output types as one letter each.
+//              cutlass3x_sm90_tensorop_gemm_f16_f16_f32_f16_f16_..., block-scaled
+//              cutlass3x_sm100_bstensorop_gemm_ue8m0xe4m3_... (the element read, the scale said);
+//              f32 operands on a tensor-op class read TF32 (CUTLASS rounds them; 3xTF32 only
+//              where the name says so).
+//   nvjet      nvjet_sm90_hsh_64x8_64x16_1x1_h_bz_NNT, nvjet_qqtst_... (cuBLAS 12.8+ on sm90
+//              and later): operand, accumulator and output types as one letter each, or A,
+//              B, C, accumulator and D; q is fp8.
 //   trtllm-gen bmm_Bfloat16_E4m3E4m3_Fp32_t128x8x128u2_..._sm100a (TensorRT-LLM's and
 //              FlashInfer's Blackwell GEMMs): output type, A and B types written together,
 //              accumulator; "Mx" marks a block-scaled (MXFP8, MXFP4) operand.
 //   attention  fmhaSm100aKernel_QkvE4m3OBfloat16H64... (TensorRT-LLM), fmha_cutlassF_bf16_...
 //              _sm80 (PyTorch's memory-efficient attention), flash_fwd_kernel<...bfloat16_t...>
-//              (FlashAttention 2): a fused attention, its operand type read from the name.
+//              (FlashAttention 2), flash::FlashAttnFwdSm90<...> (FlashAttention 3),
+//              cudnn_generated_fort_native_sdpa_sm90_... (cuDNN's fused attention, whose name
+//              gives no precision).
+//   Triton     triton_tem_fused_mm_0, triton_poi_..., triton_red_... (torch.compile): the kind
+//              from the name, never the precision.
 //   C++        demangled (or mangled, demangled here) templates: the kernel's identifier
-//              and the element types among its template arguments; a wrapper whose
+//              (cuDNN's and cuBLAS's legacy CUDA-core engines by name: dgrad_engine,
+//              wgrad_alg0_engine, the Winograd and FFT transforms, which count as their
+//              convolution, gemmSN, gemmk1, sgemm_largek) and the element types among its
+//              template arguments, else its parameter list's pointers where they agree
+//              (matmul_k(float*, float*, float*, int, int, int): f32 operands); a wrapper whose
 //              template argument is one of the names above is read as that name.
 //   the project's own kernels (namespace ampcheck::), which use no MMA instruction.
 // A name, or a part of one, that fits none of these gives "unknown", never a guess.
@@ -40,14 +55,16 @@
 namespace ampcheck::inspector {
 
 // tf32 is its own value: f32 storage whose multiplies kept 10 mantissa bits. int32 is
-// the accumulator of int8 multiplies. fp8 is e4m3 or e5m2, fp4 e2m1, block-scaled (MX)
-// or not: Blackwell's tensor cores multiply them, nothing else does.
+// the accumulator of int8 multiplies. fp8 is e4m3 or e5m2, fp4 e2m1, block-scaled (MX,
+// NVFP4) or not: tensor cores multiply them, nothing else does. Six-bit formats (e2m3, e3m2)
+// have no value here: a kernel that takes them reads unknown.
 enum class KernelPrecision { unknown, f16, bf16, tf32, f32, f64, int8, int32, fp8, fp4 };
 
 enum class TensorCores { unknown, yes, no };
 
-// conv: a convolution whose name does not say which pass. other: a named kernel that is
-// none of the rest (normalization, loss, pooling, offsets and transforms around a conv).
+// conv: a convolution whose name does not say which pass; a convolution's own transforms
+// (Winograd's, the FFT's) are its work and read as its kind. other: a named kernel that is
+// none of the rest (normalization, loss, pooling, the offsets computed for a conv).
 enum class KernelKind {
   unknown,
   gemm,
