@@ -206,6 +206,17 @@ bool read_cublas_tokens(const std::vector<std::string>& t_in, KernelClass& r, Wh
   why.add(t[0] + " library name" + (at == 2 ? ", output " + t[1] : std::string()));
   why.add(quoted(t[at]) + ": " + core_text(*core));
   finish_core_input(*core, operand_after(t, at), r, why);
+  if (!core->shape.empty() && !core->intermediate && r.input == P::f32 && arch >= kFirstTensorCoreArch) {
+    // [PTX] no MMA takes f32 operands: on sm80 and later they are TF32's (cuBLAS emulates f32
+    // only where asked, CUBLAS_COMPUTE_32F_EMULATED_*); before sm80 no tensor core takes them.
+    if (arch >= 80) {
+      r.input = P::tf32;
+      why.add("f32 operands on tensor cores: TF32, the only MMA that takes f32 data");
+    } else {
+      r.input = P::unknown;
+      why.add(t[0] + "'s tensor cores take no f32 operands: the operand type is not the accumulator's, not read");
+    }
+  }
   if (t[at - 1] == "fp16x2" || (at + 1 < t.size() && t[at + 1] == "fp16x2"))
     why.add("'fp16x2': f16 pairs (half2), the CUDA cores' paired f16 FMA");
   if (arch < kFirstTensorCoreArch) {

@@ -443,6 +443,14 @@ const Expected kTf32OnTensorCores[] = {
     {"ampere_sgemm_32x32_sliced1x4_tn", "f32", "f32", "no", "gemm"},
     // f64 on tensor cores is DMMA, no rounding.
     {"cutlass_tensorop_d884gemm_128x128_16x3_nn_align1", "f64", "f64", "yes", "gemm"},
+    // cuBLAS's own names say their operand type after the core (Nsight Compute reports of
+    // cublasGemmEx in f16 and bf16 with an f32 result).
+    {"ampere_s1688gemm_fp16_128x128_ldg8_stages_32x1_nn", "f16", "f32", "yes", "gemm"},
+    {"ampere_s16816gemm_bf16_64x64_sliced1x2_ldg8_stages_64x6_nn", "bf16", "f32", "yes", "gemm"},
+    // Built from the grammar: no operand type after an 's' core with an MMA shape is f32 data
+    // on tensor cores, TF32 on sm80; on sm75 no MMA takes f32, so not read.
+    {"ampere_s1688gemm_128x128_ldg8_stages_32x1_nn", "tf32", "f32", "yes", "gemm"},
+    {"turing_s1688gemm_128x128_ldg8_nn", "unknown", "f32", "yes", "gemm"},
 };
 TEST(KernelClass, Tf32OnTensorCoresReadsAsTf32) {
   expect_rows(kTf32OnTensorCores);
@@ -638,6 +646,22 @@ const Expected kCutlass3AndBlockScaled[] = {
      "fp8", "f32", "yes", "gemm"},
     // A public profile's table, cut: CUTLASS 3's CUDA-core SGEMM on a B200.
     {"cutlass3x_sm100_simt_sgemm_f32_f32_f32_f32_f32_32x32x16_1x1x1_\xE2\x80\xA6", "f32", "f32", "no", "gemm"},
+    // Built from CUTLASS 3's templates, as a C++ kernel (not the library's procedural name):
+    // the sm100 mainloop's tcgen05 UMMA and the sm90 one's GMMA name the tensor cores.
+    {"void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cute::tuple<int, int, int, int>, "
+     "cutlass::gemm::collective::CollectiveMma<cutlass::gemm::MainloopSm100TmaUmmaWarpSpecialized<4, 2, 2, "
+     "cute::tuple<cute::C<1>, cute::C<1>, cute::C<1> > >, cute::tuple<cute::C<128>, cute::C<128>, cute::C<64> >, "
+     "cutlass::bfloat16_t, cute::tuple<long, cute::C<1>, long>, cutlass::bfloat16_t, cute::tuple<long, cute::C<1>, "
+     "long>, cute::TiledMMA<cute::MMA_Atom<cute::SM100_MMA_F16BF16_SS<cutlass::bfloat16_t, cutlass::bfloat16_t, "
+     "float, 128, 128, (cute::UMMA::Major)0, (cute::UMMA::Major)0> > > >, "
+     "cutlass::epilogue::collective::CollectiveEpilogue<float> > >(int)",
+     "bf16", "f32", "yes", "gemm"},
+    {"void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cute::tuple<int, int, int, int>, "
+     "cutlass::gemm::collective::CollectiveMma<cutlass::gemm::MainloopSm90TmaGmmaWarpSpecialized<4, "
+     "cute::tuple<cute::C<2>, cute::C<1>, cute::C<1> >, cutlass::gemm::KernelTmaWarpSpecializedCooperative>, "
+     "cute::tuple<cute::C<128>, cute::C<128>, cute::C<64> >, cutlass::half_t, cute::tuple<long, cute::C<1>, long>, "
+     "cutlass::half_t, cute::tuple<long, cute::C<1>, long> > > >(int)",
+     "f16", "unknown", "yes", "gemm"},
 };
 TEST(KernelClass, Cutlass3AndBlockScaledGemms) {
   expect_rows(kCutlass3AndBlockScaled);
@@ -730,6 +754,8 @@ const Expected kInductorKernels[] = {
     {"triton_per_fused__softmax_0", "unknown", "unknown", "no", "reduction"},
     {"triton_red_fused_sum_1", "unknown", "unknown", "no", "reduction"},
     {"triton_poi_fused_add_2", "unknown", "unknown", "no", "elementwise"},
+    // FlexAttention's template.
+    {"triton_tem_fused_flex_attention_0", "unknown", "unknown", "unknown", "attention"},
 };
 TEST(KernelClass, InductorKernels) {
   expect_rows(kInductorKernels);
