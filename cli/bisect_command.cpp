@@ -88,16 +88,6 @@ struct Outcome {
 
 // The keys (op type or module) of every producer a report names (each op that made
 // Inf/NaN from finite inputs), first occurrence each, in the order they happened.
-std::vector<std::string> producer_keys(const reports::Report& r, const std::string& granularity) {
-  std::vector<std::string> keys;
-  auto add = [&](const reports::NanEvent& e) {
-    const std::string key = granularity == "type" ? e.op : e.module;
-    if (!key.empty() && std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
-  };
-  for (const reports::NanEvent& e : r.nonfinite.producers) add(e);
-  if (r.nonfinite.producer) add(*r.nonfinite.producer);  // a report of an earlier minor: the first only
-  return keys;
-}
 
 // The layers a trial of an fp8 search points at: those whose fp8 casts failed it, then the
 // modules of the ops that made Inf/NaN, first occurrence each.
@@ -781,44 +771,6 @@ int run_bisect_engine(const BisectOptions& o, std::ostream& out, std::ostream& e
   return bisect_from(o, first, src, out, err);
 }
 
-// Where two runs of the unchanged script first differ, in a few words; "" when they agree
-// (the same bytes, or the same steps, losses, scales, verdict and producers).
-std::string first_difference(const RecordedRun& a, const RecordedRun& b) {
-  if (a.json == b.json) return {};
-  const reports::Report &x = a.report, &y = b.report;
-  if (x.steps.size() != y.steps.size())
-    return fmt::format("{} steps, then {}", x.steps.size(), y.steps.size());
-  for (std::size_t i = 0; i < x.steps.size(); ++i) {
-    const reports::StepRecord &s = x.steps[i], &t = y.steps[i];
-    const bool same_loss = s.loss == t.loss || (std::isnan(s.loss) && std::isnan(t.loss));
-    if (!same_loss) return fmt::format("the loss at step {}: {} vs {}", s.step, s.loss, t.loss);
-    if (s.loss_scale != t.loss_scale || s.skipped != t.skipped)
-      return fmt::format("the loss scaler at step {}: scale {} {}, then {} {}", s.step, s.loss_scale,
-                         s.skipped ? "skipped" : "stepped", t.loss_scale, t.skipped ? "skipped" : "stepped");
-  }
-  if (x.summary.verdict != y.summary.verdict)
-    return fmt::format("the verdict: {}, then {}", x.summary.verdict, y.summary.verdict);
-  if (producer_keys(x, "type") != producer_keys(y, "type") || producer_keys(x, "instance") != producer_keys(y, "instance"))
-    return "the ops that produced the first NaN/Inf";
-  return {};
-}
-
-// A scratch file for the trials' output (the script's prints), kept only while it is needed.
-struct TrialLog {
-  std::string path;
-  TrialLog() {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string templ = (tmp && *tmp ? std::string(tmp) : std::string("/tmp")) + "/ampcheck-bisect-XXXXXX.log";
-    const int fd = mkstemps(templ.data(), 4);
-    if (fd < 0) throw UsageError("bisect-nan --script: cannot make a scratch file in " + templ + "; set TMPDIR");
-    ::close(fd);
-    path = templ;
-  }
-  ~TrialLog() { std::remove(path.c_str()); }
-  TrialLog(const TrialLog&) = delete;
-  TrialLog& operator=(const TrialLog&) = delete;
-};
-
 int run_bisect_script(const BisectOptions& o, const CLI::App& cmd, std::ostream& out, std::ostream& err) {
   for (const char* engine_only : {"--model", "--data", "--loss", "--output", "--level", "--dtype", "--steps", "--batch",
                                   "--lr", "--seed", "--config", "--white", "--black", "--device", "--nproc",
@@ -834,7 +786,7 @@ int run_bisect_script(const BisectOptions& o, const CLI::App& cmd, std::ostream&
   if (shell_words(o.script).empty()) throw UsageError("bisect-nan --script: the command is empty; give \"python train.py\"");
   check_search_options(o);
   const InterruptScope interrupt;
-  const TrialLog log;
+  const ScratchLog log("bisect-nan --script");
 
   // The script as written, twice: a trial is judged against a run that repeats itself, or
   // a fix could be chance.

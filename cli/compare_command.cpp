@@ -11,12 +11,14 @@
 
 #include "cli/exit_codes.h"
 #include "cli/interrupt.h"
+#include "cli/recorder_process.h"  // recorded_run, first_difference: the script and its twin
 #include "cli/run_command.h"  // mark_interrupted
 #include "cli/run_options.h"
 #include "cli/usage_error.h"
 #include "engine/hooks.h"
 #include "inspector/to_report.h"  // dtype_text
 #include "inspector/trace.h"      // Occurrences
+#include "inspector/twin.h"       // compare_with_twin
 #include "reports/html.h"
 #include "reports/json.h"
 #include "reports/text.h"
@@ -29,7 +31,10 @@ struct CompareOptions {
   std::vector<std::string> levels{"O0", "O1", "O2"};
   std::string report, html;
   bool json = false;
+  std::string script;  // compare --script: the script beside its fp32 twin
+  int seeds = 3;       // the twin's runs, from --seed (the AMP run's) on
 };
+constexpr int kMaxTwinSeeds = 16;
 
 CLI::App* add_options(CLI::App& app, CompareOptions& o) {
   CLI::App* cmd = app.add_subcommand("compare", "Train at several AMP levels in lock step and compare every op's output");
@@ -40,6 +45,16 @@ CLI::App* add_options(CLI::App& app, CompareOptions& o) {
   cmd->add_option("--report", o.report, "write the JSON report (with its compare section) here");
   cmd->add_option("--html", o.html, "write the HTML report here");
   cmd->add_flag("--json", o.json, "print the JSON report instead of the text");
+  cmd->add_option("--script", o.script,
+                  "your own PyTorch script, as one command line (\"python train.py --steps 200\"): recorded as it is "
+                  "and beside its fp32 twin (the same script with autocast and the GradScaler disabled and its casts "
+                  "to float16/bfloat16 kept in float32), from the same seeds; the verdict says whether the AMP run "
+                  "stays within fp32's own seed-to-seed noise or departs from it, and from which step");
+  cmd->add_option("--seeds", o.seeds,
+                  "with --script: the fp32 twin's runs, seeds S..S+N-1 from --seed S (AMPCHECK_RECORD_SEED, which the recorder "
+                  "gives torch, random and numpy at import; a script that seeds itself must read it); their spread "
+                  "is the yardstick")
+      ->capture_default_str();
   return cmd;
 }
 
@@ -85,7 +100,115 @@ double mean(const std::vector<double>& v, std::size_t from, std::size_t to) {
   return to > from ? s / static_cast<double>(to - from) : 0.0;
 }
 
-int run_compare(const CompareOptions& o, std::ostream& out, std::ostream& err) {
+// compare --script: the script as written (twice: the runs must repeat themselves), then its
+// fp32 twin --seeds times; inspector/twin.h judges the AMP run against the twin's spread.
+int run_compare_script(const CompareOptions& o, const CLI::App& cmd, std::ostream& out, std::ostream& err) {
+  for (const char* engine_only : {"--model", "--data", "--loss", "--levels", "--steps", "--batch", "--lr", "--config",
+                                  "--white", "--black", "--device", "--dtype", "--nproc"})
+    if (cmd.get_option_no_throw(engine_only) != nullptr && cmd.count(engine_only) > 0)
+      throw UsageError(fmt::format("compare --script: {} sets ampcheck's own training, and the script trains with "
+                                   "its own settings: drop {} (or compare levels on an exported model with --model)",
+                                   engine_only, engine_only));
+  if (shell_words(o.script).empty()) throw UsageError("compare --script: the command is empty; give \"python train.py\"");
+  if (o.seeds < 1 || o.seeds > kMaxTwinSeeds)
+    throw UsageError(fmt::format("compare --script: --seeds {} is out of range: give 1 to {} (2 or more give a "
+                                 "yardstick)",
+                                 o.seeds, kMaxTwinSeeds));
+  check_output("--report", o.report);
+  check_output("--html", o.html);
+  const InterruptScope interrupt;
+  const ScratchLog log("compare --script");
+  const std::uint64_t seed0 = o.args.seed;
+  auto request = [&](bool amp_off, std::uint64_t seed) {
+    RecordRequest r;
+    r.shell = o.script;
+    r.inspect = amp_off ? "trace" : "stats";
+    r.allow_inf = o.args.allow_inf;
+    r.output_file = log.path;
+    r.seed = seed;
+    r.amp_off = amp_off;
+    return r;
+  };
+  auto stopped = [&](const RecordedRun& r) { return interrupt_requested() || r.report.interrupted.has_value(); };
+  auto losses = [](const RecordedRun& r) {
+    std::vector<double> v;
+    for (const reports::StepRecord& s : r.report.steps) v.push_back(s.loss);
+    return v;
+  };
+  if (!o.args.quiet) err << fmt::format("compare: recording the script as written (seed {})\n", seed0);
+  RecordedRun amp = recorded_run(request(false, seed0));
+  if (amp.report.run.framework && *amp.report.run.framework == "paddle")
+    throw UsageError("compare --script: the fp32 twin turns PyTorch's autocast and GradScaler off; a PaddlePaddle "
+                     "script's AMP is not patched: run it with paddle.amp.auto_cast(enable=False) yourself and compare "
+                     "the two recordings' losses");
+  if (amp.script_failed() && amp.report.steps.empty())
+    throw UsageError("compare --script: " + reports::script_failure_text(amp.report.run) +
+                     " before it trained a step; fix the script first (its output: " + log.path + ")");
+  std::vector<reports::TwinRun> fp32;
+  if (!stopped(amp)) {
+    if (!o.args.quiet) err << "compare: recording it again: the runs must agree\n";
+    const RecordedRun again = recorded_run(request(false, seed0));
+    if (!interrupt_requested())
+      if (const std::string diff = first_difference(amp, again); !diff.empty())
+        throw UsageError(fmt::format(
+            "compare --script: two runs of the unchanged script differ ({}), so no gap from its fp32 twin could be "
+            "told from chance; make the run repeat itself: seed it from AMPCHECK_RECORD_SEED or leave the seeding to "
+            "the recorder, use deterministic kernels (torch.use_deterministic_algorithms(True)), and load the data in "
+            "a fixed order",
+            diff));
+    for (int k = 0; k < o.seeds && !interrupt_requested(); ++k) {
+      const std::uint64_t seed = seed0 + static_cast<std::uint64_t>(k);
+      if (!o.args.quiet) err << fmt::format("compare: recording its fp32 twin, seed {} ({}/{})\n", seed, k + 1, o.seeds);
+      const RecordedRun twin = recorded_run(request(true, seed));
+      if (stopped(twin)) break;
+      fp32.push_back({seed, losses(twin)});
+    }
+    if (fp32.size() >= 2 && !interrupt_requested())
+      for (std::size_t k = 1; k < fp32.size(); ++k)
+        if (fp32[k].losses == fp32.front().losses)
+          throw UsageError(fmt::format(
+              "compare --script: the fp32 twin trained alike with seeds {} and {}: the script sets its own seed "
+              "(torch.manual_seed), so the spread would be no spread; seed it from the variable ampcheck sets, e.g. "
+              "torch.manual_seed(int(os.environ.get(\"AMPCHECK_RECORD_SEED\", 0)))",
+              fp32.front().seed, fp32[k].seed));
+  }
+  reports::Report report = amp.report;
+  report.run.command = "compare";
+  reports::Compare& c = report.compare.emplace();
+  c.reference = "fp32";
+  c.twin = inspector::compare_with_twin(o.script, seed0, losses(amp), amp.report.summary.verdict, std::move(fp32));
+  const reports::Twin& t = *c.twin;
+  reports::LevelRun amp_run;
+  amp_run.level = "amp";
+  amp_run.losses = t.amp_losses;
+  amp_run.final_loss = t.amp_losses.empty() ? 0.0 : t.amp_losses.back();
+  amp_run.skipped_steps = amp.report.summary.skipped_steps;
+  c.runs.push_back(amp_run);
+  for (const reports::TwinRun& r : t.fp32) {
+    reports::LevelRun run;
+    run.level = fmt::format("fp32 seed {}", r.seed);
+    run.losses = r.losses;
+    run.final_loss = r.losses.empty() ? 0.0 : r.losses.back();
+    c.runs.push_back(run);
+  }
+  // The headline is the comparison's; the AMP run's own verdict stays beside it.
+  report.summary.verdict_text = t.verdict_text + " (the AMP run alone: " + report.summary.verdict_text + ")";
+  if (interrupt_requested() && !report.interrupted) {
+    reports::Interruption& i = report.interrupted.emplace();
+    i.signal = std::string(interrupt_signal_name());
+    i.steps_run = i.steps_requested = static_cast<std::int64_t>(report.steps.size());
+  }
+  if (!o.report.empty()) write_output("--report", o.report, reports::to_json(report));
+  if (!o.html.empty()) write_output("--html", o.html, reports::to_html(report));
+  out << (o.json ? reports::to_json(report) : reports::to_text(report));
+  if (report.interrupted) return kInterrupted;
+  return t.verdict == "departs" ? kCheckFailed : kOk;
+}
+
+int run_compare(const CompareOptions& o, const CLI::App& cmd, std::ostream& out, std::ostream& err) {
+  if (!o.script.empty()) return run_compare_script(o, cmd, out, err);
+  if (cmd.count("--seeds") > 0)
+    throw UsageError("compare: --seeds is --script's (the fp32 twin's runs); levels train in lock step from --seed");
   if (o.levels.size() < 2) throw UsageError("--levels needs at least two levels, e.g. O0,O1,O2");
   std::vector<amp::Level> levels;
   for (const std::string& l : o.levels) {
@@ -232,8 +355,8 @@ int run_compare(const CompareOptions& o, std::ostream& out, std::ostream& err) {
 
 Command add_compare_command(CLI::App& app) {
   auto options = std::make_shared<CompareOptions>();
-  return {add_options(app, *options),
-          [options](std::ostream& out, std::ostream& err) { return run_compare(*options, out, err); }};
+  CLI::App* cmd = add_options(app, *options);
+  return {cmd, [options, cmd](std::ostream& out, std::ostream& err) { return run_compare(*options, *cmd, out, err); }};
 }
 
 }  // namespace ampcheck::cli

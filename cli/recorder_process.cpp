@@ -4,7 +4,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
+#include <cstdio>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -265,6 +268,7 @@ Recording record_process(const RecordRequest& r) {
       {"AMPCHECK_RECORD_KERNELS_OUT", r.kernels_out},
   };
   if (r.seed) set.emplace_back("AMPCHECK_RECORD_SEED", std::to_string(*r.seed));
+  if (r.amp_off) set.emplace_back("AMPCHECK_RECORD_AMP", "off");
   // AMPCHECK_RECORD_OWNER (the recording process's id) is the recorder's own: an inherited
   // one would make the script's process think it is a child and not record.
   std::vector<std::string> env = environment(set, true);
@@ -478,5 +482,48 @@ RecordedRun recorded_run(const RecordRequest& request) {
   add_exit_status(out, rec.exit_code);
   return out;
 }
+
+std::vector<std::string> producer_keys(const reports::Report& r, const std::string& granularity) {
+  std::vector<std::string> keys;
+  auto add = [&](const reports::NanEvent& e) {
+    const std::string key = granularity == "type" ? e.op : e.module;
+    if (!key.empty() && std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
+  };
+  for (const reports::NanEvent& e : r.nonfinite.producers) add(e);
+  if (r.nonfinite.producer) add(*r.nonfinite.producer);  // a report of an earlier minor: the first only
+  return keys;
+}
+
+// Where two runs of the unchanged script first differ, in a few words; "" when they agree
+// (the same bytes, or the same steps, losses, scales, verdict and producers).
+std::string first_difference(const RecordedRun& a, const RecordedRun& b) {
+  if (a.json == b.json) return {};
+  const reports::Report &x = a.report, &y = b.report;
+  if (x.steps.size() != y.steps.size())
+    return fmt::format("{} steps, then {}", x.steps.size(), y.steps.size());
+  for (std::size_t i = 0; i < x.steps.size(); ++i) {
+    const reports::StepRecord &s = x.steps[i], &t = y.steps[i];
+    const bool same_loss = s.loss == t.loss || (std::isnan(s.loss) && std::isnan(t.loss));
+    if (!same_loss) return fmt::format("the loss at step {}: {} vs {}", s.step, s.loss, t.loss);
+    if (s.loss_scale != t.loss_scale || s.skipped != t.skipped)
+      return fmt::format("the loss scaler at step {}: scale {} {}, then {} {}", s.step, s.loss_scale,
+                         s.skipped ? "skipped" : "stepped", t.loss_scale, t.skipped ? "skipped" : "stepped");
+  }
+  if (x.summary.verdict != y.summary.verdict)
+    return fmt::format("the verdict: {}, then {}", x.summary.verdict, y.summary.verdict);
+  if (producer_keys(x, "type") != producer_keys(y, "type") || producer_keys(x, "instance") != producer_keys(y, "instance"))
+    return "the ops that produced the first NaN/Inf";
+  return {};
+}
+
+ScratchLog::ScratchLog(const std::string& command) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string templ = (tmp && *tmp ? std::string(tmp) : std::string("/tmp")) + "/ampcheck-script-XXXXXX.log";
+  const int fd = mkstemps(templ.data(), 4);
+  if (fd < 0) throw UsageError(command + ": cannot make a scratch file in " + templ + "; set TMPDIR");
+  ::close(fd);
+  path = templ;
+}
+ScratchLog::~ScratchLog() { std::remove(path.c_str()); }
 
 }  // namespace ampcheck::cli

@@ -40,6 +40,7 @@ struct RecordRequest {
   std::int64_t kernels = 0;
   std::string kernels_out;
   std::optional<std::uint64_t> seed;  // AMPCHECK_RECORD_SEED: torch.manual_seed at torch's import
+  bool amp_off = false;  // AMPCHECK_RECORD_AMP=off: the script's fp32 twin (recorder/ampcheck_recorder/twin.py)
   // Where the script's standard output and error go: inherited (""), or appended to this
   // file (bisect-nan's trials, whose output is not the user's to read).
   std::string output_file;
@@ -100,5 +101,23 @@ struct ScratchFolder {
 // Splits a shell line into words as sh would for plain words and quotes (no expansion):
 // what names the interpreter of a --script line.
 std::vector<std::string> shell_words(const std::string& line);
+
+// The ops (granularity "type") or module paths ("instance") that produced the run's NaN/Inf,
+// first occurrence each.
+std::vector<std::string> producer_keys(const reports::Report& r, const std::string& granularity);
+
+// Where two runs of the unchanged script first differ, in a few words; "" when they agree
+// (the same bytes, or the same steps, losses, scales, verdict and producers).
+std::string first_difference(const RecordedRun& a, const RecordedRun& b);
+
+// A scratch file for the output of a script's runs that is not the user's to read (the
+// trials' prints), removed with it. Throws UsageError naming `command` when none can be made.
+struct ScratchLog {
+  std::string path;
+  explicit ScratchLog(const std::string& command);
+  ~ScratchLog();
+  ScratchLog(const ScratchLog&) = delete;
+  ScratchLog& operator=(const ScratchLog&) = delete;
+};
 
 }  // namespace ampcheck::cli

@@ -1181,7 +1181,66 @@ std::string spread_section(const Spread& sp) {
   return out + std::string(kSectionClose);
 }
 
+// compare --script: the AMP run's loss curve over its fp32 twin's runs, the gap and noise.
+std::string twin_section(const Twin& t) {
+  std::string out = section_open("compare", "AMP run beside its fp32 twin");
+  out += fmt::format("<p><code>{}</code>, seed {}: the AMP run ({}) and {} fp32 run(s) of the script with AMP off.</p>\n",
+                     esc(t.script), t.seed, esc(t.amp_verdict), t.fp32.size());
+  out += fmt::format("<p class=\"verdict verdict-{}\"><strong>{}</strong></p>\n", esc(t.verdict), esc(t.verdict_text));
+  double lo = 0, hi = 0;
+  bool any = false;
+  auto points = [&](const std::vector<double>& v) {
+    std::vector<std::pair<double, double>> p;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (!std::isfinite(v[i])) continue;
+      lo = any ? std::min(lo, v[i]) : v[i];
+      hi = any ? std::max(hi, v[i]) : v[i];
+      any = true;
+      p.emplace_back(static_cast<double>(i + 1), v[i]);
+    }
+    return p;
+  };
+  const auto amp = points(t.amp_losses);
+  std::vector<std::vector<std::pair<double, double>>> twins;
+  for (const TwinRun& r : t.fp32) twins.push_back(points(r.losses));
+  std::size_t steps = t.amp_losses.size();
+  for (const TwinRun& r : t.fp32) steps = std::max(steps, r.losses.size());
+  if (any && steps > 1) {
+    Axis y;
+    y.label = "loss";
+    y.lo = lo;
+    y.hi = hi > lo ? hi : lo + 1;
+    Plot plot("twin-loss", "loss per step", step_axis(1, static_cast<double>(steps)), y);
+    plot.series("AMP", kRed, amp);
+    plot.legend({"AMP", std::string(kRed), LegendEntry::Kind::line});
+    for (std::size_t k = 0; k < twins.size(); ++k) {
+      const std::string name = fmt::format("fp32 seed {}", t.fp32[k].seed);
+      const std::string_view color = kSeriesColors[k % std::size(kSeriesColors)];
+      plot.series(name, color, twins[k]);
+      plot.legend({name, std::string(color), LegendEntry::Kind::line});
+    }
+    if (t.departs_at) plot.vline(static_cast<double>(*t.departs_at), "departure", kRed, "departs", 0);
+    out += plot.render();
+  }
+  if (!t.gap.empty()) {
+    Table table({"#step", "#AMP loss", "#gap", "#fp32 noise"});
+    const std::size_t n = t.gap.size();
+    for (std::size_t k = 0; k <= 10; ++k) {
+      const std::size_t i = k * (n - 1) / 10;
+      if (k > 0 && i == (k - 1) * (n - 1) / 10) continue;
+      table.row({integer(static_cast<std::int64_t>(i + 1)), num(t.amp_losses[i], 5), num(t.gap[i], 3),
+                 t.noise.empty() ? std::string("–") : num(t.noise[i], 3)});
+    }
+    out += table.render("twin-steps");
+    out += fmt::format("<p class=\"caption\">gap: the trailing mean over {} step(s) of |AMP - fp32 of the same seed|; "
+                       "noise: the same of the largest |fp32 of another seed - fp32 of the same seed|.</p>\n",
+                       t.window);
+  }
+  return out + std::string(kSectionClose);
+}
+
 std::string compare_section(const Compare& c) {
+  if (c.twin) return twin_section(*c.twin);
   std::string out = section_open("compare", "Compare levels");
   out += fmt::format("<p>Reference level: <b>{}</b>.</p>\n", esc(c.reference));
   if (!c.runs.empty()) {

@@ -444,12 +444,32 @@ constexpr void fields(V& v, S& s) {
   v("module", s.module);
   v("levels", s.levels);
 }
+template <class V, Is<TwinRun> S>
+constexpr void fields(V& v, S& s) {
+  v("seed", s.seed);
+  v("losses", s.losses);
+}
+template <class V, Is<Twin> S>
+constexpr void fields(V& v, S& s) {
+  v("script", s.script);
+  v("seed", s.seed);
+  v("amp_losses", s.amp_losses);
+  v("amp_verdict", s.amp_verdict);
+  v("fp32", s.fp32);
+  v("window", s.window);
+  v("gap", s.gap);
+  v("noise", s.noise);
+  v("departs_at", s.departs_at);
+  v("verdict", s.verdict);
+  v("verdict_text", s.verdict_text);
+}
 template <class V, Is<Compare> S>
 constexpr void fields(V& v, S& s) {
   v("reference", s.reference);
   v("runs", s.runs);
   v("ops", s.ops);
   v("fastest_growing", s.fastest_growing);
+  v("twin", s.twin);  // 1.11; optional (compare --script)
 }
 template <class V, Is<Interruption> S>
 constexpr void fields(V& v, S& s) {
@@ -845,7 +865,7 @@ static_assert(kEveryMemberHasAField<
               Versions, AmpSettings, DeviceMemory, RunInfo, StepRecord, DtypeCounts, OpTypeRow, InsertedCasts,
               Histogram, LowPrecisionCounts, Numerics, LocalError, CastCount, KernelCount,
               NamedNumerics, OpInstance, TensorNumerics, Swamping, TensorRange, RangeLoss, LostValue,
-              NanEvent, Failure, IntendedInf, ScalerProbing, ZeroGradients, NonFinite, Summary, Trial, Suggestion, Bisect, LevelRun, LevelError, CompareOp, Compare,
+              NanEvent, Failure, IntendedInf, ScalerProbing, ZeroGradients, NonFinite, Summary, Trial, Suggestion, Bisect, LevelRun, LevelError, CompareOp, Compare, TwinRun, Twin,
               Interruption, SeedOutcome, LowPrecisionSeen, LocalErrorSeen, Spread, GpuKernel, KernelTypeRow,
               KernelFinding, OutsideKernel, Kernels, RankOverflow, RankDisagreement, RankSummary, Distributed,
               PrecisionShare, ProfileOp, FallbackCost, Unattributable, CounterCheck, ProfileRank, RankDifference,

@@ -30,7 +30,7 @@ inline constexpr int kSchemaMajor = 1;
 // OpInstance::gpu_kernels (CUDA runs with CUPTI); 1.5: Report::distributed (data-parallel
 // runs under mpirun); 1.6: NonFinite::skips, mask_failures; 1.8: DtypeCounts::fp8; 1.9:
 // Report::fp8 (fp8 training: every scaled tensor's casts, step by step, and the findings).
-inline constexpr int kSchemaMinor = 10;
+inline constexpr int kSchemaMinor = 11;
 
 // What wrote the report. Nothing of the machine it ran on: the same build gives the same
 // bytes on every x86-64 CPU (the CPU paths differ in speed only).
@@ -462,11 +462,34 @@ struct CompareOp {
   std::vector<LevelError> levels;  // every level but the reference
 };
 
+// 1.11: compare --script: a recorded script beside its fp32 twin (the same script with AMP
+// off, from the same seeds), recorded --seeds N times so that its own seed-to-seed spread
+// is the yardstick (inspector/twin.h).
+struct TwinRun {
+  std::uint64_t seed = 0;
+  std::vector<double> losses;  // per step, as the recorder read them
+};
+struct Twin {
+  std::string script;
+  std::uint64_t seed = 0;          // the AMP run's (its twin's first run has it too)
+  std::vector<double> amp_losses;  // per step
+  std::string amp_verdict;         // the AMP run's own recorded verdict
+  std::vector<TwinRun> fp32;       // the twin's runs, the AMP run's seed first
+  std::int64_t window = 1;         // steps per trailing mean
+  // Per step (the steps both ran): the trailing mean of |AMP - fp32 of the same seed|, and of
+  // the largest |fp32 of another seed - fp32 of the same seed| (empty with one fp32 run).
+  std::vector<double> gap, noise;
+  std::optional<std::int64_t> departs_at;  // the first step of the departure that lasts to the end
+  std::string verdict;  // "within_noise", "departs", "no_yardstick"
+  std::string verdict_text;
+};
+
 struct Compare {
   std::string reference;  // "O0"
   std::vector<LevelRun> runs;
   std::vector<CompareOp> ops;             // per forward op instance, in execution order
   std::vector<std::string> fastest_growing;  // op instance names, fastest first
+  std::optional<Twin> twin;  // 1.11: compare --script
 };
 
 // A training that a signal (Ctrl-C, SIGTERM) stopped before its last step: the report

@@ -226,7 +226,37 @@ std::string bisect_section(const Bisect& b, bool interrupted) {
   return s;
 }
 
+// compare --script: the AMP run's loss curve beside its fp32 twin's, at a few steps.
+std::string twin_section(const Twin& t) {
+  std::string s = fmt::format("AMP run beside its fp32 twin ({}; seed {}, {} fp32 run(s), trailing means over {} "
+                              "step(s)):\n  {}\n",
+                              t.script, t.seed, t.fp32.size(), t.window, t.verdict_text);
+  const std::size_t steps = t.gap.size();
+  if (steps == 0) return s;
+  std::vector<std::string> headers = {"step", "AMP loss"};
+  for (const TwinRun& r : t.fp32) headers.push_back(fmt::format("fp32 seed {}", r.seed));
+  headers.push_back("gap");
+  if (!t.noise.empty()) headers.push_back("fp32 noise");
+  TextTable table(headers);
+  // The first step, every tenth of the run, the departure and the last.
+  std::vector<std::size_t> rows;
+  for (std::size_t k = 0; k <= 10; ++k) rows.push_back(k * (steps - 1) / 10);
+  if (t.departs_at) rows.push_back(static_cast<std::size_t>(*t.departs_at - 1));
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  for (const std::size_t i : rows) {
+    if (i >= steps) continue;
+    std::vector<std::string> row = {std::to_string(i + 1), number(t.amp_losses[i])};
+    for (const TwinRun& r : t.fp32) row.push_back(i < r.losses.size() ? number(r.losses[i]) : "-");
+    row.push_back(fmt::format("{:.3g}", t.gap[i]));
+    if (!t.noise.empty()) row.push_back(fmt::format("{:.3g}", t.noise[i]));
+    table.add_row(row);
+  }
+  return s + table.render();
+}
+
 std::string compare_section(const Compare& c) {
+  if (c.twin) return twin_section(*c.twin);
   std::string s = fmt::format("Levels in lock step (same seed, same data), errors against {}:\n", c.reference);
   TextTable runs({"level", "loss start", "loss end", "accuracy", "skipped"});
   for (const LevelRun& r : c.runs)

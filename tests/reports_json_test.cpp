@@ -50,7 +50,7 @@ TEST(ReportJson, RoundTripGivesTheSameText) {
 TEST(ReportJson, ReadBackValuesMatchTheReport) {
   const Report original = testing::sample_report();
   const Report r = from_json(to_json(original), "run.json");
-  EXPECT_EQ(r.schema_version, "1.10");
+  EXPECT_EQ(r.schema_version, "1.11");
   EXPECT_EQ(r.run.model_description, original.run.model_description);
   EXPECT_EQ(r.run.seed, 7u);
   EXPECT_EQ(r.run.amp.custom_black_list, std::vector<std::string>{"softmax"});
@@ -203,7 +203,7 @@ TEST(ReportJson, EqualReportsGiveIdenticalBytes) {
   EXPECT_EQ(a, b);
   EXPECT_EQ(a.substr(0, 2), "{\n");
   EXPECT_EQ(a.substr(a.size() - 2), "}\n");
-  EXPECT_NE(a.find("\n  \"schema_version\": \"1.10\",\n"), std::string::npos);
+  EXPECT_NE(a.find("\n  \"schema_version\": \"1.11\",\n"), std::string::npos);
 }
 
 // 1.2: the spread of `run --seeds N` goes out and comes back whole; a report of 1.1 that
@@ -479,12 +479,12 @@ TEST(ReportJson, OtherMajorIsRejectedWithWhatToDo) {
 
 TEST(ReportJson, NewerMinorWithUnknownFieldsIsRead) {
   ordered_json doc = sample_doc();
-  doc["schema_version"] = "1.11";
+  doc["schema_version"] = "1.12";
   doc["energy"] = {{"joules", 12.5}};
   doc["steps"][0]["grad_norm"] = 3.0;
   doc["ops"][0]["local_error"]["median"] = 1e-4;
   const Report r = from_json(doc.dump(), "run.json");
-  EXPECT_EQ(r.schema_version, "1.11");
+  EXPECT_EQ(r.schema_version, "1.12");
   EXPECT_EQ(r.steps[0].loss, 1.0986);
   // Written back as what this writer implements, without the fields it does not know.
   EXPECT_EQ(to_json(r), to_json(testing::sample_report()));
@@ -676,7 +676,7 @@ TEST_F(ReportJsonSchema, Fp8SectionIsValidAndItsEnumsAreChecked) {
 
 TEST_F(ReportJsonSchema, NewerMinorWithExtraFieldsIsValid) {
   ordered_json doc = sample_doc();
-  doc["schema_version"] = "1.11";
+  doc["schema_version"] = "1.12";
   doc["energy"] = {{"joules", 12.5}};
   doc["ops"][0]["kernels"][0]["duration_unit"] = "none";
   const Outcome o = validate(doc.dump(2), "minor.json");

@@ -30,6 +30,9 @@ The environment (each also a flag of ``run``; docs/recorder.md):
                                   imports the framework (`ampcheck record --seeds N`); a
                                   script that seeds itself afterwards wins (it may read
                                   this variable)
+    AMPCHECK_RECORD_AMP           off: record the script's fp32 twin (twin.py: autocast and
+                                  the GradScaler disabled, the script's casts to
+                                  float16/bfloat16 kept in float32; `ampcheck compare --script`)
     AMPCHECK_RECORD_OWNER         set by the recorder to its process id: a Python
                                   process the script starts (DataLoader workers,
                                   subprocesses) sees another id and does not record
@@ -58,6 +61,7 @@ ENV_OWNER_RANK = "AMPCHECK_RECORD_OWNER_RANK"
 ENV_LISTEN = "AMPCHECK_RECORD_LISTEN"
 ENV_KERNELS = "AMPCHECK_RECORD_KERNELS"          # steps to profile (record --kernels N)
 ENV_KERNELS_OUT = "AMPCHECK_RECORD_KERNELS_OUT"  # where the trace goes
+ENV_AMP = "AMPCHECK_RECORD_AMP"                  # off: the fp32 twin (twin.py)
 
 
 class ConfigError(ValueError):
@@ -234,6 +238,15 @@ def paddle_options(opts: dict) -> dict:
 def _start_from_environment(opts, framework="torch"):
     try:
         _seed_from_environment(framework)
+        amp = os.environ.get(ENV_AMP, "on") or "on"
+        if amp not in ("on", "off"):
+            raise ConfigError(f'{ENV_AMP}="{amp}" is not on or off')
+        if amp == "off":
+            if framework == "paddle":
+                raise ConfigError("the fp32 twin (compare --script) turns PyTorch's AMP off; PaddlePaddle's is not "
+                                  "patched: run the script with paddle.amp.auto_cast(enable=False) yourself")
+            from .twin import turn_amp_off
+            turn_amp_off()
         script = {"script": sys.argv[0] if sys.argv else "", "script_args": sys.argv[1:], "wait_for_model": True}
         if framework == "paddle":
             from .paddle_recorder import PaddleRecorder

@@ -1,0 +1,121 @@
+#include "inspector/twin.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+namespace ampcheck::inspector {
+namespace {
+
+// Trailing means over `window` values (fewer at the start).
+std::vector<double> trailing_mean(const std::vector<double>& v, std::size_t window) {
+  std::vector<double> out(v.size());
+  double sum = 0;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    sum += v[i];
+    if (i >= window) sum -= v[i - window];
+    out[i] = sum / static_cast<double>(std::min(i + 1, window));
+  }
+  return out;
+}
+
+std::string loss_text(double x) { return std::isfinite(x) ? fmt::format("{:.4g}", x) : fmt::format("{}", x); }
+
+}  // namespace
+
+reports::Twin compare_with_twin(std::string script, std::uint64_t seed, std::vector<double> amp_losses,
+                                std::string amp_verdict, std::vector<reports::TwinRun> fp32) {
+  reports::Twin t;
+  t.script = std::move(script);
+  t.seed = seed;
+  t.amp_losses = std::move(amp_losses);
+  t.amp_verdict = std::move(amp_verdict);
+  t.fp32 = std::move(fp32);
+  if (t.fp32.empty()) {
+    t.verdict = "no_yardstick";
+    t.verdict_text = "no fp32 run of the script was recorded: nothing to compare with";
+    return t;
+  }
+  const std::vector<double>& same = t.fp32.front().losses;
+  const std::size_t steps = std::min(t.amp_losses.size(), same.size());
+  const std::size_t window = std::max<std::size_t>(1, steps / 10);
+  t.window = static_cast<std::int64_t>(window);
+
+  // A loss the AMP run lost (not finite) where the twin's is finite: a departure there.
+  std::size_t lost = steps;
+  for (std::size_t i = 0; i < steps; ++i)
+    if (!std::isfinite(t.amp_losses[i]) && std::isfinite(same[i])) {
+      lost = i;
+      break;
+    }
+  std::vector<double> gap(steps), noise;
+  for (std::size_t i = 0; i < steps; ++i)
+    gap[i] = i < lost ? std::abs(t.amp_losses[i] - same[i]) : 0.0;
+  t.gap = trailing_mean(gap, window);
+  if (t.fp32.size() >= 2) {
+    noise.assign(steps, 0.0);
+    for (std::size_t k = 1; k < t.fp32.size(); ++k)
+      for (std::size_t i = 0; i < steps && i < t.fp32[k].losses.size(); ++i)
+        noise[i] = std::max(noise[i], std::abs(t.fp32[k].losses[i] - same[i]));
+    t.noise = trailing_mean(noise, window);
+  }
+  if (lost < steps) {
+    t.gap.resize(lost);
+    if (!t.noise.empty()) t.noise.resize(lost);
+    t.departs_at = static_cast<std::int64_t>(lost) + 1;
+    t.verdict = "departs";
+    t.verdict_text = fmt::format("the AMP run departs from its fp32 twin at step {}: its loss is {} where fp32's is {}",
+                                 lost + 1, loss_text(t.amp_losses[lost]), loss_text(same[lost]));
+    return t;
+  }
+  if (steps == 0) {
+    t.verdict = "no_yardstick";
+    t.verdict_text = "no step ran in both the AMP run and its fp32 twin";
+    return t;
+  }
+  const std::size_t last = steps - 1;
+  const double relative = std::abs(same[last]) > 0 ? t.gap[last] / std::abs(same[last]) : 0.0;
+  if (t.noise.empty()) {
+    t.verdict = "no_yardstick";
+    t.verdict_text = fmt::format(
+        "at the last step the AMP run's loss is {} and the fp32 twin's {} (a gap of {:.3g}, {:.1f}% over the last {} "
+        "step(s)); with one fp32 run there is no yardstick for how much training itself varies: give --seeds 2 or more",
+        loss_text(t.amp_losses[last]), loss_text(same[last]), t.gap[last], 100 * relative, window);
+    return t;
+  }
+  // The departure that lasts: the first step from which the gap stays above the noise.
+  std::size_t from = steps;
+  for (std::size_t i = steps; i-- > 0;) {
+    if (!(t.gap[i] > t.noise[i])) break;
+    from = i;
+  }
+  if (from < steps && steps - from >= window) {
+    t.departs_at = static_cast<std::int64_t>(from) + 1;
+    t.verdict = "departs";
+    t.verdict_text = fmt::format(
+        "the AMP run departs from its fp32 twin from step {}: at the last step its loss is {} against fp32's {}, a gap "
+        "of {:.3g} ({:.1f}%, mean of the last {} step(s)), {:.1f}x the largest spread between fp32 runs of other seeds "
+        "({:.3g})",
+        from + 1, loss_text(t.amp_losses[last]), loss_text(same[last]), t.gap[last], 100 * relative, window,
+        t.noise[last] > 0 ? t.gap[last] / t.noise[last] : std::numeric_limits<double>::infinity(), t.noise[last]);
+    return t;
+  }
+  std::size_t widest = 0;
+  for (std::size_t i = 0; i < steps; ++i)
+    if (t.gap[i] - t.noise[i] > t.gap[widest] - t.noise[widest]) widest = i;
+  t.verdict = "within_noise";
+  t.verdict_text = fmt::format(
+      "the AMP run stays within fp32's own noise: over {} steps its gap from the fp32 twin of the same seed (last "
+      "{:.3g}) is no wider than the {} fp32 run(s) of other seeds are from it (last {:.3g}){}",
+      steps, t.gap[last], t.fp32.size() - 1, t.noise[last],
+      t.gap[widest] > t.noise[widest]
+          ? fmt::format("; it passed them for a while (widest at step {}: {:.3g} against {:.3g}) and came back",
+                        widest + 1, t.gap[widest], t.noise[widest])
+          : std::string());
+  return t;
+}
+
+}  // namespace ampcheck::inspector

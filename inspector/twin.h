@@ -1,0 +1,30 @@
+// The AMP run beside its fp32 twin (`ampcheck compare --script`): whether the AMP run's loss
+// curve stays within the fp32 training's own noise, or departs from it and from which step.
+//
+// The twin is the same script with AMP off, from the same seeds; recorded N times (seeds
+// s, s+1, ...), its runs of other seeds say how far training itself moves a loss curve. The
+// AMP run shares its seed with the twin's first run, so the two start alike: the yardstick
+// is how far another seed's fp32 run is from that same-seed fp32 run, step by step.
+//
+//   gap(t)   = trailing mean over `window` steps of |AMP(t) - fp32_seed(t)|
+//   noise(t) = trailing mean over `window` steps of max over the other seeds k of
+//              |fp32_k(t) - fp32_seed(t)|
+//
+// The run departs from step S when gap > noise at S and at every step after it to the last
+// (a departure that closes again is the noise it looks like), and lasts at least a window;
+// a loss that is not finite in the AMP run where the twin's is departs there. With one fp32
+// run there is no yardstick, and the verdict says so rather than guess.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "reports/report.h"
+
+namespace ampcheck::inspector {
+
+reports::Twin compare_with_twin(std::string script, std::uint64_t seed, std::vector<double> amp_losses,
+                                std::string amp_verdict, std::vector<reports::TwinRun> fp32);
+
+}  // namespace ampcheck::inspector

@@ -1,0 +1,65 @@
+"""The fp32 twin's patches (ampcheck_recorder/twin.py), each against what PyTorch does
+without them: autocast and the GradScaler disabled, the script's casts to float16 and
+bfloat16 kept in float32, the recorder's own casts untouched. Run in a fresh interpreter:
+the patches are process-wide."""
+import subprocess
+import sys
+import textwrap
+
+CHECK = textwrap.dedent('''
+    import torch
+    from ampcheck_recorder.twin import turn_amp_off
+    turn_amp_off()
+    turn_amp_off()  # idempotent
+    lin = torch.nn.Linear(4, 4)
+    x = torch.randn(2, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert lin(x).dtype == torch.float32, "autocast should be off"
+        assert not torch.is_autocast_enabled("cpu")
+
+    @torch.autocast("cpu", dtype=torch.bfloat16)
+    def decorated(a):
+        return lin(a)
+    assert decorated(x).dtype == torch.float32
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    assert not scaler.is_enabled()
+    loss = lin(x).sum()
+    assert scaler.scale(loss) is loss, "a disabled scaler returns the loss as it is"
+    assert torch.nn.Linear(4, 4).half().weight.dtype == torch.float32
+    assert torch.nn.Linear(4, 4).bfloat16().weight.dtype == torch.float32
+    assert torch.nn.Linear(4, 4).to(torch.float16).weight.dtype == torch.float32
+    assert torch.nn.Linear(4, 4).to("cpu", torch.bfloat16).weight.dtype == torch.float32
+    assert x.half().dtype == torch.float32 and x.bfloat16().dtype == torch.float32
+    assert x.to(torch.bfloat16).dtype == torch.float32 and x.to(dtype=torch.float16).dtype == torch.float32
+    assert torch.arange(3).half().dtype == torch.float32, "an integer tensor's half() becomes float32"
+    assert x.to(torch.float64).dtype == torch.float64, "other casts are the script's"
+    assert torch.arange(3).to(torch.int32).dtype == torch.int32
+    # The recorder's own casts (its statistics ask what a value becomes in float16): untouched.
+    scope = {"__name__": "ampcheck_recorder.stats", "torch": torch, "x": x}
+    exec("y16 = x.to(torch.float16); yb = x.bfloat16()", scope)
+    assert scope["y16"].dtype == torch.float16 and scope["yb"].dtype == torch.bfloat16
+    print("ok")
+''')
+
+
+def test_the_twin_turns_amp_and_the_scripts_low_precision_casts_off():
+    done = subprocess.run([sys.executable, "-c", CHECK], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
+def test_without_the_twin_the_same_calls_are_low_precision():
+    # The reference the test above departs from: PyTorch's own behaviour, unpatched.
+    plain = textwrap.dedent('''
+        import torch
+        lin = torch.nn.Linear(4, 4)
+        x = torch.randn(2, 4)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert lin(x).dtype == torch.bfloat16
+        assert torch.nn.Linear(4, 4).half().weight.dtype == torch.float16
+        assert x.to(torch.bfloat16).dtype == torch.bfloat16
+        assert torch.amp.GradScaler("cpu").is_enabled()
+        print("ok")
+    ''')
+    done = subprocess.run([sys.executable, "-c", plain], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# ampcheck compare --script: the user's script beside its fp32 twin (the same script with
+# autocast and the GradScaler disabled and its casts to bf16/fp16 kept in fp32, from the
+# same seeds), the twin recorded --seeds times for its own spread. Expectations from the
+# planting (recorder/tests/scripts/twin_train.py's docstring):
+#   bf16_weights  no fp32 master weights: the loss stalls where fp32's falls: departs, exit 1
+#   autocast      bf16 autocast over fp32 weights: within fp32's noise, exit 0
+#   fixed_seed    the script seeds itself with a constant: no spread to measure, exit 2
+set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/expect.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/record.sh"
+scripts=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../recorder/tests/scripts" && pwd)
+work=${WORK:?set WORK to a scratch directory}
+rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
+twin="$py $scripts/twin_train.py"
+
+expect 1 "the AMP run departs from its fp32 twin from step" -- \
+  "$bin" compare --quiet --script "$twin bf16_weights" --seeds 3 --report "$work/planted.json" --html "$work/planted.html"
+validate "$work/planted.json"
+[[ $(json_get "$work/planted.json" 'r["compare"]["twin"]["verdict"], len(r["compare"]["twin"]["fp32"])') == "('departs', 3)" ]] ||
+  fail "the planted run's report should hold a departure and 3 fp32 runs"
+# The twin trained in fp32: the fp32 runs' losses are not the AMP run's, and the AMP run's
+# own recording saw its bf16 weights.
+json_get "$work/planted.json" 'r["compare"]["twin"]["fp32"][0]["losses"][-1] < 0.9 * r["compare"]["twin"]["amp_losses"][-1]' |
+  grep -qx True || fail "the fp32 twin of the bf16-weight run should end lower than it"
+grep -q "AMP run beside its fp32 twin" "$work/planted.html" || fail "the HTML report lacks the twin's section"
+
+expect 0 "the AMP run stays within fp32's own noise" -- "$bin" compare --quiet --script "$twin autocast" --seeds 3
+expect 0 "with one fp32 run there is no yardstick" -- "$bin" compare --quiet --script "$twin autocast" --seeds 1
+expect 2 'torch.manual_seed(int(os.environ.get("AMPCHECK_RECORD_SEED", 0)))' -- \
+  "$bin" compare --quiet --script "$twin fixed_seed" --seeds 2
+expect 2 "compare --script: --model sets ampcheck's own training" -- \
+  "$bin" compare --script "$twin autocast" --model mlp
+expect 2 "compare --script: --seeds 0 is out of range" -- "$bin" compare --script "$twin autocast" --seeds 0
+expect 2 "compare: --seeds is --script's" -- "$bin" compare --model mlp --seeds 2
+(( fails == 0 )) || { echo "$fails failure(s)"; exit 1; }
+echo "all passed"

@@ -1,0 +1,91 @@
+// The AMP run against its fp32 twin (inspector/twin.h), on loss curves written here: the
+// expected step of each departure worked out by hand below from the definition (trailing
+// means over a tenth of the steps; the gap above the other seeds' spread to the end).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "inspector/twin.h"
+
+namespace ampcheck::inspector {
+namespace {
+
+// fp32 of the AMP run's seed: 10 - 0.1 t over 20 steps (t from 1).
+std::vector<double> base_curve() {
+  std::vector<double> v;
+  for (int t = 1; t <= 20; ++t) v.push_back(10 - 0.1 * t);
+  return v;
+}
+std::vector<double> shifted(std::vector<double> v, double by) {
+  for (double& x : v) x += by;
+  return v;
+}
+std::vector<reports::TwinRun> three_seeds() {
+  return {{0, base_curve()}, {1, shifted(base_curve(), 0.2)}, {2, shifted(base_curve(), -0.2)}};
+}
+
+TEST(Twin, ARunThatTracksItsTwinCloserThanAnotherSeedStaysWithinTheNoise) {
+  const reports::Twin t = compare_with_twin("python train.py", 0, shifted(base_curve(), 0.01), "healthy", three_seeds());
+  EXPECT_EQ(t.verdict, "within_noise") << t.verdict_text;
+  EXPECT_EQ(t.window, 2);  // 20 steps / 10
+  ASSERT_EQ(t.gap.size(), 20u);
+  EXPECT_NEAR(t.gap.back(), 0.01, 1e-12);
+  EXPECT_NEAR(t.noise.back(), 0.2, 1e-12);
+  EXPECT_FALSE(t.departs_at.has_value());
+}
+
+TEST(Twin, AGapThatGrowsPastTheSeedsSpreadAndStaysDepartsWhereItPassedIt) {
+  // AMP = fp32 until step 9, then 0.1 (t - 9) above it: raw gaps 0.1, 0.2, 0.3, ... from
+  // step 10; trailing means over 2 steps: 0.05 at 10, 0.15 at 11, 0.25 at 12 > 0.2 (the
+  // seeds' spread), and above it to the end: the departure starts at step 12.
+  std::vector<double> amp = base_curve();
+  for (int t = 10; t <= 20; ++t) amp[t - 1] += 0.1 * (t - 9);
+  const reports::Twin t = compare_with_twin("python train.py", 0, amp, "healthy", three_seeds());
+  EXPECT_EQ(t.verdict, "departs") << t.verdict_text;
+  ASSERT_TRUE(t.departs_at.has_value());
+  EXPECT_EQ(*t.departs_at, 12);
+  EXPECT_NE(t.verdict_text.find("from step 12"), std::string::npos) << t.verdict_text;
+  // At the last step: raw gaps 1.0 and 1.1, mean 1.05, against a spread of 0.2: 5.2x.
+  EXPECT_NE(t.verdict_text.find("5.2x"), std::string::npos) << t.verdict_text;
+}
+
+TEST(Twin, AGapThatClosesAgainIsTheNoiseItLooksLike) {
+  std::vector<double> amp = base_curve();
+  for (int t = 5; t <= 8; ++t) amp[t - 1] += 1.0;  // away for four steps, back after
+  const reports::Twin t = compare_with_twin("python train.py", 0, amp, "healthy", three_seeds());
+  EXPECT_EQ(t.verdict, "within_noise") << t.verdict_text;
+  EXPECT_NE(t.verdict_text.find("came back"), std::string::npos) << t.verdict_text;
+}
+
+TEST(Twin, ALossTheAmpRunLostDepartsAtThatStep) {
+  std::vector<double> amp = base_curve();
+  amp[6] = std::numeric_limits<double>::quiet_NaN();
+  amp[7] = std::numeric_limits<double>::infinity();
+  const reports::Twin t = compare_with_twin("python train.py", 0, amp, "failed", three_seeds());
+  EXPECT_EQ(t.verdict, "departs");
+  ASSERT_TRUE(t.departs_at.has_value());
+  EXPECT_EQ(*t.departs_at, 7);
+  EXPECT_EQ(t.gap.size(), 6u);  // the steps before it
+}
+
+TEST(Twin, OneFp32RunIsNoYardstickAndSaysHowToGetOne) {
+  const reports::Twin t =
+      compare_with_twin("python train.py", 0, shifted(base_curve(), 0.5), "healthy", {{0, base_curve()}});
+  EXPECT_EQ(t.verdict, "no_yardstick");
+  EXPECT_TRUE(t.noise.empty());
+  EXPECT_NE(t.verdict_text.find("--seeds 2"), std::string::npos) << t.verdict_text;
+}
+
+TEST(Twin, TheStepsComparedAreThoseBothRan) {
+  std::vector<double> amp = base_curve();
+  amp.resize(12);
+  const reports::Twin t = compare_with_twin("python train.py", 0, amp, "healthy", three_seeds());
+  EXPECT_EQ(t.gap.size(), 12u);
+  EXPECT_EQ(t.noise.size(), 12u);
+  EXPECT_EQ(t.window, 1);
+}
+
+}  // namespace
+}  // namespace ampcheck::inspector
