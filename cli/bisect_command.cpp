@@ -238,6 +238,9 @@ InstrumentedRun as_trial(RecordedRun rec) {
 RecordRequest script_request(const BisectOptions& o, const std::string& log) {
   RecordRequest r;
   r.shell = o.script;
+  // Every run from the same seed (the recorder's AMPCHECK_RECORD_SEED; a script that seeds
+  // itself overrides it): the trials and the fp32 twin then differ only by what they force.
+  r.seed = 0;
   r.inspect = "stats";
   r.allow_inf = o.args.allow_inf;
   r.max_skipped = o.max_skipped;
@@ -780,9 +783,6 @@ int run_bisect_script(const BisectOptions& o, const CLI::App& cmd, std::ostream&
       throw UsageError(fmt::format("bisect-nan --script: {} sets ampcheck's own training, and the script trains with "
                                    "its own settings: drop {} (or bisect an exported model with --model instead)",
                                    engine_only, engine_only));
-  if (o.loss_tolerance > 0)
-    throw UsageError("bisect-nan --script: --loss-tolerance needs an fp32 run of the same training, which only the "
-                     "script can make; drop it (each trial's verdict is still judged)");
   if (shell_words(o.script).empty()) throw UsageError("bisect-nan --script: the command is empty; give \"python train.py\"");
   check_search_options(o);
   const InterruptScope interrupt;
@@ -821,6 +821,24 @@ int run_bisect_script(const BisectOptions& o, const CLI::App& cmd, std::ostream&
 
   BisectSource src;
   src.runner = script_runner(o, o.granularity, log.path);
+  // --loss-tolerance: the reference is the script's fp32 twin (compare --script's), recorded
+  // once from the same seeding as the trials.
+  src.fp32_reference = [&o, &log, &err]() {
+    if (!o.args.quiet) err << "bisect-nan: recording the script's fp32 twin (AMP off), the loss to come within\n";
+    RecordRequest r = script_request(o, log.path);
+    r.amp_off = true;
+    r.inspect = "trace";
+    const RecordedRun twin = recorded_run(r);
+    if (const auto& i = twin.report.interrupted) throw SearchInterrupted{2, i->steps_run, i->steps_requested};
+    std::vector<double> losses;
+    for (const reports::StepRecord& st : twin.report.steps) losses.push_back(st.loss);
+    if (losses.empty() || !std::isfinite(losses.back()) || losses.back() == 0)
+      throw UsageError("bisect-nan --script --loss-tolerance: the script's fp32 twin " +
+                       (losses.empty() ? std::string("trained no step")
+                                       : fmt::format("ended at loss {}", losses.back())) +
+                       ", which no relative tolerance can be measured against; drop --loss-tolerance");
+    return losses;
+  };
   // Data movement is no candidate: it computes nothing whose precision matters.
   src.not_candidates = {"cast", "reshape", "permute", "slice", "expand", "clone"};
   const std::string recording = first.json;  // the unchanged script's: its modules and casts shape the advice

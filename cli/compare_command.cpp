@@ -176,7 +176,8 @@ int run_compare_script(const CompareOptions& o, const CLI::App& cmd, std::ostrea
   report.run.command = "compare";
   reports::Compare& c = report.compare.emplace();
   c.reference = "fp32";
-  c.twin = inspector::compare_with_twin(o.script, seed0, losses(amp), amp.report.summary.verdict, std::move(fp32));
+  c.twin = inspector::compare_with_twin(o.script, seed0, losses(amp), amp.report.summary.verdict, std::move(fp32),
+                                       amp.report.swamping);
   const reports::Twin& t = *c.twin;
   reports::LevelRun amp_run;
   amp_run.level = "amp";

@@ -24,10 +24,9 @@ std::vector<double> trailing_mean(const std::vector<double>& v, std::size_t wind
 
 std::string loss_text(double x) { return std::isfinite(x) ? fmt::format("{:.4g}", x) : fmt::format("{}", x); }
 
-}  // namespace
-
-reports::Twin compare_with_twin(std::string script, std::uint64_t seed, std::vector<double> amp_losses,
-                                std::string amp_verdict, std::vector<reports::TwinRun> fp32) {
+// The verdict from the loss curves alone.
+reports::Twin judge(std::string script, std::uint64_t seed, std::vector<double> amp_losses, std::string amp_verdict,
+                    std::vector<reports::TwinRun> fp32) {
   reports::Twin t;
   t.script = std::move(script);
   t.seed = seed;
@@ -115,6 +114,37 @@ reports::Twin compare_with_twin(std::string script, std::uint64_t seed, std::vec
           ? fmt::format("; it passed them for a while (widest at step {}: {:.3g} against {:.3g}) and came back",
                         widest + 1, t.gap[widest], t.noise[widest])
           : std::string());
+  return t;
+}
+
+}  // namespace
+
+reports::Twin compare_with_twin(std::string script, std::uint64_t seed, std::vector<double> amp_losses,
+                                std::string amp_verdict, std::vector<reports::TwinRun> fp32,
+                                const std::vector<reports::Swamping>& swamping) {
+  reports::Twin t = judge(std::move(script), seed, std::move(amp_losses), std::move(amp_verdict), std::move(fp32));
+  if (t.verdict != "departs") return t;
+  std::vector<const reports::Swamping*> lost;
+  for (const reports::Swamping& s : swamping)
+    if (s.fraction >= kSwampedNamed) lost.push_back(&s);
+  std::stable_sort(lost.begin(), lost.end(), [](const auto* a, const auto* b) { return a->fraction > b->fraction; });
+  if (lost.empty()) {
+    t.verdict_text += "; where it is born is not in the recording (no parameter lost its updates to rounding): "
+                      "bisect-nan --script \"...\" --loss-tolerance T searches the ops to keep in fp32";
+    return t;
+  }
+  std::string named;
+  for (std::size_t i = 0; i < lost.size() && i < 6; ++i)
+    named += (named.empty() ? "" : ", ") +
+             fmt::format("{} ({:.0f}% over {} update(s))", lost[i]->parameter, 100 * lost[i]->fraction, lost[i]->updates);
+  if (lost.size() > 6) named += fmt::format(" and {} more", lost.size() - 6);
+  t.cause = fmt::format(
+      "born in the optimizer's state: {} parameter(s) stored in 16 bits and updated there, without fp32 master "
+      "weights, kept their value through a share of their updates that an fp32 copy would have taken: {}. Keep fp32 "
+      "master weights: train the fp32 model under torch.autocast instead of casting it (model.bfloat16() / "
+      ".half()), or give the optimizer fp32 copies of the low-precision parameters",
+      lost.size(), named);
+  t.verdict_text += "; " + t.cause;
   return t;
 }
 

@@ -24,7 +24,14 @@
 
 namespace ampcheck::inspector {
 
+// `swamping`: the AMP run's parameters whose updates were lost to rounding (the recorder's
+// reading, as the engine's inspector makes it): where a departure is born when a quarter or
+// more of a parameter's moving elements kept their value through its updates.
 reports::Twin compare_with_twin(std::string script, std::uint64_t seed, std::vector<double> amp_losses,
-                                std::string amp_verdict, std::vector<reports::TwinRun> fp32);
+                                std::string amp_verdict, std::vector<reports::TwinRun> fp32,
+                                const std::vector<reports::Swamping>& swamping = {});
+
+// The share of a parameter's moving elements whose updates vanished above which it is named.
+inline constexpr double kSwampedNamed = 0.25;
 
 }  // namespace ampcheck::inspector

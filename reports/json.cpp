@@ -462,6 +462,7 @@ constexpr void fields(V& v, S& s) {
   v("departs_at", s.departs_at);
   v("verdict", s.verdict);
   v("verdict_text", s.verdict_text);
+  v("cause", s.cause);
 }
 template <class V, Is<Compare> S>
 constexpr void fields(V& v, S& s) {

@@ -482,6 +482,9 @@ struct Twin {
   std::optional<std::int64_t> departs_at;  // the first step of the departure that lasts to the end
   std::string verdict;  // "within_noise", "departs", "no_yardstick"
   std::string verdict_text;
+  // Where a departure is born, as far as the recording shows (its parameters' updates lost
+  // to rounding); "" when the recording shows none.
+  std::string cause;
 };
 
 struct Compare {

@@ -226,6 +226,22 @@ std::string bisect_section(const Bisect& b, bool interrupted) {
   return s;
 }
 
+// Parameters stored in 16 bits and updated there (no fp32 master): the share of their moving
+// elements whose update rounded away, largest first.
+std::string swamping_section(const Report& r, std::size_t top) {
+  if (r.swamping.empty()) return {};
+  std::vector<const Swamping*> rows;
+  for (const Swamping& w : r.swamping) rows.push_back(&w);
+  std::stable_sort(rows.begin(), rows.end(), [](const Swamping* a, const Swamping* b) { return a->fraction > b->fraction; });
+  TextTable t({"parameter", "updates", "lost to rounding"});
+  t.align(0, TextTable::Align::left);
+  for (std::size_t i = 0; i < rows.size() && i < top; ++i)
+    t.add_row({rows[i]->parameter, std::to_string(rows[i]->updates), fmt::format("{:.1f}%", 100 * rows[i]->fraction)});
+  return "Updates lost to rounding (parameters stored in 16 bits and updated there, without fp32 master weights: the "
+         "mean share of the elements with a nonzero gradient whose value did not move):\n" +
+         t.render();
+}
+
 // compare --script: the AMP run's loss curve beside its fp32 twin's, at a few steps.
 std::string twin_section(const Twin& t) {
   std::string s = fmt::format("AMP run beside its fp32 twin ({}; seed {}, {} fp32 run(s), trailing means over {} "
@@ -751,7 +767,7 @@ std::string to_text(const Report& r, std::size_t top) {
   if (!r.op_types.empty()) s += paddle_operator_table(r.op_types, r.inserted_casts) + "\n";
   if (const std::string k = kernels_section(r); !k.empty()) s += k + "\n";
   for (const std::string& part : {scaler_section(r), nonfinite_section(r), range_section(r, top),
-                                  range_loss_section(r, top), error_section(r, top)})
+                                  range_loss_section(r, top), error_section(r, top), swamping_section(r, top)})
     if (!part.empty()) s += part + "\n";
   if (r.bisect) s += bisect_section(*r.bisect, r.interrupted.has_value()) + "\n";
   if (r.compare) s += compare_section(*r.compare) + "\n";

@@ -78,6 +78,28 @@ TEST(Twin, OneFp32RunIsNoYardstickAndSaysHowToGetOne) {
   EXPECT_NE(t.verdict_text.find("--seeds 2"), std::string::npos) << t.verdict_text;
 }
 
+TEST(Twin, ADepartureIsBornWhereAParametersUpdatesWereLostToRounding) {
+  std::vector<double> amp = base_curve();
+  for (int t = 10; t <= 20; ++t) amp[t - 1] += 0.1 * (t - 9);
+  // 0.weight lost 83% of its moving elements' updates, 2.bias 11% (under the quarter named).
+  const std::vector<reports::Swamping> swamping = {{"0.weight", 9, 0.83}, {"2.bias", 9, 0.11}};
+  const reports::Twin t = compare_with_twin("python train.py", 0, amp, "healthy", three_seeds(), swamping);
+  EXPECT_EQ(t.verdict, "departs");
+  EXPECT_NE(t.cause.find("0.weight (83% over 9 update(s))"), std::string::npos) << t.cause;
+  EXPECT_EQ(t.cause.find("2.bias"), std::string::npos) << t.cause;
+  EXPECT_NE(t.cause.find("fp32 master weights"), std::string::npos) << t.cause;
+  EXPECT_NE(t.verdict_text.find(t.cause), std::string::npos);
+  // Nothing named where nothing lost a quarter: said, with the search that looks further.
+  const reports::Twin none =
+      compare_with_twin("python train.py", 0, amp, "healthy", three_seeds(), {{"2.bias", 9, 0.11}});
+  EXPECT_TRUE(none.cause.empty());
+  EXPECT_NE(none.verdict_text.find("--loss-tolerance"), std::string::npos) << none.verdict_text;
+  // A run within the noise names no cause, whatever rounded.
+  const reports::Twin healthy =
+      compare_with_twin("python train.py", 0, shifted(base_curve(), 0.01), "healthy", three_seeds(), swamping);
+  EXPECT_TRUE(healthy.cause.empty());
+}
+
 TEST(Twin, TheStepsComparedAreThoseBothRan) {
   std::vector<double> amp = base_curve();
   amp.resize(12);

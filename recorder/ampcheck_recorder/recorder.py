@@ -360,6 +360,13 @@ class Recorder:
         self.initial_hashes: list | None = None
         self._step_hashes = None
         self._param_names: dict = {}  # id(param) -> name
+        # Updates lost to rounding (the engine's inspector reads the same): a parameter stored
+        # in float16/bfloat16 and updated there (no fp32 master copy) loses each element's
+        # update smaller than half its spacing. On heard steps, the low-precision parameters
+        # before the update with their nonzero gradients' mask; after it, per parameter name:
+        # [updates seen, sum of the fractions of moving elements that did not move].
+        self._swamp_before: list = []
+        self.swamping: dict = {}
         self._optimizers: list = []
         self.model_name = ""
         self.parameters = 0
@@ -908,6 +915,7 @@ class Recorder:
         s = listen.state()
         s.optimizer_depth += 1
         with self._lock:
+            self._swamp_before = []  # a step that raised before its update left its own
             self._step_busy = True
             self._note_optimizer(optimizer)
             self._note_initial_hashes()
@@ -958,6 +966,8 @@ class Recorder:
             return
         with self._lock:
             count, nonzero, bad = self._scan_grads([optimizer])
+            if self.listening:
+                self._note_swamping_before(optimizer)
             if self.watch is not None:
                 self.watch.on_gradients(count, nonzero)
             if bad:
@@ -968,10 +978,40 @@ class Recorder:
                     if not self.listening:
                         self._quiet_failure("the gradients the update read were non-finite", backward=True)
 
+    def _note_swamping_before(self, optimizer):
+        """The low-precision parameters this update is about to change, as they are."""
+        with listen.internal():
+            for g, group in enumerate(optimizer.param_groups):
+                for i, p in enumerate(group["params"]):
+                    if p.grad is None or p.dtype not in (torch.float16, torch.bfloat16):
+                        continue
+                    value = listen.local(p.detach())
+                    moving = listen.local(p.grad) != 0
+                    self._swamp_before.append((self._param_name(g, i, p), p, value.clone(), moving))
+
+    def _note_swamping_after(self):
+        """Per parameter: the share of its moving elements (nonzero gradient) the update left
+        exactly as they were."""
+        taken, self._swamp_before = self._swamp_before, []
+        with listen.internal():
+            for name, p, before, moving in taken:
+                after = listen.local(p.detach())
+                if after.shape != before.shape:
+                    continue
+                n = int(moving.sum())
+                if n == 0:
+                    continue
+                lost = int(((after == before) & moving).sum())
+                entry = self.swamping.setdefault(name, [0, 0.0])
+                entry[0] += 1
+                entry[1] += lost / n
+
     def _optimizer_post(self, optimizer, args, kwargs):
         s = listen.state()
         s.optimizer_depth = max(0, s.optimizer_depth - 1)
         with self._lock:
+            if self._swamp_before:
+                self._note_swamping_after()
             if self._in_scaler_step:
                 return  # the scaler's update() ends this step
             self._update(1.0, 1.0, self._grad_nonfinite, False, {}, self._grad_bad)

@@ -347,7 +347,8 @@ def build(rec) -> dict:
     report["inserted_casts"] = [{"from": a, "to": b, "calls": n} for (a, b), n in rec.inserted_casts.items()]
     report["ops"] = [_op_instance(i) for i in rec.instances.values()]
     report["tensors"] = []
-    report["swamping"] = []
+    report["swamping"] = [{"parameter": name, "updates": n, "fraction": total / n}
+                          for name, (n, total) in sorted(rec.swamping.items())]
     nonfinite = _nonfinite_block(rec, w)
     report["nonfinite"] = nonfinite
     compiled = rec.compiled.report() if getattr(rec, "compiled", None) is not None else []

@@ -63,3 +63,40 @@ def test_without_the_twin_the_same_calls_are_low_precision():
     ''')
     done = subprocess.run([sys.executable, "-c", plain], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
+
+
+def test_updates_lost_to_rounding_are_counted_per_low_precision_parameter(validate):
+    # Written from bfloat16's spacing, not from the recorder: ones have a spacing of 2^-7, so
+    # an SGD update of lr * grad = 0.1 * 1e-4 = 1e-5 (under half of it) leaves every element
+    # as it was; zeros take the same update exactly (1e-5 is a bfloat16 value's neighbourhood
+    # of 0, which holds it); an fp32 parameter is never counted (it has its own precision).
+    import torch
+    from ampcheck_recorder import Recorder
+
+    class Planted(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stuck = torch.nn.Parameter(torch.ones(8, dtype=torch.bfloat16))
+            self.moves = torch.nn.Parameter(torch.zeros(8, dtype=torch.bfloat16))
+            self.wide = torch.nn.Parameter(torch.ones(8))
+
+        def forward(self, x):
+            return (self.stuck.float() * x).sum() + (self.moves.float() * x).sum() + (self.wide * x).sum()
+
+    model = Planted()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.full((8,), 1e-4)
+    rec = Recorder(model, listen="all")
+    try:
+        for _ in range(3):
+            optimizer.zero_grad()
+            model(x).backward()
+            optimizer.step()
+    finally:
+        report = rec.close()
+    validate(report)
+    swamping = {s["parameter"]: s for s in report["swamping"]}
+    assert set(swamping) == {"stuck", "moves"}
+    assert swamping["stuck"]["updates"] == 3 and swamping["stuck"]["fraction"] == 1.0
+    assert swamping["moves"]["updates"] == 3 and swamping["moves"]["fraction"] == 0.0
+    assert torch.equal(model.stuck.detach(), torch.ones(8, dtype=torch.bfloat16))  # the reference: it did not move

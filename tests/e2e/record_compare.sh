@@ -6,6 +6,8 @@
 #   bf16_weights  no fp32 master weights: the loss stalls where fp32's falls: departs, exit 1
 #   autocast      bf16 autocast over fp32 weights: within fp32's noise, exit 0
 #   fixed_seed    the script seeds itself with a constant: no spread to measure, exit 2
+#   offset        bf16 outputs near 100 in the last linear layer: departs, and
+#                 bisect-nan --loss-tolerance keeps module '2' in fp32
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/expect.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/lib/record.sh"
@@ -24,7 +26,19 @@ validate "$work/planted.json"
 json_get "$work/planted.json" 'r["compare"]["twin"]["fp32"][0]["losses"][-1] < 0.9 * r["compare"]["twin"]["amp_losses"][-1]' |
   grep -qx True || fail "the fp32 twin of the bf16-weight run should end lower than it"
 grep -q "AMP run beside its fp32 twin" "$work/planted.html" || fail "the HTML report lacks the twin's section"
+# Where it is born: the first layer's weights, stored in bf16, lose most of their updates.
+json_get "$work/planted.json" 'r["compare"]["twin"]["cause"]' | grep -q "0.weight (" ||
+  fail "the departure's cause should name 0.weight's updates lost to rounding"
+json_get "$work/planted.json" 'r["compare"]["twin"]["cause"]' | grep -q "Keep fp32 master weights" ||
+  fail "the cause should give the cure"
 
+# The targets near 100: the last linear layer's bf16 output cannot hold them finely enough.
+expect 1 "the AMP run departs from its fp32 twin from step" -- "$bin" compare --quiet --script "$twin offset" --seeds 3
+# bisect-nan --script --loss-tolerance: the least to keep in fp32 to come within 5% of the twin.
+expect 0 "keep_fp32(model, modules=['2'])" -- \
+  "$bin" bisect-nan --quiet --script "$twin offset" --loss-tolerance 0.05 --granularity instance --report "$work/bisect.json"
+[[ $(json_get "$work/bisect.json" 'r["bisect"]["culprits"], r["bisect"]["found"]') == "(['2'], True)" ]] ||
+  fail "the loss-tolerance search should find module '2' alone"
 expect 0 "the AMP run stays within fp32's own noise" -- "$bin" compare --quiet --script "$twin autocast" --seeds 3
 expect 0 "with one fp32 run there is no yardstick" -- "$bin" compare --quiet --script "$twin autocast" --seeds 1
 expect 2 'torch.manual_seed(int(os.environ.get("AMPCHECK_RECORD_SEED", 0)))' -- \
