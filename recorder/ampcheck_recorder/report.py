@@ -347,8 +347,9 @@ def build(rec) -> dict:
     report["inserted_casts"] = [{"from": a, "to": b, "calls": n} for (a, b), n in rec.inserted_casts.items()]
     report["ops"] = [_op_instance(i) for i in rec.instances.values()]
     report["tensors"] = []
+    # The PyTorch recorder's reading (recorder.py, _note_swamping_after); Paddle's has none.
     report["swamping"] = [{"parameter": name, "updates": n, "fraction": total / n}
-                          for name, (n, total) in sorted(rec.swamping.items())]
+                          for name, (n, total) in sorted(getattr(rec, "swamping", {}).items())]
     nonfinite = _nonfinite_block(rec, w)
     report["nonfinite"] = nonfinite
     compiled = rec.compiled.report() if getattr(rec, "compiled", None) is not None else []
