@@ -124,26 +124,37 @@ reports::Twin compare_with_twin(std::string script, std::uint64_t seed, std::vec
                                 const std::vector<reports::Swamping>& swamping) {
   reports::Twin t = judge(std::move(script), seed, std::move(amp_losses), std::move(amp_verdict), std::move(fp32));
   if (t.verdict != "departs") return t;
-  std::vector<const reports::Swamping*> lost;
+  // Parameters ("0.weight") and the optimizer's state kept beside them ("0.weight:exp_avg_sq").
+  std::vector<const reports::Swamping*> params, state;
   for (const reports::Swamping& s : swamping)
-    if (s.fraction >= kSwampedNamed) lost.push_back(&s);
-  std::stable_sort(lost.begin(), lost.end(), [](const auto* a, const auto* b) { return a->fraction > b->fraction; });
-  if (lost.empty()) {
-    t.verdict_text += "; where it is born is not in the recording (no parameter lost its updates to rounding): "
-                      "bisect-nan --script \"...\" --loss-tolerance T searches the ops to keep in fp32";
+    if (s.fraction >= kSwampedNamed) (s.parameter.find(':') == std::string::npos ? params : state).push_back(&s);
+  if (params.empty() && state.empty()) {
+    t.verdict_text += "; where it is born is not in the recording (no parameter or optimizer state lost its updates "
+                      "to rounding): bisect-nan --script \"...\" --loss-tolerance T searches the ops to keep in fp32";
     return t;
   }
-  std::string named;
-  for (std::size_t i = 0; i < lost.size() && i < 6; ++i)
-    named += (named.empty() ? "" : ", ") +
-             fmt::format("{} ({:.0f}% over {} update(s))", lost[i]->parameter, 100 * lost[i]->fraction, lost[i]->updates);
-  if (lost.size() > 6) named += fmt::format(" and {} more", lost.size() - 6);
-  t.cause = fmt::format(
-      "born in the optimizer's state: {} parameter(s) stored in 16 bits and updated there, without fp32 master "
-      "weights, kept their value through a share of their updates that an fp32 copy would have taken: {}. Keep fp32 "
-      "master weights: train the fp32 model under torch.autocast instead of casting it (model.bfloat16() / "
-      ".half()), or give the optimizer fp32 copies of the low-precision parameters",
-      lost.size(), named);
+  auto named = [](std::vector<const reports::Swamping*> lost) {
+    std::stable_sort(lost.begin(), lost.end(), [](const auto* a, const auto* b) { return a->fraction > b->fraction; });
+    std::string text;
+    for (std::size_t i = 0; i < lost.size() && i < 6; ++i)
+      text += (text.empty() ? "" : ", ") + fmt::format("{} ({:.0f}% over {} update(s))", lost[i]->parameter,
+                                                       100 * lost[i]->fraction, lost[i]->updates);
+    if (lost.size() > 6) text += fmt::format(" and {} more", lost.size() - 6);
+    return text;
+  };
+  std::string cause = "born in the optimizer's state: ";
+  if (!params.empty())
+    cause += fmt::format(
+        "{} parameter(s) stored in 16 bits and updated there, without fp32 master weights, kept their value through "
+        "a share of their updates that an fp32 copy would have taken: {}. Keep fp32 master weights: train the fp32 "
+        "model under torch.autocast instead of casting it (model.bfloat16() / .half()), or give the optimizer fp32 "
+        "copies of the low-precision parameters",
+        params.size(), named(params));
+  if (!state.empty())
+    cause += fmt::format("{}{} optimizer state tensor(s) kept in 16 bits (its moments) lost a share of their updates "
+                         "to rounding: {}. Keep the optimizer's state in fp32",
+                         params.empty() ? "" : "; and ", state.size(), named(state));
+  t.cause = cause;
   t.verdict_text += "; " + t.cause;
   return t;
 }

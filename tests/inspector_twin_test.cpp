@@ -89,6 +89,12 @@ TEST(Twin, ADepartureIsBornWhereAParametersUpdatesWereLostToRounding) {
   EXPECT_EQ(t.cause.find("2.bias"), std::string::npos) << t.cause;
   EXPECT_NE(t.cause.find("fp32 master weights"), std::string::npos) << t.cause;
   EXPECT_NE(t.verdict_text.find(t.cause), std::string::npos);
+  // Adam's moments kept in bf16 beside fp32 weights: the state is named, and its cure.
+  const reports::Twin moments = compare_with_twin("python train.py", 0, amp, "healthy", three_seeds(),
+                                                  {{"0.weight:exp_avg_sq", 20, 0.97}});
+  EXPECT_NE(moments.cause.find("0.weight:exp_avg_sq (97% over 20 update(s))"), std::string::npos) << moments.cause;
+  EXPECT_NE(moments.cause.find("Keep the optimizer's state in fp32"), std::string::npos) << moments.cause;
+  EXPECT_EQ(moments.cause.find("master weights"), std::string::npos) << moments.cause;
   // Nothing named where nothing lost a quarter: said, with the search that looks further.
   const reports::Twin none =
       compare_with_twin("python train.py", 0, amp, "healthy", three_seeds(), {{"2.bias", 9, 0.11}});

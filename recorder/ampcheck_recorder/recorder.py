@@ -979,23 +979,39 @@ class Recorder:
                         self._quiet_failure("the gradients the update read were non-finite", backward=True)
 
     def _note_swamping_before(self, optimizer):
-        """The low-precision parameters this update is about to change, as they are."""
+        """The low-precision tensors this update is about to change, as they are: the
+        parameters, and the optimizer's state of each (Adam's moments, "NAME:exp_avg_sq") where
+        kept in float16/bfloat16 and shaped as the parameter."""
+        low = (torch.float16, torch.bfloat16)
         with listen.internal():
             for g, group in enumerate(optimizer.param_groups):
                 for i, p in enumerate(group["params"]):
-                    if p.grad is None or p.dtype not in (torch.float16, torch.bfloat16):
+                    if p.grad is None:
                         continue
-                    value = listen.local(p.detach())
-                    moving = listen.local(p.grad) != 0
-                    self._swamp_before.append((self._param_name(g, i, p), p, value.clone(), moving))
+                    name = self._param_name(g, i, p)
+                    moving = None
+                    if p.dtype in low:
+                        moving = listen.local(p.grad) != 0
+                        self._swamp_before.append((name, lambda p=p: p, listen.local(p.detach()).clone(), moving))
+                    for key, value in optimizer.state.get(p, {}).items():
+                        if not isinstance(value, torch.Tensor) or value.dtype not in low or value.shape != p.shape:
+                            continue
+                        if moving is None:
+                            moving = listen.local(p.grad) != 0
+                        self._swamp_before.append(
+                            (f"{name}:{key}", lambda p=p, key=key, opt=optimizer: opt.state.get(p, {}).get(key),
+                             listen.local(value.detach()).clone(), moving))
 
     def _note_swamping_after(self):
-        """Per parameter: the share of its moving elements (nonzero gradient) the update left
+        """Per tensor: the share of its moving elements (nonzero gradient) the update left
         exactly as they were."""
         taken, self._swamp_before = self._swamp_before, []
         with listen.internal():
-            for name, p, before, moving in taken:
-                after = listen.local(p.detach())
+            for name, current, before, moving in taken:
+                now = current()
+                if not isinstance(now, torch.Tensor):
+                    continue
+                after = listen.local(now.detach())
                 if after.shape != before.shape:
                     continue
                 n = int(moving.sum())

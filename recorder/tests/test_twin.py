@@ -100,3 +100,43 @@ def test_updates_lost_to_rounding_are_counted_per_low_precision_parameter(valida
     assert swamping["stuck"]["updates"] == 3 and swamping["stuck"]["fraction"] == 1.0
     assert swamping["moves"]["updates"] == 3 and swamping["moves"]["fraction"] == 0.0
     assert torch.equal(model.stuck.detach(), torch.ones(8, dtype=torch.bfloat16))  # the reference: it did not move
+
+
+def test_optimizer_state_kept_in_16_bits_is_counted_with_its_lost_updates(validate):
+    # A hand-written optimizer keeping its second moment in bfloat16 beside fp32 weights (a
+    # low-memory Adam): v = 0.999 v + 0.001 g^2 from v = 1 with g = 2e-3 changes v by
+    # about -1e-3, under half of bfloat16's spacing below 1 (2^-8 / 2), so v never moves.
+    import torch
+    from ampcheck_recorder import Recorder
+
+    class LowStateSgd(torch.optim.Optimizer):
+        def __init__(self, params):
+            super().__init__(params, dict(lr=0.1))
+
+        @torch.no_grad()
+        def step(self):
+            for group in self.param_groups:
+                for p in group["params"]:
+                    st = self.state[p]
+                    if not st:
+                        st["exp_avg_sq"] = torch.ones_like(p, dtype=torch.bfloat16)
+                    st["exp_avg_sq"].mul_(0.999).addcmul_(p.grad.bfloat16(), p.grad.bfloat16(), value=0.001)
+                    p.add_(-group["lr"] * p.grad / st["exp_avg_sq"].float().sqrt())
+
+    model = torch.nn.Linear(4, 1, bias=False)
+    optimizer = LowStateSgd(model.parameters())
+    x = torch.full((2, 4), 1e-3)
+    rec = Recorder(model, listen="all")
+    try:
+        for _ in range(3):
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            optimizer.step()
+    finally:
+        report = rec.close()
+    validate(report)
+    swamping = {s["parameter"]: s for s in report["swamping"]}
+    # The state exists from the first update on: the second and third are seen.
+    assert set(swamping) == {"weight:exp_avg_sq"}
+    assert swamping["weight:exp_avg_sq"]["updates"] == 2 and swamping["weight:exp_avg_sq"]["fraction"] == 1.0
+    assert torch.equal(optimizer.state[model.weight]["exp_avg_sq"], torch.ones(1, 4, dtype=torch.bfloat16))
