@@ -17,6 +17,7 @@
 #include "cli/usage_error.h"
 #include "engine/hooks.h"
 #include "inspector/to_report.h"  // dtype_text
+#include "inspector/shadow.h"     // ShadowError: each op's own error
 #include "inspector/trace.h"      // Occurrences
 #include "inspector/twin.h"       // compare_with_twin
 #include "reports/html.h"
@@ -240,6 +241,9 @@ int run_compare(const CompareOptions& o, const CLI::App& cmd, std::ostream& out,
   }
   const std::size_t n_levels = levels.size();
   std::vector<OutputCapture> captures(n_levels);
+  // Each compared level's own error per op (its output against its exact f64 result on the
+  // inputs it received): where its difference from the reference is born.
+  std::vector<inspector::ShadowError> shadows(n_levels);
   std::map<std::string, std::vector<std::vector<double>>> errors;  // name -> level -> per step
   std::vector<OutputCapture::Seen> order;
   const std::int64_t steps = base.options.steps;
@@ -249,13 +253,16 @@ int run_compare(const CompareOptions& o, const CLI::App& cmd, std::ostream& out,
     for (std::size_t l = 0; l < n_levels; ++l) {
       captures[l].clear();
       add_observer(&captures[l]);
+      if (l > 0) add_observer(&shadows[l]);
       try {
         trainers[l]->step();
       } catch (...) {
         remove_observer(&captures[l]);
+        if (l > 0) remove_observer(&shadows[l]);
         throw;
       }
       remove_observer(&captures[l]);
+      if (l > 0) remove_observer(&shadows[l]);
     }
     const OutputCapture& ref = captures.front();
     for (const OutputCapture::Seen& seen : ref.order)
@@ -319,6 +326,19 @@ int run_compare(const CompareOptions& o, const CLI::App& cmd, std::ostream& out,
   }
   std::stable_sort(growth.begin(), growth.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   for (const auto& [g, name] : growth) c.fastest_growing.push_back(name);
+  std::vector<reports::CompareBirth>& born = c.born.emplace();
+  for (std::size_t l = 1; l < n_levels; ++l) {
+    const std::string level(amp::level_name(levels[l]));
+    std::map<std::string, double> own;  // op instance name as compared -> mean own error
+    for (const inspector::ShadowRecord& r : shadows[l].records())
+      if (r.count > 0) own[fmt::format("{}/{}#{}", r.module, op_name(r.op), r.occurrence)] = r.mean_error;
+    std::vector<inspector::OpDifference> diffs;
+    for (const reports::CompareOp& op : c.ops)
+      for (const reports::LevelError& e : op.levels)
+        if (e.level == level)
+          if (const auto it = own.find(op.name); it != own.end()) diffs.push_back({op.name, it->second, e.mean});
+    for (reports::CompareBirth& b : inspector::where_born(level, std::move(diffs), 5)) born.push_back(std::move(b));
+  }
 
   // The run section and summary describe the comparison; the last level's numbers.
   const models::RunResult& last = trainers.back()->result();

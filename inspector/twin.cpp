@@ -159,4 +159,18 @@ reports::Twin compare_with_twin(std::string script, std::uint64_t seed, std::vec
   return t;
 }
 
+std::vector<reports::CompareBirth> where_born(const std::string& level, std::vector<OpDifference> ops,
+                                              std::size_t top) {
+  std::erase_if(ops, [](const OpDifference& o) { return !(o.local_error > 0) || !std::isfinite(o.local_error); });
+  std::stable_sort(ops.begin(), ops.end(),
+                   [](const OpDifference& a, const OpDifference& b) { return a.local_error > b.local_error; });
+  std::vector<reports::CompareBirth> out;
+  for (std::size_t i = 0; i < ops.size() && i < top; ++i) {
+    const OpDifference& o = ops[i];
+    const double share = o.output_error > 0 ? std::min(1.0, o.local_error / o.output_error) : 1.0;
+    out.push_back({level, o.name, o.local_error, o.output_error, share});
+  }
+  return out;
+}
+
 }  // namespace ampcheck::inspector

@@ -31,6 +31,20 @@ reports::Twin compare_with_twin(std::string script, std::uint64_t seed, std::vec
                                 std::string amp_verdict, std::vector<reports::TwinRun> fp32,
                                 const std::vector<reports::Swamping>& swamping = {});
 
+// Where a level's difference from the reference is born (`ampcheck compare` of levels, the
+// engine's runs): for each op instance, its own error (local: its output against its exact
+// result on the inputs it received, the shadow error) and its output's difference from the
+// reference level (output: what it added and what it inherited, from its inputs and from a
+// training that took another path). The ops are ranked by their own error, largest first;
+// `share` (local / output, at most 1) says how much of its output's difference the op adds
+// itself: near 1, the difference is born there; near 0, it was inherited.
+struct OpDifference {
+  std::string name;
+  double local_error = 0, output_error = 0;
+};
+std::vector<reports::CompareBirth> where_born(const std::string& level, std::vector<OpDifference> ops,
+                                              std::size_t top);
+
 // The share of a parameter's moving elements whose updates vanished above which it is named.
 inline constexpr double kSwampedNamed = 0.25;
 

@@ -1283,6 +1283,16 @@ std::string compare_section(const Compare& c) {
     out += "<p class=\"caption\">growth: mean error over the last quarter of the steps over the mean over the "
            "first quarter.</p>\n";
   }
+  if (c.born && !c.born->empty()) {
+    out += "<h3>Where each level's difference is born</h3>\n";
+    Table b({"level", "op", "#own error", "#output vs " + c.reference, "#own share"});
+    for (const CompareBirth& x : *c.born)
+      b.row({x.level, x.name, num(x.local_error), num(x.output_error), percent(x.share, 0)});
+    out += b.render("compare-born");
+    out += "<p class=\"caption\">own error: the op's output against its exact f64 result on the inputs it received; "
+           "own share: how much of its output's difference from the reference it adds itself, the rest inherited "
+           "from its inputs and from a training that took another path.</p>\n";
+  }
   out += "<h3>Fastest-growing error</h3>\n";
   if (c.fastest_growing.empty()) {
     out += note("no op's error grew");

@@ -464,6 +464,14 @@ constexpr void fields(V& v, S& s) {
   v("verdict_text", s.verdict_text);
   v("cause", s.cause);
 }
+template <class V, Is<CompareBirth> S>
+constexpr void fields(V& v, S& s) {
+  v("level", s.level);
+  v("name", s.name);
+  v("local_error", s.local_error);
+  v("output_error", s.output_error);
+  v("share", s.share);
+}
 template <class V, Is<Compare> S>
 constexpr void fields(V& v, S& s) {
   v("reference", s.reference);
@@ -471,6 +479,7 @@ constexpr void fields(V& v, S& s) {
   v("ops", s.ops);
   v("fastest_growing", s.fastest_growing);
   v("twin", s.twin);  // 1.11; optional (compare --script)
+  v("born", s.born);  // 1.11; optional (compare of levels)
 }
 template <class V, Is<Interruption> S>
 constexpr void fields(V& v, S& s) {
@@ -866,7 +875,7 @@ static_assert(kEveryMemberHasAField<
               Versions, AmpSettings, DeviceMemory, RunInfo, StepRecord, DtypeCounts, OpTypeRow, InsertedCasts,
               Histogram, LowPrecisionCounts, Numerics, LocalError, CastCount, KernelCount,
               NamedNumerics, OpInstance, TensorNumerics, Swamping, TensorRange, RangeLoss, LostValue,
-              NanEvent, Failure, IntendedInf, ScalerProbing, ZeroGradients, NonFinite, Summary, Trial, Suggestion, Bisect, LevelRun, LevelError, CompareOp, Compare, TwinRun, Twin,
+              NanEvent, Failure, IntendedInf, ScalerProbing, ZeroGradients, NonFinite, Summary, Trial, Suggestion, Bisect, LevelRun, LevelError, CompareOp, Compare, TwinRun, Twin, CompareBirth,
               Interruption, SeedOutcome, LowPrecisionSeen, LocalErrorSeen, Spread, GpuKernel, KernelTypeRow,
               KernelFinding, OutsideKernel, Kernels, RankOverflow, RankDisagreement, RankSummary, Distributed,
               PrecisionShare, ProfileOp, FallbackCost, Unattributable, CounterCheck, ProfileRank, RankDifference,

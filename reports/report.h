@@ -487,12 +487,23 @@ struct Twin {
   std::string cause;
 };
 
+// 1.11: compare: where a level's difference from the reference is born, op by op: the op's
+// own error (its output against its exact f64 result on the inputs it received: the
+// engine's shadow error) beside its output's difference from the reference level.
+struct CompareBirth {
+  std::string level, name;  // "O2", "fc1/linear#0"
+  double local_error = 0;   // mean relative error of the op's own rounding
+  double output_error = 0;  // mean relative error of its output against the reference level's
+  double share = 0;         // local / output, at most 1: how much of the difference it adds itself
+};
+
 struct Compare {
   std::string reference;  // "O0"
   std::vector<LevelRun> runs;
   std::vector<CompareOp> ops;             // per forward op instance, in execution order
   std::vector<std::string> fastest_growing;  // op instance names, fastest first
   std::optional<Twin> twin;  // 1.11: compare --script
+  std::optional<std::vector<CompareBirth>> born;  // 1.11: compare of levels, largest own error first
 };
 
 // A training that a signal (Ctrl-C, SIGTERM) stopped before its last step: the report

@@ -303,7 +303,27 @@ std::string compare_section(const Compare& c) {
     t.add_row(row);
   }
   s += "Op outputs' relative error, fastest growing first (growth: last quarter of the steps over the first):\n";
-  return s + t.render();
+  s += t.render();
+  if (c.born && !c.born->empty()) {
+    TextTable b({"level", "op instance", "own error", "output vs " + c.reference, "own share"});
+    b.align(1, TextTable::Align::left);
+    for (const CompareBirth& x : *c.born)
+      b.add_row({x.level, x.name, fmt::format("{:.3g}", x.local_error), fmt::format("{:.3g}", x.output_error),
+                 fmt::format("{:.0f}%", 100 * x.share)});
+    s += fmt::format("\nWhere each level's difference is born: the ops with the largest own error (their output "
+                     "against their exact f64 result on the inputs they received), beside their output's difference "
+                     "from {} (own share: how much of it the op adds itself; the rest it inherited):\n",
+                     c.reference) +
+         b.render();
+    const bool born_in_an_op = std::any_of(c.born->begin(), c.born->end(), [](const CompareBirth& x) {
+      return x.share >= 0.5;
+    });
+    if (!born_in_an_op)
+      s += "\nNo op adds half of its output's difference itself: the difference is inherited, from rounding the "
+           "values into the low precision (the casts, whose error is that rounding) and from a training that took "
+           "another path.\n";
+  }
+  return s;
 }
 
 }  // namespace

@@ -568,6 +568,39 @@ TEST(CliCompare, ErrorsAgainstO0AreZeroForO0AndPositiveForLowPrecision) {
   EXPECT_EQ(rep.compare->fastest_growing.size(), rep.compare->ops.size());
 }
 
+// Where a level's difference is born: each op's own error, as compare measures it beside the
+// reference, equals the local error `run --inspect full` measures on the same training alone
+// (the same seed and steps: an independent path through the inspector), and its output
+// error is the compared op's.
+TEST(CliCompare, WhereALevelsDifferenceIsBornIsEachOpsOwnErrorAsTheRunAloneMeasuresIt) {
+  const Result r = run({"compare", "--model", "mlp", "--levels", "O0,O2", "--steps", "6", "--quiet", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const reports::Report rep = reports::from_json(r.out, "stdout");
+  ASSERT_TRUE(rep.compare && rep.compare->born);
+  ASSERT_FALSE(rep.compare->born->empty());
+  const Result alone =
+      run({"run", "--model", "mlp", "--level", "O2", "--steps", "6", "--inspect", "full", "--quiet", "--json"});
+  ASSERT_EQ(alone.code, 0) << alone.err;
+  const reports::Report o2 = reports::from_json(alone.out, "stdout");
+  double previous = std::numeric_limits<double>::infinity();
+  for (const reports::CompareBirth& b : *rep.compare->born) {
+    EXPECT_EQ(b.level, "O2");
+    EXPECT_LE(b.local_error, previous) << "ranked by own error";
+    previous = b.local_error;
+    const auto op = std::find_if(o2.ops.begin(), o2.ops.end(), [&](const reports::OpInstance& x) {
+      return x.phase == "forward" && x.name == b.name;
+    });
+    ASSERT_NE(op, o2.ops.end()) << b.name;
+    ASSERT_TRUE(op->local_error) << b.name;
+    EXPECT_DOUBLE_EQ(b.local_error, op->local_error->mean) << b.name;
+    const auto compared = std::find_if(rep.compare->ops.begin(), rep.compare->ops.end(),
+                                       [&](const reports::CompareOp& x) { return x.name == b.name; });
+    ASSERT_NE(compared, rep.compare->ops.end()) << b.name;
+    EXPECT_DOUBLE_EQ(b.output_error, compared->levels.at(0).mean) << b.name;
+    EXPECT_DOUBLE_EQ(b.share, std::min(1.0, b.local_error / b.output_error)) << b.name;
+  }
+}
+
 TEST(CliReport, RendersASavedReportAndRejectsBadOnes) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "ampcheck_cli_report_test";
   std::filesystem::create_directories(dir);

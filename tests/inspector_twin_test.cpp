@@ -115,5 +115,22 @@ TEST(Twin, TheStepsComparedAreThoseBothRan) {
   EXPECT_EQ(t.window, 1);
 }
 
+TEST(WhereBorn, OpsRankByTheirOwnErrorAndTheShareIsOwnOverOutput) {
+  // Written from the definition: ranked by own error, share = own / output capped at 1, an op
+  // whose own error was not measured (0) or not finite left out.
+  const std::vector<reports::CompareBirth> b = where_born(
+      "O2", {{"a/linear#0", 1e-3, 4e-3}, {"b/softmax#0", 5e-3, 5e-3}, {"c/relu#0", 0.0, 1e-2},
+             {"d/sum#0", std::numeric_limits<double>::infinity(), 1.0}, {"e/exp#0", 2e-3, 1e-3}},
+      3);
+  ASSERT_EQ(b.size(), 3u);
+  EXPECT_EQ(b[0].name, "b/softmax#0");
+  EXPECT_DOUBLE_EQ(b[0].share, 1.0);
+  EXPECT_EQ(b[1].name, "e/exp#0");
+  EXPECT_DOUBLE_EQ(b[1].share, 1.0);  // 2e-3 / 1e-3, capped
+  EXPECT_EQ(b[2].name, "a/linear#0");
+  EXPECT_DOUBLE_EQ(b[2].share, 0.25);
+  for (const reports::CompareBirth& x : b) EXPECT_EQ(x.level, "O2");
+}
+
 }  // namespace
 }  // namespace ampcheck::inspector
