@@ -53,8 +53,8 @@ CLI::App* add_options(CLI::App& app, CompareOptions& o) {
                   "stays within fp32's own seed-to-seed noise or departs from it, and from which step");
   cmd->add_option("--seeds", o.seeds,
                   "with --script: the fp32 twin's runs, seeds S..S+N-1 from --seed S (AMPCHECK_RECORD_SEED, which the recorder "
-                  "gives torch, random and numpy at import; a script that seeds itself must read it); their spread "
-                  "is the yardstick")
+                  "gives torch, random and numpy at import; the k-th run also shifts every seed the script sets itself "
+                  "by k); their spread is the yardstick")
       ->capture_default_str();
   return cmd;
 }
@@ -122,6 +122,9 @@ int run_compare_script(const CompareOptions& o, const CLI::App& cmd, std::ostrea
   const std::uint64_t seed0 = o.args.seed;
   auto request = [&](bool amp_off, std::uint64_t seed) {
     RecordRequest r;
+    // Run k of the twin: seed S + k at import, and the script's own seeds shifted by k (a
+    // script that seeds itself with a constant, as most do, still trains from another seed).
+    r.seed_offset = static_cast<std::int64_t>(seed - seed0);
     r.shell = o.script;
     r.inspect = amp_off ? "trace" : "stats";
     r.allow_inf = o.args.allow_inf;
@@ -168,9 +171,11 @@ int run_compare_script(const CompareOptions& o, const CLI::App& cmd, std::ostrea
       for (std::size_t k = 1; k < fp32.size(); ++k)
         if (fp32[k].losses == fp32.front().losses)
           throw UsageError(fmt::format(
-              "compare --script: the fp32 twin trained alike with seeds {} and {}: the script sets its own seed "
-              "(torch.manual_seed), so the spread would be no spread; seed it from the variable ampcheck sets, e.g. "
-              "torch.manual_seed(int(os.environ.get(\"AMPCHECK_RECORD_SEED\", 0)))",
+              "compare --script: the fp32 twin trained alike with seeds {} and {}, though ampcheck seeded it and "
+              "shifted every seed the script sets (torch.manual_seed, random.seed, numpy.random.seed): its "
+              "randomness comes from a source ampcheck does not seed (a torch.Generator the script seeds itself, a "
+              "seed read from a file), so the spread would be no spread; seed that source from the variable ampcheck "
+              "sets, e.g. torch.manual_seed(int(os.environ.get(\"AMPCHECK_RECORD_SEED\", 0)))",
               fp32.front().seed, fp32[k].seed));
   }
   reports::Report report = amp.report;

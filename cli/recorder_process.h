@@ -41,6 +41,7 @@ struct RecordRequest {
   std::string kernels_out;
   std::optional<std::uint64_t> seed;  // AMPCHECK_RECORD_SEED: torch.manual_seed at torch's import
   bool amp_off = false;  // AMPCHECK_RECORD_AMP=off: the script's fp32 twin (recorder/ampcheck_recorder/twin.py)
+  std::int64_t seed_offset = 0;  // AMPCHECK_RECORD_SEED_OFFSET: the script's own seeds shifted by this (twin.py)
   // Where the script's standard output and error go: inherited (""), or appended to this
   // file (bisect-nan's trials, whose output is not the user's to read).
   std::string output_file;

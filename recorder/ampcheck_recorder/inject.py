@@ -33,6 +33,8 @@ The environment (each also a flag of ``run``; docs/recorder.md):
     AMPCHECK_RECORD_AMP           off: record the script's fp32 twin (twin.py: autocast and
                                   the GradScaler disabled, the script's casts to
                                   float16/bfloat16 kept in float32; `ampcheck compare --script`)
+    AMPCHECK_RECORD_SEED_OFFSET   k: every seed the script sets itself is shifted by k (twin.py;
+                                  `ampcheck compare --script --seeds N`'s k-th run)
     AMPCHECK_RECORD_OWNER         set by the recorder to its process id: a Python
                                   process the script starts (DataLoader workers,
                                   subprocesses) sees another id and does not record
@@ -62,6 +64,7 @@ ENV_LISTEN = "AMPCHECK_RECORD_LISTEN"
 ENV_KERNELS = "AMPCHECK_RECORD_KERNELS"          # steps to profile (record --kernels N)
 ENV_KERNELS_OUT = "AMPCHECK_RECORD_KERNELS_OUT"  # where the trace goes
 ENV_AMP = "AMPCHECK_RECORD_AMP"                  # off: the fp32 twin (twin.py)
+ENV_SEED_OFFSET = "AMPCHECK_RECORD_SEED_OFFSET"  # k: the script's own seeds shifted by k (twin.py)
 
 
 class ConfigError(ValueError):
@@ -241,6 +244,14 @@ def _start_from_environment(opts, framework="torch"):
         amp = os.environ.get(ENV_AMP, "on") or "on"
         if amp not in ("on", "off"):
             raise ConfigError(f'{ENV_AMP}="{amp}" is not on or off')
+        offset_text = os.environ.get(ENV_SEED_OFFSET, "0") or "0"
+        try:
+            offset = int(offset_text)
+        except ValueError:
+            raise ConfigError(f'{ENV_SEED_OFFSET}="{offset_text}" is not a whole number') from None
+        if offset and framework != "paddle":
+            from .twin import offset_seeds
+            offset_seeds(offset)
         if amp == "off":
             if framework == "paddle":
                 raise ConfigError("the fp32 twin (compare --script) turns PyTorch's AMP off; PaddlePaddle's is not "

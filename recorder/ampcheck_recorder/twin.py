@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
+import threading
 
 _LOW_NAMES = ("float16", "bfloat16", "half")
 
@@ -96,3 +97,65 @@ def turn_amp_off():
 
     to_wider(torch.Tensor)
     to_wider(torch.nn.Module)
+
+
+_shifting = threading.local()
+
+
+def _called_by_recorder() -> bool:
+    """Whether the first caller outside torch (whose wrappers, dynamo's among them, may sit
+    between) is the recorder."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        name = frame.f_globals.get("__name__", "")
+        if name != "torch" and not name.startswith("torch."):
+            return name.startswith("ampcheck_recorder")
+        frame = frame.f_back
+    return False
+
+
+def offset_seeds(offset: int):
+    """AMPCHECK_RECORD_SEED_OFFSET=k: every seed the script sets is shifted by k
+    (``torch.manual_seed(s)`` seeds s + k; likewise ``torch.cuda.manual_seed``/``_all``,
+    ``random.seed``, ``numpy.random.seed``, and so Lightning's ``seed_everything`` and Hugging
+    Face's ``set_seed``, which call them), so that a script that seeds itself with a constant,
+    as most do, still trains from another seed on each of the twin's runs (`ampcheck compare
+    --script --seeds N`). k = 0 changes nothing. A ``torch.Generator(...).manual_seed(s)`` the
+    script makes itself is not shifted (its type cannot be patched): data shuffled by one stays
+    in its order."""
+    if offset == 0:
+        return
+    import random
+
+    import torch
+
+    def shifted(original, wrap=lambda s: s):
+        if getattr(original, "_ampcheck_offset", None) is not None:
+            return original
+
+        @functools.wraps(original)
+        def seed(s=None, *args, **kwargs):
+            # A seed call inside a shifted one (torch.manual_seed seeds the CUDA generators
+            # through cuda.manual_seed_all) takes the seed already shifted; the recorder's
+            # own calls are its own.
+            if s is None or getattr(_shifting, "on", False) or _called_by_recorder():
+                return original(s, *args, **kwargs)
+            _shifting.on = True
+            try:
+                return original(wrap(int(s) + offset), *args, **kwargs)
+            finally:
+                _shifting.on = False
+
+        seed._ampcheck_offset = offset
+        return seed
+
+    torch.manual_seed = shifted(torch.manual_seed)
+    torch.random.manual_seed = torch.manual_seed
+    torch.cuda.manual_seed = shifted(torch.cuda.manual_seed)
+    torch.cuda.manual_seed_all = shifted(torch.cuda.manual_seed_all)
+    random.seed = shifted(random.seed)
+    try:
+        import numpy
+        numpy.random.seed = shifted(numpy.random.seed, lambda s: s % 2 ** 32)
+    except ImportError:
+        pass

@@ -140,3 +140,32 @@ def test_optimizer_state_kept_in_16_bits_is_counted_with_its_lost_updates(valida
     assert set(swamping) == {"weight:exp_avg_sq"}
     assert swamping["weight:exp_avg_sq"]["updates"] == 2 and swamping["weight:exp_avg_sq"]["fraction"] == 1.0
     assert torch.equal(optimizer.state[model.weight]["exp_avg_sq"], torch.ones(1, 4, dtype=torch.bfloat16))
+
+
+def test_the_twins_kth_run_shifts_every_seed_the_script_sets_by_k():
+    # The reference is the unshifted call with the shifted seed: torch.manual_seed(5) under
+    # an offset of 3 draws what torch.manual_seed(8) draws without one; likewise random and
+    # numpy, and Lightning's seed_everything, which calls them.
+    check = textwrap.dedent('''
+        import random
+        import numpy
+        import torch
+        def draws(seed):
+            torch.manual_seed(seed); random.seed(seed); numpy.random.seed(seed)
+            return torch.rand(3).tolist(), random.random(), numpy.random.rand()
+        plain = draws(8)
+        from ampcheck_recorder.twin import offset_seeds
+        offset_seeds(3)
+        assert draws(5) == plain, "seed 5 shifted by 3 is seed 8"
+        assert torch.initial_seed() == 8
+        import lightning
+        lightning.seed_everything(0, verbose=False)
+        assert torch.initial_seed() == 3
+        scope = {"__name__": "ampcheck_recorder.inject", "torch": torch}
+        exec("torch.manual_seed(5)", scope)  # the recorder's own seeding is its own
+        assert torch.initial_seed() == 5
+        print("ok")
+    ''')
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"

@@ -5,7 +5,8 @@
 # planting (recorder/tests/scripts/twin_train.py's docstring):
 #   bf16_weights  no fp32 master weights: the loss stalls where fp32's falls: departs, exit 1
 #   autocast      bf16 autocast over fp32 weights: within fp32's noise, exit 0
-#   fixed_seed    the script seeds itself with a constant: no spread to measure, exit 2
+#   fixed_seed    the script seeds itself with a constant: shifted per twin run, exit 0
+#   own_generator its randomness from a generator it seeds itself: no spread, exit 2
 #   offset        bf16 outputs near 100 in the last linear layer: departs, and
 #                 bisect-nan --loss-tolerance keeps module '2' in fp32
 set -uo pipefail
@@ -41,8 +42,11 @@ expect 0 "keep_fp32(model, modules=['2'])" -- \
   fail "the loss-tolerance search should find module '2' alone"
 expect 0 "the AMP run stays within fp32's own noise" -- "$bin" compare --quiet --script "$twin autocast" --seeds 3
 expect 0 "with one fp32 run there is no yardstick" -- "$bin" compare --quiet --script "$twin autocast" --seeds 1
+# A script that seeds itself with a constant: the twin's k-th run shifts that seed by k.
+expect 0 "the AMP run stays within fp32's own noise" -- "$bin" compare --quiet --script "$twin fixed_seed" --seeds 3
+# All randomness from a generator the script seeds itself: nothing to shift, refused.
 expect 2 'torch.manual_seed(int(os.environ.get("AMPCHECK_RECORD_SEED", 0)))' -- \
-  "$bin" compare --quiet --script "$twin fixed_seed" --seeds 2
+  "$bin" compare --quiet --script "$twin own_generator" --seeds 2
 expect 2 "compare --script: --model sets ampcheck's own training" -- \
   "$bin" compare --script "$twin autocast" --model mlp
 expect 2 "compare --script: --seeds 0 is out of range" -- "$bin" compare --script "$twin autocast" --seeds 0
