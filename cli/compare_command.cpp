@@ -141,10 +141,6 @@ int run_compare_script(const CompareOptions& o, const CLI::App& cmd, std::ostrea
   };
   if (!o.args.quiet) err << fmt::format("compare: recording the script as written (seed {})\n", seed0);
   RecordedRun amp = recorded_run(request(false, seed0));
-  if (amp.report.run.framework && *amp.report.run.framework == "paddle")
-    throw UsageError("compare --script: the fp32 twin turns PyTorch's autocast and GradScaler off; a PaddlePaddle "
-                     "script's AMP is not patched: run it with paddle.amp.auto_cast(enable=False) yourself and compare "
-                     "the two recordings' losses");
   if (amp.script_failed() && amp.report.steps.empty())
     throw UsageError("compare --script: " + reports::script_failure_text(amp.report.run) +
                      " before it trained a step; fix the script first (its output: " + log.path + ")");

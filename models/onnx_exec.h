@@ -1,7 +1,12 @@
 // The importer's inner parts, shared by the files that turn ONNX nodes into registry ops:
-// onnx_model.cpp (the table of op types, the model, the common ops), onnx_conv_pool.cpp
-// (convolution and pooling windows), onnx_index.cpp (arg-reductions, gathers, scatters,
-// Einsum, the losses) and onnx_recurrent.cpp (LSTM, GRU, RNN). Not an API of models/.
+// onnx_model.cpp (the table of op types, the model), and a file per op family, each holding
+// its builders: onnx_elementwise.cpp (arithmetic, math, comparisons, Cast, Where, the
+// activations), onnx_reduce.cpp (Reduce*, CumSum), onnx_shape.cpp (reshapes, Transpose,
+// Concat, Split, Slice, Gather, Expand, Tile, Pad, Resize), onnx_constant.cpp (Constant,
+// Range, EyeLike, Trilu), onnx_norm.cpp (the normalisations, Softmax), onnx_matmul.cpp
+// (MatMul, Gemm), onnx_conv_pool.cpp (convolution and pooling windows), onnx_index.cpp
+// (arg-reductions, gathers, scatters, Einsum, the losses) and onnx_recurrent.cpp (LSTM, GRU,
+// RNN). Not an API of models/.
 //
 // A value is a tensor of the model or a host array. Integer and bool values always live on
 // the host (token ids, shapes, indices, masks): ampcheck's ops compute in floating point and
@@ -132,6 +137,84 @@ struct CastTarget {
 };
 std::optional<CastTarget> cast_target(std::int64_t to);
 
+// The builders below: op_* take tensors, and host arrays where the table gives them as the
+// host form too; host_* take host arrays (and read float data there).
+
+// ---- onnx_elementwise.cpp ----
+void op_binary(Exec& e);       // Add, Sub, Mul, Div
+void host_binary_op(Exec& e);  // Add, Sub, Mul, Div, Pow, Mod, Max, Min
+void op_pow(Exec& e);
+void op_mod(Exec& e);
+void op_minmax(Exec& e);       // Max, Min
+void op_variadic(Exec& e);     // Sum, Mean
+void host_variadic(Exec& e);
+void op_unary(Exec& e);
+void host_unary_op(Exec& e);
+void host_compare(Exec& e);    // comparisons and logic
+void op_clip(Exec& e);
+void host_clip(Exec& e);
+void op_where(Exec& e);
+void host_where(Exec& e);
+void op_identity(Exec& e);
+void op_dropout(Exec& e);
+void op_cast(Exec& e);         // Cast, CastLike
+void host_cast_op(Exec& e);
+void op_gelu(Exec& e);
+void op_hard_sigmoid(Exec& e);
+void op_activation(Exec& e);   // LeakyRelu, PRelu, Elu, Celu, Selu, Softplus, Softsign
+void op_threshold(Exec& e);    // ThresholdedRelu, Shrink
+std::optional<OnnxRefusal> check_cast(const NodeAttrs& a);
+std::optional<OnnxRefusal> check_gelu(const NodeAttrs& a);
+
+// ---- onnx_reduce.cpp ----
+void op_reduce(Exec& e);       // every Reduce*
+void host_reduce(Exec& e);
+void op_cumsum(Exec& e);
+void host_cumsum(Exec& e);
+
+// ---- onnx_shape.cpp ----
+void op_reshape_like(Exec& e);  // Reshape, Unsqueeze, Squeeze, Flatten
+void host_shape_op(Exec& e);
+void op_shape(Exec& e);         // Shape, Size
+void op_transpose(Exec& e);
+void host_transpose(Exec& e);
+void op_concat(Exec& e);
+void host_concat(Exec& e);
+void op_split(Exec& e);
+void op_slice(Exec& e);
+void host_slice(Exec& e);
+void op_gather(Exec& e);
+void host_gather(Exec& e);
+void op_expand(Exec& e);
+void host_expand(Exec& e);
+void op_tile(Exec& e);
+void op_pad(Exec& e);
+void op_resize(Exec& e);        // Resize, Upsample
+std::optional<OnnxRefusal> check_pad(const NodeAttrs& a);
+std::optional<OnnxRefusal> check_resize(const NodeAttrs& a);
+// Flatten's 2-D shape of `in` at the node's axis.
+Shape flatten_shape(const Exec& e, const Shape& in);
+
+// ---- onnx_constant.cpp ----
+void op_constant(Exec& e);
+void op_constant_of_shape(Exec& e);
+void op_range(Exec& e);
+void host_eye_like(Exec& e);
+void host_trilu(Exec& e);
+std::optional<OnnxRefusal> check_constant(const NodeAttrs& a);
+
+// ---- onnx_norm.cpp ----
+void op_batch_norm(Exec& e);
+void op_layer_norm(Exec& e);
+void op_instance_norm(Exec& e);
+void op_mvn(Exec& e);           // MeanVarianceNormalization
+void op_softmax(Exec& e);       // Softmax, LogSoftmax
+std::optional<OnnxRefusal> check_batch_norm(const NodeAttrs& a);
+
+// ---- onnx_matmul.cpp ----
+void op_matmul(Exec& e);
+void op_gemm(Exec& e);
+
 // ---- onnx_conv_pool.cpp ----
 void op_conv(Exec& e);
 void op_conv_transpose(Exec& e);
@@ -143,8 +226,6 @@ std::optional<OnnxRefusal> check_conv(const NodeAttrs& a);
 std::optional<OnnxRefusal> check_pool(const NodeAttrs& a);
 
 // ---- onnx_index.cpp ----
-// op_* take tensors, and host arrays where the table gives them as the host form too;
-// host_* take host arrays (and read float data there).
 void op_arg_reduce(Exec& e);   // ArgMax, ArgMin (host, from the data)
 void op_hardmax(Exec& e);
 void op_topk(Exec& e);

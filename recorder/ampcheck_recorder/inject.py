@@ -249,15 +249,11 @@ def _start_from_environment(opts, framework="torch"):
             offset = int(offset_text)
         except ValueError:
             raise ConfigError(f'{ENV_SEED_OFFSET}="{offset_text}" is not a whole number') from None
-        if offset and framework != "paddle":
-            from .twin import offset_seeds
-            offset_seeds(offset)
+        from . import twin
+        if offset:
+            (twin.offset_paddle_seeds if framework == "paddle" else twin.offset_seeds)(offset)
         if amp == "off":
-            if framework == "paddle":
-                raise ConfigError("the fp32 twin (compare --script) turns PyTorch's AMP off; PaddlePaddle's is not "
-                                  "patched: run the script with paddle.amp.auto_cast(enable=False) yourself")
-            from .twin import turn_amp_off
-            turn_amp_off()
+            (twin.turn_paddle_amp_off if framework == "paddle" else twin.turn_amp_off)()
         script = {"script": sys.argv[0] if sys.argv else "", "script_args": sys.argv[1:], "wait_for_model": True}
         if framework == "paddle":
             from .paddle_recorder import PaddleRecorder

@@ -15,8 +15,8 @@ AMPCHECK_RECORD_AMP=off turns, as torch is imported and before the script runs:
   becomes in float16) are not touched.
 
 Not turned: tensors the script makes in a low precision directly (``torch.randn(...,
-dtype=torch.float16)``), ``torch.set_default_dtype``, and PaddlePaddle (its AMP is not
-patched here).
+dtype=torch.float16)``), ``torch.set_default_dtype``. A PaddlePaddle script's twin is
+turn_paddle_amp_off's (auto_cast, GradScaler, decorate, a layer's casts).
 """
 
 from __future__ import annotations
@@ -35,19 +35,18 @@ def _from_recorder(depth: int = 2) -> bool:
     return frame is not None and frame.f_globals.get("__name__", "").startswith("ampcheck_recorder")
 
 
-def _disabled(cls, what: str):
-    """cls.__init__ with its `enabled` argument forced to False."""
-    original = cls.__init__
-    signature = inspect.signature(original)
+def _forced_off(function, argument: str):
+    """`function` with its `argument` (autocast's "enabled", Paddle's "enable") forced to False."""
+    signature = inspect.signature(function)
 
-    @functools.wraps(original)
-    def init(self, *args, **kwargs):
-        bound = signature.bind(self, *args, **kwargs)
-        bound.arguments["enabled"] = False
-        return original(*bound.args, **bound.kwargs)
+    @functools.wraps(function)
+    def off(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.arguments[argument] = False
+        return function(*bound.args, **bound.kwargs)
 
-    init._ampcheck_twin = what
-    cls.__init__ = init
+    off._ampcheck_twin = True
+    return off
 
 
 def turn_amp_off():
@@ -57,8 +56,9 @@ def turn_amp_off():
     autocast = torch.amp.autocast_mode.autocast
     if getattr(autocast.__init__, "_ampcheck_twin", None):
         return
-    _disabled(autocast, "autocast")
-    _disabled(torch.amp.grad_scaler.GradScaler, "GradScaler")
+    autocast.__init__ = _forced_off(autocast.__init__, "enabled")
+    scaler = torch.amp.grad_scaler.GradScaler
+    scaler.__init__ = _forced_off(scaler.__init__, "enabled")
 
     low = {torch.float16, torch.bfloat16}
 
@@ -125,37 +125,97 @@ def offset_seeds(offset: int):
     in its order."""
     if offset == 0:
         return
-    import random
-
     import torch
 
-    def shifted(original, wrap=lambda s: s):
-        if getattr(original, "_ampcheck_offset", None) is not None:
-            return original
-
-        @functools.wraps(original)
-        def seed(s=None, *args, **kwargs):
-            # A seed call inside a shifted one (torch.manual_seed seeds the CUDA generators
-            # through cuda.manual_seed_all) takes the seed already shifted; the recorder's
-            # own calls are its own.
-            if s is None or getattr(_shifting, "on", False) or _called_by_recorder():
-                return original(s, *args, **kwargs)
-            _shifting.on = True
-            try:
-                return original(wrap(int(s) + offset), *args, **kwargs)
-            finally:
-                _shifting.on = False
-
-        seed._ampcheck_offset = offset
-        return seed
-
-    torch.manual_seed = shifted(torch.manual_seed)
+    torch.manual_seed = _shift_plain(torch.manual_seed, offset)
     torch.random.manual_seed = torch.manual_seed
-    torch.cuda.manual_seed = shifted(torch.cuda.manual_seed)
-    torch.cuda.manual_seed_all = shifted(torch.cuda.manual_seed_all)
-    random.seed = shifted(random.seed)
+    torch.cuda.manual_seed = _shift_plain(torch.cuda.manual_seed, offset)
+    torch.cuda.manual_seed_all = _shift_plain(torch.cuda.manual_seed_all, offset)
+    _shift_random_and_numpy(offset)
+
+
+def _shift_random_and_numpy(offset: int):
+    import random
+    random.seed = _shift_plain(random.seed, offset)
     try:
         import numpy
-        numpy.random.seed = shifted(numpy.random.seed, lambda s: s % 2 ** 32)
+        numpy.random.seed = _shift_plain(numpy.random.seed, offset, lambda s: s % 2 ** 32)
     except ImportError:
         pass
+
+
+def _shift_plain(original, offset: int, wrap=lambda s: s):
+    """`original` (a seeding function) with its seed shifted by `offset`."""
+    if getattr(original, "_ampcheck_offset", None) is not None:
+        return original
+
+    @functools.wraps(original)
+    def seed(s=None, *args, **kwargs):
+        # A seed call inside a shifted one (torch.manual_seed seeds the CUDA generators
+        # through cuda.manual_seed_all) takes the seed already shifted; the recorder's
+        # own calls are its own.
+        if s is None or getattr(_shifting, "on", False) or _called_by_recorder():
+            return original(s, *args, **kwargs)
+        _shifting.on = True
+        try:
+            return original(wrap(int(s) + offset), *args, **kwargs)
+        finally:
+            _shifting.on = False
+
+    seed._ampcheck_offset = offset
+    return seed
+
+
+def turn_paddle_amp_off():
+    """The fp32 twin of a PaddlePaddle script, as far as Paddle's API reaches: every
+    ``paddle.amp.auto_cast`` disabled (and ``amp_guard``, its older name), every
+    ``paddle.amp.GradScaler`` disabled (``scale`` returns the loss, ``step``/``minimize``
+    step), ``paddle.amp.decorate`` (O2: the parameters cast to float16/bfloat16, master
+    weights) giving the models and optimizers back as they are, and a layer's own casts
+    (``layer.half()``, ``.bfloat16()``, ``.float16()``, ``.to(dtype=...)`` to a 16-bit
+    type) kept in float32. Idempotent."""
+    import paddle
+
+    if getattr(paddle.amp.auto_cast, "_ampcheck_twin", None):
+        return
+
+    paddle.amp.auto_cast = _forced_off(paddle.amp.auto_cast, "enable")
+    if hasattr(paddle.amp, "amp_guard"):
+        paddle.amp.amp_guard = _forced_off(paddle.amp.amp_guard, "enable")
+    paddle.amp.GradScaler.__init__ = _forced_off(paddle.amp.GradScaler.__init__, "enable")
+
+    def decorate(models, optimizers=None, *args, **kwargs):
+        return models if optimizers is None else (models, optimizers)
+
+    decorate._ampcheck_twin = True
+    paddle.amp.decorate = decorate
+
+    layer = paddle.nn.Layer
+    for name in ("half", "bfloat16", "float16"):
+        if hasattr(layer, name):
+            setattr(layer, name, functools.wraps(getattr(layer, name))(lambda self, *a, **k: self))
+    original_to = layer.to
+
+    def wider(a):
+        if isinstance(a, str):
+            return "float32" if a in ("float16", "bfloat16") else a
+        return paddle.float32 if a is paddle.float16 or a is paddle.bfloat16 else a
+
+    @functools.wraps(original_to)
+    def to(self, *args, **kwargs):
+        args = tuple(wider(a) for a in args)
+        if "dtype" in kwargs:
+            kwargs["dtype"] = wider(kwargs["dtype"])
+        return original_to(self, *args, **kwargs)
+
+    layer.to = to
+
+
+def offset_paddle_seeds(offset: int):
+    """As offset_seeds, for ``paddle.seed`` (and random and numpy)."""
+    if offset == 0:
+        return
+    import paddle
+
+    paddle.seed = _shift_plain(paddle.seed, offset)
+    _shift_random_and_numpy(offset)

@@ -169,3 +169,33 @@ def test_the_twins_kth_run_shifts_every_seed_the_script_sets_by_k():
     done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+def test_a_paddle_scripts_twin_turns_its_amp_off():
+    # The reference is Paddle's own API with enable=False, what a user would write for fp32.
+    check = textwrap.dedent('''
+        import paddle
+        from ampcheck_recorder.twin import turn_paddle_amp_off, offset_paddle_seeds
+        turn_paddle_amp_off()
+        turn_paddle_amp_off()
+        scaler = paddle.amp.GradScaler(init_loss_scaling=1024.0)
+        assert not scaler._enable, "the twin's scaler is disabled"
+        assert not paddle.amp.GradScaler(enable=False)._enable
+        lin = paddle.nn.Linear(4, 4)
+        opt = paddle.optimizer.SGD(learning_rate=0.1, parameters=lin.parameters())
+        model, optimizer = paddle.amp.decorate(models=lin, optimizers=opt, level="O2", dtype="bfloat16")
+        assert model is lin and optimizer is opt and lin.weight.dtype == paddle.float32
+        assert paddle.amp.decorate(models=lin, level="O2") is lin
+        assert paddle.nn.Linear(2, 2).bfloat16().weight.dtype == paddle.float32
+        assert paddle.nn.Linear(2, 2).to(dtype="float16").weight.dtype == paddle.float32
+        def draw(seed):
+            paddle.seed(seed)
+            return paddle.rand([3]).numpy().tolist()
+        plain = draw(8)
+        offset_paddle_seeds(3)
+        assert draw(5) == plain, "paddle.seed(5) shifted by 3 is paddle.seed(8)"
+        print("ok")
+    ''')
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith("ok")

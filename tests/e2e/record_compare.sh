@@ -47,6 +47,8 @@ expect 0 "the AMP run stays within fp32's own noise" -- "$bin" compare --quiet -
 # All randomness from a generator the script seeds itself: nothing to shift, refused.
 expect 2 'torch.manual_seed(int(os.environ.get("AMPCHECK_RECORD_SEED", 0)))' -- \
   "$bin" compare --quiet --script "$twin own_generator" --seeds 2
+# A PaddlePaddle script: its twin disables auto_cast and the GradScaler and shifts paddle.seed.
+expect 0 "beside its fp32 twin" -- "$bin" compare --quiet --script "$py $scripts/paddle_twin_train.py" --seeds 2
 expect 2 "compare --script: --model sets ampcheck's own training" -- \
   "$bin" compare --script "$twin autocast" --model mlp
 expect 2 "compare --script: --seeds 0 is out of range" -- "$bin" compare --script "$twin autocast" --seeds 0
