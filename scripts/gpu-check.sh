@@ -4,7 +4,8 @@
 #   1. a CUDA build (scripts/build.sh with AMPCHECK_CUDA=ON: the build fails without the
 #      toolkit instead of quietly dropping the GPU);
 #   2. the GPU tests (every test binary's CUDA, GPU and CUPTI cases, which skip without a
-#      GPU; FULL_CTEST=1 runs the whole ctest suite instead);
+#      GPU; FULL_CTEST=1 runs the whole ctest suite instead), and the GPU libraries loaded
+#      where the GPU is first used, not at start;
 #   3. `ampcheck selftest --device cuda`: every op, dtype and case, forward and backward,
 #      against the CPU reference (engine/parity.h);
 #   4. `ampcheck run --device cuda` on every sample (samples/models/ORDER) at O0, O1 and
@@ -111,6 +112,21 @@ if [[ ${SKIP_CTEST:-0} != 1 && ${FULL_CTEST:-0} != 1 ]]; then
     cat "${logs[$i]}" | tee -a "$work/ctest.log"
   done
   echo "GPU tests: $passed of $((passed + failed)) test binaries passed (gtest filter $gpu_filter): $([[ $failed == 0 ]] && echo 100% tests passed || echo "$failed binaries with failures")" | tee -a "$work/ctest.log"
+fi
+
+# The GPU libraries are loaded where the GPU is first used (kernels/cuda/gpu_libraries.h):
+# none at start, with every library hidden the commands that need no GPU still run and
+# --device cuda names the missing one (tests/e2e/gpu_libraries.sh), and a GPU run loads
+# cuBLASLt, cuDNN and CUPTI (the dynamic loader's own log) and trains.
+libs_log=$work/gpu_libraries.log
+if AMPCHECK=$ampcheck WORK=$work/gpu_libraries bash "$root/tests/e2e/gpu_libraries.sh" >"$libs_log" 2>&1 &&
+   LD_DEBUG=libs "$ampcheck" run --device cuda --model mlp --steps 2 --quiet 2>&1 >/dev/null |
+     grep -E 'find library=(libcublasLt|libcudnn|libcupti)\.' | sort -u | tee -a "$libs_log" | grep -q libcupti; then
+  echo "GPU libraries: none at start; loaded at the first GPU use" | tee -a "$work/ctest.log"
+else
+  cat "$libs_log"
+  echo "GPU libraries: FAILED, the loading where the GPU is first used (see above)" | tee -a "$work/ctest.log"
+  [[ $ctest_rc == skipped ]] || ctest_rc=1
 fi
 
 # ---- 4, 5 and the results files: runs beside the CPU, step times, the report
