@@ -10,7 +10,6 @@
 #include "models/onnx_exec.h"
 
 namespace ampcheck::models::onnx_impl {
-
 namespace {
 
 // The product over `axes`: the reduced dims moved last and merged, then halves multiplied

@@ -11,7 +11,6 @@
 #include "models/onnx_exec.h"
 
 namespace ampcheck::models::onnx_impl {
-
 namespace {
 
 // The shape Reshape asks for, with 0 (copy) and -1 (infer) resolved against `in`.

@@ -9,7 +9,6 @@
 #include "reports/html_parts.h"
 
 namespace ampcheck::reports::html_impl {
-
 namespace {
 
 // A share of a few values in many: three significant digits (0.0061%), not one decimal.

@@ -10,7 +10,6 @@
 #include "reports/text.h"  // shares_text
 
 namespace ampcheck::reports::html_impl {
-
 namespace {
 
 // One kernel of one op instance, for the kernels section's tables.

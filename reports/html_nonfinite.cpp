@@ -9,7 +9,6 @@
 #include "reports/html_parts.h"
 
 namespace ampcheck::reports::html_impl {
-
 namespace {
 
 std::string shape_text(const std::vector<std::int64_t>& shape) {

@@ -9,7 +9,6 @@
 #include "reports/html_parts.h"
 
 namespace ampcheck::reports::html_impl {
-
 namespace {
 
 // Colour of a count fraction on a log scale: 1e-6 (or less) light, 1 dark.

@@ -13,7 +13,6 @@
 #include "reports/text.h"  // recorded_text, script_failure_text, recorder_error_text, sampling_text
 
 namespace ampcheck::reports::html_impl {
-
 namespace {
 
 std::string verdict_class(const std::string& verdict) {
