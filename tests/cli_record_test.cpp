@@ -52,9 +52,10 @@ TEST(CliRecord, BisectScriptRefusesTheEnginesTrainingOptions) {
   CliResult r = run_cli({"bisect-nan", "--script", "python3 train.py", "--steps", "5"});
   EXPECT_EQ(r.code, cli::kUsage);
   EXPECT_TRUE(has(r.err, "--steps sets ampcheck's own training, and the script trains with its own settings")) << r.err;
-  r = run_cli({"bisect-nan", "--script", "python3 train.py", "--loss-tolerance", "0.1"});
+  // --loss-tolerance is the script's too now (its fp32 twin is the reference), checked as for the engine.
+  r = run_cli({"bisect-nan", "--script", "python3 train.py", "--loss-tolerance", "-0.1"});
   EXPECT_EQ(r.code, cli::kUsage);
-  EXPECT_TRUE(has(r.err, "--loss-tolerance needs an fp32 run of the same training")) << r.err;
+  EXPECT_TRUE(has(r.err, "--loss-tolerance -0.1 must be >= 0")) << r.err;
   r = run_cli({"bisect-nan", "--script", "  "});
   EXPECT_EQ(r.code, cli::kUsage);
   EXPECT_TRUE(has(r.err, "the command is empty")) << r.err;
