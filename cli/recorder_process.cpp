@@ -349,9 +349,16 @@ std::string recorder_advice(const std::string& python, const std::vector<std::st
   return text;
 }
 
-ScratchFolder::ScratchFolder() {
+namespace {
+// A mkdtemp/mkstemps template in TMPDIR (else /tmp): "<folder>/<name>".
+std::string temp_template(const std::string& name) {
   const char* tmp = std::getenv("TMPDIR");
-  std::string templ = (tmp && *tmp ? std::string(tmp) : std::string("/tmp")) + "/ampcheck-record-XXXXXX";
+  return (tmp && *tmp ? std::string(tmp) : std::string("/tmp")) + "/" + name;
+}
+}  // namespace
+
+ScratchFolder::ScratchFolder() {
+  std::string templ = temp_template("ampcheck-record-XXXXXX");
   if (mkdtemp(templ.data()) == nullptr)
     throw UsageError(fmt::format("record: cannot make a scratch folder {} ({}); set TMPDIR to a writable folder",
                                  templ, std::strerror(errno)));
@@ -518,10 +525,12 @@ std::string first_difference(const RecordedRun& a, const RecordedRun& b) {
 }
 
 ScratchLog::ScratchLog(const std::string& command) {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string templ = (tmp && *tmp ? std::string(tmp) : std::string("/tmp")) + "/ampcheck-script-XXXXXX.log";
+  const std::string wanted = temp_template("ampcheck-script-XXXXXX.log");
+  std::string templ = wanted;
   const int fd = mkstemps(templ.data(), 4);
-  if (fd < 0) throw UsageError(command + ": cannot make a scratch file in " + templ + "; set TMPDIR");
+  if (fd < 0)
+    throw UsageError(fmt::format("{}: cannot make a scratch file {} ({}); set TMPDIR to a writable folder", command,
+                                 wanted, std::strerror(errno)));
   ::close(fd);
   path = templ;
 }
