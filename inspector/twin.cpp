@@ -88,7 +88,7 @@ reports::Twin judge(std::string script, std::uint64_t seed, std::vector<double> 
   // The departure that lasts: the first step from which the gap stays above the noise.
   std::size_t from = steps;
   for (std::size_t i = steps; i-- > 0;) {
-    if (!(t.gap[i] > t.noise[i])) break;
+    if (!(t.gap[i] > kDepartureMargin * t.noise[i])) break;
     from = i;
   }
   if (from < steps && steps - from >= window) {
@@ -104,13 +104,13 @@ reports::Twin judge(std::string script, std::uint64_t seed, std::vector<double> 
   }
   std::size_t widest = 0;
   for (std::size_t i = 0; i < steps; ++i)
-    if (t.gap[i] - t.noise[i] > t.gap[widest] - t.noise[widest]) widest = i;
+    if (t.gap[i] - kDepartureMargin * t.noise[i] > t.gap[widest] - kDepartureMargin * t.noise[widest]) widest = i;
   t.verdict = "within_noise";
   t.verdict_text = fmt::format(
       "the AMP run stays within fp32's own noise: over {} steps its gap from the fp32 twin of the same seed (last "
-      "{:.3g}) is no wider than the {} fp32 run(s) of other seeds are from it (last {:.3g}){}",
-      steps, t.gap[last], t.fp32.size() - 1, t.noise[last],
-      t.gap[widest] > t.noise[widest]
+      "{:.3g}) stays within {:g}x of how far the {} fp32 run(s) of other seeds are from it (last {:.3g}){}",
+      steps, t.gap[last], kDepartureMargin, t.fp32.size() - 1, t.noise[last],
+      t.gap[widest] > kDepartureMargin * t.noise[widest]
           ? fmt::format("; it passed them for a while (widest at step {}: {:.3g} against {:.3g}) and came back",
                         widest + 1, t.gap[widest], t.noise[widest])
           : std::string());

@@ -10,8 +10,11 @@
 //   noise(t) = trailing mean over `window` steps of max over the other seeds k of
 //              |fp32_k(t) - fp32_seed(t)|
 //
-// The run departs from step S when gap > noise at S and at every step after it to the last
-// (a departure that closes again is the noise it looks like), and lasts at least a window;
+// The run departs from step S when gap > kDepartureMargin x noise at S and at every step
+// after it to the last (a departure that closes again is the noise it looks like), and lasts
+// at least a window. The margin: an AMP run that merely behaved like one more seed would be
+// the farthest of N runs from the same-seed twin about once in N at the end; 1.5x the
+// largest other seed's distance keeps such a run from being called departed at --seeds 3;
 // a loss that is not finite in the AMP run where the twin's is departs there. With one fp32
 // run there is no yardstick, and the verdict says so rather than guess.
 #pragma once
@@ -23,6 +26,8 @@
 #include "reports/report.h"
 
 namespace ampcheck::inspector {
+
+inline constexpr double kDepartureMargin = 1.5;
 
 // `swamping`: the AMP run's parameters whose updates were lost to rounding (the recorder's
 // reading, as the engine's inspector makes it): where a departure is born when a quarter or

@@ -38,17 +38,26 @@ TEST(Twin, ARunThatTracksItsTwinCloserThanAnotherSeedStaysWithinTheNoise) {
 
 TEST(Twin, AGapThatGrowsPastTheSeedsSpreadAndStaysDepartsWhereItPassedIt) {
   // AMP = fp32 until step 9, then 0.1 (t - 9) above it: raw gaps 0.1, 0.2, 0.3, ... from
-  // step 10; trailing means over 2 steps: 0.05 at 10, 0.15 at 11, 0.25 at 12 > 0.2 (the
-  // seeds' spread), and above it to the end: the departure starts at step 12.
+  // step 10; trailing means over 2 steps: 0.05 at 10, 0.15 at 11, 0.25 at 12, 0.35 at 13 >
+  // 1.5 x 0.2 (the margin over the seeds' spread), and above it to the end: the departure
+  // starts at step 13.
   std::vector<double> amp = base_curve();
   for (int t = 10; t <= 20; ++t) amp[t - 1] += 0.1 * (t - 9);
   const reports::Twin t = compare_with_twin("python train.py", 0, amp, "healthy", three_seeds());
   EXPECT_EQ(t.verdict, "departs") << t.verdict_text;
   ASSERT_TRUE(t.departs_at.has_value());
-  EXPECT_EQ(*t.departs_at, 12);
-  EXPECT_NE(t.verdict_text.find("from step 12"), std::string::npos) << t.verdict_text;
+  EXPECT_EQ(*t.departs_at, 13);
+  EXPECT_NE(t.verdict_text.find("from step 13"), std::string::npos) << t.verdict_text;
   // At the last step: raw gaps 1.0 and 1.1, mean 1.05, against a spread of 0.2: 5.2x.
   EXPECT_NE(t.verdict_text.find("5.2x"), std::string::npos) << t.verdict_text;
+}
+
+TEST(Twin, ARunThatIsOnlyLikeAnotherSeedIsNotCalledDeparted) {
+  // An AMP run as far from its twin as one more seed would be (1.2x the farthest other
+  // seed's 0.2, for the whole run): the farthest of the runs, but within the 1.5x margin.
+  const reports::Twin t = compare_with_twin("python train.py", 0, shifted(base_curve(), 0.24), "healthy", three_seeds());
+  EXPECT_EQ(t.verdict, "within_noise") << t.verdict_text;
+  EXPECT_FALSE(t.departs_at.has_value());
 }
 
 TEST(Twin, AGapThatClosesAgainIsTheNoiseItLooksLike) {
