@@ -10,8 +10,8 @@
 //                convolution, integer arithmetic on data, a reversing slice, ...), or the
 //                outputs are random (training-mode Dropout);
 //   unsupported  the model uses an op type outside the importer's table.
-// No test may fail; the table printed per op type is what README.md quotes, and the test
-// checks that README.md's counts are the ones measured here.
+// No test may fail; docs/onnx.md ("Conformance") quotes the counts, and the test checks
+// that they are the ones measured here.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -219,16 +219,16 @@ Row print_table(const std::string& suite, const std::vector<Outcome>& outcomes) 
   return total;
 }
 
-// The counts README.md quotes: "N of the M node tests pass" (line breaks anywhere).
-void expect_readme_counts(const std::string& suite, const Row& total) {
-  std::ifstream in(std::string(AMPCHECK_SOURCE_DIR) + "/README.md");
+// The counts docs/onnx.md quotes: "N of the M node tests pass" (line breaks anywhere).
+void expect_doc_counts(const std::string& suite, const Row& total) {
+  std::ifstream in(std::string(AMPCHECK_SOURCE_DIR) + "/docs/onnx.md");
   std::stringstream s;
   s << in.rdbuf();
   std::string text, word;
   for (std::istringstream words(s.str()); words >> word;) text += (text.empty() ? "" : " ") + word;
   const std::string tail = " " + suite + " tests pass";
   const std::size_t at = text.find(tail);
-  const std::string claim = "README.md should say \"" + std::to_string(total.pass) + " of the " +
+  const std::string claim = "docs/onnx.md should say \"" + std::to_string(total.pass) + " of the " +
                             std::to_string(total.tests) + " " + suite + " tests pass\"";
   ASSERT_NE(at, std::string::npos) << claim;
   std::vector<std::string> before;
@@ -236,8 +236,8 @@ void expect_readme_counts(const std::string& suite, const Row& total) {
   ASSERT_GE(before.size(), 4u) << claim;
   const std::size_t n = before.size();
   ASSERT_TRUE(before[n - 3] == "of" && before[n - 2] == "the") << claim;
-  EXPECT_EQ(before[n - 4], std::to_string(total.pass)) << "README.md's count of passing " << suite << " tests is stale";
-  EXPECT_EQ(before[n - 1], std::to_string(total.tests)) << "README.md's count of " << suite << " tests is stale";
+  EXPECT_EQ(before[n - 4], std::to_string(total.pass)) << "docs/onnx.md's count of passing " << suite << " tests is stale";
+  EXPECT_EQ(before[n - 1], std::to_string(total.tests)) << "docs/onnx.md's count of " << suite << " tests is stale";
 }
 
 class OnnxConformance : public ::testing::Test {
@@ -253,21 +253,21 @@ TEST_F(OnnxConformance, NodeTestsOfSupportedOpsPass) {
   const Row total = print_table("node", outcomes);
   EXPECT_EQ(total.fail, 0);
   EXPECT_GT(total.pass, 0);
-  expect_readme_counts("node", total);
+  expect_doc_counts("node", total);
 }
 
 TEST_F(OnnxConformance, PytorchConvertedModulesWithSupportedOpsMatch) {
   const auto outcomes = run_suite("pytorch-converted");
   const Row total = print_table("pytorch-converted", outcomes);
   EXPECT_EQ(total.fail, 0);
-  expect_readme_counts("pytorch-converted", total);
+  expect_doc_counts("pytorch-converted", total);
 }
 
 TEST_F(OnnxConformance, PytorchOperatorTestsWithSupportedOpsMatch) {
   const auto outcomes = run_suite("pytorch-operator");
   const Row total = print_table("pytorch-operator", outcomes);
   EXPECT_EQ(total.fail, 0);
-  expect_readme_counts("pytorch-operator", total);
+  expect_doc_counts("pytorch-operator", total);
 }
 
 // The comparison itself: a wrong value and a wrong shape are failures, not passes.
