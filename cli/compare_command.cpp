@@ -178,8 +178,17 @@ int run_compare_script(const CompareOptions& o, const CLI::App& cmd, std::ostrea
   report.run.command = "compare";
   reports::Compare& c = report.compare.emplace();
   c.reference = "fp32";
+  inspector::TwinEvidence evidence;
+  evidence.swamping = amp.report.swamping;
+  evidence.loss_ops = inspector::loss_ops_in_low_precision(amp.report.ops);
+  for (const reports::OpInstance& op : amp.report.ops)
+    if (!evidence.loss_ops.empty() && op.phase == "forward" &&
+        std::find(evidence.loss_ops.begin(), evidence.loss_ops.end(), op.type) != evidence.loss_ops.end()) {
+      evidence.loss_dtype = op.kernel_dtypes.bf16 > 0 ? "bfloat16" : "float16";
+      break;
+    }
   c.twin = inspector::compare_with_twin(o.script, seed0, losses(amp), amp.report.summary.verdict, std::move(fp32),
-                                       amp.report.swamping);
+                                       evidence);
   const reports::Twin& t = *c.twin;
   reports::LevelRun amp_run;
   amp_run.level = "amp";

@@ -1,10 +1,12 @@
 #include "inspector/twin.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <set>
 #include <utility>
 
 namespace ampcheck::inspector {
@@ -121,18 +123,17 @@ reports::Twin judge(std::string script, std::uint64_t seed, std::vector<double> 
 
 reports::Twin compare_with_twin(std::string script, std::uint64_t seed, std::vector<double> amp_losses,
                                 std::string amp_verdict, std::vector<reports::TwinRun> fp32,
-                                const std::vector<reports::Swamping>& swamping) {
+                                const TwinEvidence& evidence) {
   reports::Twin t = judge(std::move(script), seed, std::move(amp_losses), std::move(amp_verdict), std::move(fp32));
   if (t.verdict != "departs") return t;
+  // The causes the recording shows, in the order a cure is cheapest to try: the state the
+  // optimizer keeps (parameters without fp32 masters, 16-bit moments), the loss, then the op
+  // of the forward where the difference from the twin grows most.
+  std::vector<std::string> causes;
   // Parameters ("0.weight") and the optimizer's state kept beside them ("0.weight:exp_avg_sq").
   std::vector<const reports::Swamping*> params, state;
-  for (const reports::Swamping& s : swamping)
+  for (const reports::Swamping& s : evidence.swamping)
     if (s.fraction >= kSwampedNamed) (s.parameter.find(':') == std::string::npos ? params : state).push_back(&s);
-  if (params.empty() && state.empty()) {
-    t.verdict_text += "; where it is born is not in the recording (no parameter or optimizer state lost its updates "
-                      "to rounding): bisect-nan --script \"...\" --loss-tolerance T searches the ops to keep in fp32";
-    return t;
-  }
   auto named = [](std::vector<const reports::Swamping*> lost) {
     std::stable_sort(lost.begin(), lost.end(), [](const auto* a, const auto* b) { return a->fraction > b->fraction; });
     std::string text;
@@ -142,21 +143,65 @@ reports::Twin compare_with_twin(std::string script, std::uint64_t seed, std::vec
     if (lost.size() > 6) text += fmt::format(" and {} more", lost.size() - 6);
     return text;
   };
-  std::string cause = "born in the optimizer's state: ";
   if (!params.empty())
-    cause += fmt::format(
-        "{} parameter(s) stored in 16 bits and updated there, without fp32 master weights, kept their value through "
-        "a share of their updates that an fp32 copy would have taken: {}. Keep fp32 master weights: train the fp32 "
-        "model under torch.autocast instead of casting it (model.bfloat16() / .half()), or give the optimizer fp32 "
-        "copies of the low-precision parameters",
-        params.size(), named(params));
+    causes.push_back(fmt::format(
+        "born in the weights: {} parameter(s) stored in 16 bits and updated there, without fp32 master weights, kept "
+        "their value through a share of their updates that an fp32 copy would have taken: {}. Keep fp32 master "
+        "weights: train the fp32 model under torch.autocast instead of casting it (model.bfloat16() / .half()), or "
+        "give the optimizer fp32 copies of the low-precision parameters",
+        params.size(), named(params)));
   if (!state.empty())
-    cause += fmt::format("{}{} optimizer state tensor(s) kept in 16 bits (its moments) lost a share of their updates "
-                         "to rounding: {}. Keep the optimizer's state in fp32",
-                         params.empty() ? "" : "; and ", state.size(), named(state));
-  t.cause = cause;
+    causes.push_back(fmt::format(
+        "born in the optimizer's state: {} state tensor(s) kept in 16 bits (its moments) lost a share of their "
+        "updates to rounding: {}. Keep the optimizer's state in fp32 (create the moments in the parameter's fp32, "
+        "e.g. torch.zeros_like(p), not in bfloat16)",
+        state.size(), named(state)));
+  if (!evidence.loss_ops.empty())
+    causes.push_back(fmt::format(
+        "born in the loss: it was computed in {} ({}), which rounds its value and the gradient the backward starts "
+        "from. Compute the loss in fp32: cast the logits or predictions with .float() before it (e.g. "
+        "F.cross_entropy(logits.float(), targets))",
+        evidence.loss_dtype.empty() ? "16 bits" : evidence.loss_dtype, fmt::join(evidence.loss_ops, ", ")));
+  if (!evidence.born.empty()) {
+    const reports::CompareBirth& b = evidence.born.front();
+    causes.push_back(fmt::format(
+        "born in the forward at {}: at the first step, from the same weights and data, its output is {:.3g}% from "
+        "the fp32 twin's where its inputs were at most {:.3g}% from theirs (it adds {:.0f}% of its difference)",
+        b.name, 100 * b.output_error, 100 * (b.output_error - b.local_error), 100 * b.share));
+  }
+  if (causes.empty()) {
+    t.verdict_text += "; where it is born is not in the recording (no parameter, optimizer state or loss in 16 bits "
+                      "lost precision, and no op of the first step's forward departs from the twin's): bisect-nan "
+                      "--script \"...\" --loss-tolerance T searches the ops to keep in fp32";
+    return t;
+  }
+  t.cause = fmt::format("{}", fmt::join(causes, "; and "));
   t.verdict_text += "; " + t.cause;
   return t;
+}
+
+std::vector<std::string> loss_ops_in_low_precision(const std::vector<reports::OpInstance>& ops) {
+  // As the recorder names them (aten's, "nll_loss_forward") and as the engine's op list does.
+  static const std::set<std::string, std::less<>> kLoss = {
+      "cross_entropy", "nll_loss", "nll_loss_forward", "nll_loss2d_forward", "nll_loss_nd", "mse_loss", "kl_div",
+      "binary_cross_entropy", "binary_cross_entropy_with_logits", "l1_loss", "smooth_l1_loss", "huber_loss",
+      "ctc_loss", "soft_margin_loss", "multilabel_margin_loss", "poisson_nll_loss", "cosine_embedding_loss",
+      "margin_ranking_loss", "hinge_embedding_loss", "multi_margin_loss", "triplet_margin_loss"};
+  auto low = [](const reports::OpInstance& op) {
+    return op.phase == "forward" && op.kernel_dtypes.fp16 + op.kernel_dtypes.bf16 > 0;
+  };
+  std::vector<std::string> out;
+  bool nll = false;
+  for (const reports::OpInstance& op : ops) {
+    if (!low(op) || !kLoss.count(op.type)) continue;
+    nll = nll || op.type.starts_with("nll_loss");
+    if (std::find(out.begin(), out.end(), op.type) == out.end()) out.push_back(op.type);
+  }
+  if (nll)  // cross_entropy as it runs: log_softmax, then the nll loss
+    for (const reports::OpInstance& op : ops)
+      if (low(op) && op.type == "log_softmax" && std::find(out.begin(), out.end(), op.type) == out.end())
+        out.insert(out.begin(), op.type);
+  return out;
 }
 
 std::vector<reports::CompareBirth> where_born(const std::string& level, std::vector<OpDifference> ops,

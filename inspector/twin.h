@@ -32,9 +32,18 @@ inline constexpr double kDepartureMargin = 1.5;
 // `swamping`: the AMP run's parameters whose updates were lost to rounding (the recorder's
 // reading, as the engine's inspector makes it): where a departure is born when a quarter or
 // more of a parameter's moving elements kept their value through its updates.
+// `loss_ops`: loss_ops_in_low_precision of the AMP run's recording, and `loss_dtype` the
+// dtype they ran in. `born`: where its forward's difference from the twin's (at the first
+// step, from the same weights and data) grows, largest first (twin_births).
+struct TwinEvidence {
+  std::vector<reports::Swamping> swamping;
+  std::vector<std::string> loss_ops;
+  std::string loss_dtype;
+  std::vector<reports::CompareBirth> born;
+};
 reports::Twin compare_with_twin(std::string script, std::uint64_t seed, std::vector<double> amp_losses,
                                 std::string amp_verdict, std::vector<reports::TwinRun> fp32,
-                                const std::vector<reports::Swamping>& swamping = {});
+                                const TwinEvidence& evidence = {});
 
 // Where a level's difference from the reference is born (`ampcheck compare` of levels, the
 // engine's runs): for each op instance, its own error (local: its output against its exact
@@ -52,5 +61,11 @@ std::vector<reports::CompareBirth> where_born(const std::string& level, std::vec
 
 // The share of a parameter's moving elements whose updates vanished above which it is named.
 inline constexpr double kSwampedNamed = 0.25;
+
+// The loss computed in 16 bits: the op types of a recording's forward that compute a loss
+// (cross_entropy, nll_loss, mse_loss, kl_div, the binary cross-entropies, l1/smooth_l1/huber,
+// ctc; log_softmax where an nll loss follows it, as cross_entropy runs) and ran in float16
+// or bfloat16, in the order first seen; empty when the loss ran in fp32.
+std::vector<std::string> loss_ops_in_low_precision(const std::vector<reports::OpInstance>& ops);
 
 }  // namespace ampcheck::inspector

@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "inspector/twin.h"
@@ -87,12 +89,18 @@ TEST(Twin, OneFp32RunIsNoYardstickAndSaysHowToGetOne) {
   EXPECT_NE(t.verdict_text.find("--seeds 2"), std::string::npos) << t.verdict_text;
 }
 
+TwinEvidence evidence(std::vector<reports::Swamping> swamping) {
+  TwinEvidence e;
+  e.swamping = std::move(swamping);
+  return e;
+}
+
 TEST(Twin, ADepartureIsBornWhereAParametersUpdatesWereLostToRounding) {
   std::vector<double> amp = base_curve();
   for (int t = 10; t <= 20; ++t) amp[t - 1] += 0.1 * (t - 9);
   // 0.weight lost 83% of its moving elements' updates, 2.bias 11% (under the quarter named).
   const std::vector<reports::Swamping> swamping = {{"0.weight", 9, 0.83}, {"2.bias", 9, 0.11}};
-  const reports::Twin t = compare_with_twin("python train.py", 0, amp, "healthy", three_seeds(), swamping);
+  const reports::Twin t = compare_with_twin("python train.py", 0, amp, "healthy", three_seeds(), evidence(swamping));
   EXPECT_EQ(t.verdict, "departs");
   EXPECT_NE(t.cause.find("0.weight (83% over 9 update(s))"), std::string::npos) << t.cause;
   EXPECT_EQ(t.cause.find("2.bias"), std::string::npos) << t.cause;
@@ -100,19 +108,73 @@ TEST(Twin, ADepartureIsBornWhereAParametersUpdatesWereLostToRounding) {
   EXPECT_NE(t.verdict_text.find(t.cause), std::string::npos);
   // Adam's moments kept in bf16 beside fp32 weights: the state is named, and its cure.
   const reports::Twin moments = compare_with_twin("python train.py", 0, amp, "healthy", three_seeds(),
-                                                  {{"0.weight:exp_avg_sq", 20, 0.97}});
+                                                  evidence({{"0.weight:exp_avg_sq", 20, 0.97}}));
   EXPECT_NE(moments.cause.find("0.weight:exp_avg_sq (97% over 20 update(s))"), std::string::npos) << moments.cause;
   EXPECT_NE(moments.cause.find("Keep the optimizer's state in fp32"), std::string::npos) << moments.cause;
   EXPECT_EQ(moments.cause.find("master weights"), std::string::npos) << moments.cause;
   // Nothing named where nothing lost a quarter: said, with the search that looks further.
   const reports::Twin none =
-      compare_with_twin("python train.py", 0, amp, "healthy", three_seeds(), {{"2.bias", 9, 0.11}});
+      compare_with_twin("python train.py", 0, amp, "healthy", three_seeds(), evidence({{"2.bias", 9, 0.11}}));
   EXPECT_TRUE(none.cause.empty());
   EXPECT_NE(none.verdict_text.find("--loss-tolerance"), std::string::npos) << none.verdict_text;
   // A run within the noise names no cause, whatever rounded.
   const reports::Twin healthy =
-      compare_with_twin("python train.py", 0, shifted(base_curve(), 0.01), "healthy", three_seeds(), swamping);
+      compare_with_twin("python train.py", 0, shifted(base_curve(), 0.01), "healthy", three_seeds(), evidence(swamping));
   EXPECT_TRUE(healthy.cause.empty());
+}
+
+TEST(Twin, TheCausesComeInTheOrderTheirCureIsCheapestWithTheirFigures) {
+  std::vector<double> amp = base_curve();
+  for (int t = 10; t <= 20; ++t) amp[t - 1] += 0.1 * (t - 9);
+  // The loss in bfloat16 alone: named with its ops and the cure in PyTorch's words.
+  inspector::TwinEvidence loss;
+  loss.loss_ops = {"log_softmax", "nll_loss_forward"};
+  loss.loss_dtype = "bfloat16";
+  const reports::Twin l = compare_with_twin("python train.py", 0, amp, "healthy", three_seeds(), loss);
+  EXPECT_EQ(l.cause.find("born in the loss: it was computed in bfloat16 (log_softmax, nll_loss_forward)"), 0u)
+      << l.cause;
+  EXPECT_NE(l.cause.find("F.cross_entropy(logits.float(), targets)"), std::string::npos) << l.cause;
+  // An op of the forward where the difference grows: its output's and its inputs' figures.
+  inspector::TwinEvidence op;
+  op.born = {{"AMP", "norm/layer_norm#0", 0.4995, 0.5, 0.999}};
+  const reports::Twin o = compare_with_twin("python train.py", 0, amp, "healthy", three_seeds(), op);
+  EXPECT_NE(o.cause.find("born in the forward at norm/layer_norm#0"), std::string::npos) << o.cause;
+  EXPECT_NE(o.cause.find("its output is 50% from the fp32 twin's where its inputs were at most 0.05%"),
+            std::string::npos)
+      << o.cause;
+  // All at once: the state first (weights, then moments), the loss, then the op.
+  inspector::TwinEvidence all = op;
+  all.swamping = {{"0.weight:exp_avg_sq", 20, 0.97}, {"0.weight", 20, 0.5}};
+  all.loss_ops = loss.loss_ops;
+  all.loss_dtype = "bfloat16";
+  const std::string c = compare_with_twin("python train.py", 0, amp, "healthy", three_seeds(), all).cause;
+  const std::size_t weights = c.find("born in the weights"), state = c.find("born in the optimizer's state"),
+                    in_loss = c.find("born in the loss"), forward = c.find("born in the forward");
+  EXPECT_EQ(weights, 0u) << c;
+  EXPECT_LT(weights, state);
+  EXPECT_LT(state, in_loss);
+  EXPECT_LT(in_loss, forward);
+}
+
+TEST(Twin, TheLossIsInLowPrecisionWhereALossOpRanThere) {
+  auto op = [](std::string type, std::string module, std::int64_t bf16, std::int64_t fp32) {
+    reports::OpInstance o;
+    o.name = module + "/" + type + "#0";
+    o.type = std::move(type);
+    o.module = std::move(module);
+    o.phase = "forward";
+    o.kernel_dtypes.bf16 = bf16;
+    o.kernel_dtypes.fp32 = fp32;
+    return o;
+  };
+  // F.cross_entropy(logits.bfloat16(), y) as it runs: log_softmax, then nll_loss.
+  EXPECT_EQ(inspector::loss_ops_in_low_precision(
+                {op("linear", "2", 11, 0), op("log_softmax", "", 11, 0), op("nll_loss_forward", "", 11, 0)}),
+            (std::vector<std::string>{"log_softmax", "nll_loss_forward"}));
+  // A log_softmax the model ends with, the loss (mse) in fp32: no loss in low precision.
+  EXPECT_TRUE(inspector::loss_ops_in_low_precision({op("log_softmax", "head", 11, 0), op("mse_loss", "", 0, 11)})
+                  .empty());
+  EXPECT_EQ(inspector::loss_ops_in_low_precision({op("mse_loss", "", 5, 0)}), (std::vector<std::string>{"mse_loss"}));
 }
 
 TEST(Twin, TheStepsComparedAreThoseBothRan) {
