@@ -42,6 +42,9 @@ struct RecordRequest {
   std::optional<std::uint64_t> seed;  // AMPCHECK_RECORD_SEED: torch.manual_seed at torch's import
   bool amp_off = false;  // AMPCHECK_RECORD_AMP=off: the script's fp32 twin (recorder/ampcheck_recorder/twin.py)
   std::int64_t seed_offset = 0;  // AMPCHECK_RECORD_SEED_OFFSET: the script's own seeds shifted by this (twin.py)
+  // AMPCHECK_RECORD_TWIN_DUMP / _AGAINST (recorder/ampcheck_recorder/probe.py): the fp32 twin
+  // keeps samples of its first step's forward there; the AMP run sets its own beside them.
+  std::string twin_dump, twin_against;
   // Where the script's standard output and error go: inherited (""), or appended to this
   // file (bisect-nan's trials, whose output is not the user's to read).
   std::string output_file;

@@ -35,6 +35,10 @@ The environment (each also a flag of ``run``; docs/recorder.md):
                                   float16/bfloat16 kept in float32; `ampcheck compare --script`)
     AMPCHECK_RECORD_SEED_OFFSET   k: every seed the script sets itself is shifted by k (twin.py;
                                   `ampcheck compare --script --seeds N`'s k-th run)
+    AMPCHECK_RECORD_TWIN_DUMP     PATH: the fp32 twin keeps samples of its first step's forward
+                                  ops' inputs and outputs there (probe.py; compare --script)
+    AMPCHECK_RECORD_TWIN_AGAINST  PATH: the AMP run sets its first step's beside them and writes
+                                  each op's difference from the twin to PATH.births.json
     AMPCHECK_RECORD_OWNER         set by the recorder to its process id: a Python
                                   process the script starts (DataLoader workers,
                                   subprocesses) sees another id and does not record
@@ -65,6 +69,8 @@ ENV_KERNELS = "AMPCHECK_RECORD_KERNELS"          # steps to profile (record --ke
 ENV_KERNELS_OUT = "AMPCHECK_RECORD_KERNELS_OUT"  # where the trace goes
 ENV_AMP = "AMPCHECK_RECORD_AMP"                  # off: the fp32 twin (twin.py)
 ENV_SEED_OFFSET = "AMPCHECK_RECORD_SEED_OFFSET"  # k: the script's own seeds shifted by k (twin.py)
+ENV_TWIN_DUMP = "AMPCHECK_RECORD_TWIN_DUMP"        # PATH: the first step's op samples written (probe.py)
+ENV_TWIN_AGAINST = "AMPCHECK_RECORD_TWIN_AGAINST"  # PATH: set beside those samples (probe.py)
 
 
 class ConfigError(ValueError):
@@ -261,6 +267,10 @@ def _start_from_environment(opts, framework="torch"):
         else:
             from .recorder import Recorder
             rec = Recorder(**script, **opts)
+            dump, against = os.environ.get(ENV_TWIN_DUMP, ""), os.environ.get(ENV_TWIN_AGAINST, "")
+            if dump or against:
+                from .probe import TwinProbe
+                rec.twin_probe = TwinProbe(dump=dump, against=against)
         _started["recorder"] = rec
         # A launcher (torchrun) imports torch too: when its workers recorded as ranks and it
         # saw no training of its own, it writes nothing.

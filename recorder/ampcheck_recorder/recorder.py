@@ -286,6 +286,8 @@ class Recorder:
                                                 max_skipped_fraction=max_skipped_fraction))
             self.watch.grad_keys = self._grad_keys
         self._batch = nx.StatsBatch()
+        # compare --script: the first step's forward set beside the fp32 twin's (probe.py).
+        self.twin_probe = None
         self.max_skipped_fraction = max_skipped_fraction
         self.stats_every = stats_every
         self.allow_inf = tuple(allow_inf)
@@ -487,6 +489,8 @@ class Recorder:
                     _active = None
         if self._step_busy:
             self._end_step()
+        if self.twin_probe is not None:
+            self.twin_probe.finish()
         self._stop_profiler()  # a run shorter than the window: what it profiled
         self._flush_stats()
         from . import report as report_mod
@@ -1560,6 +1564,8 @@ class Recorder:
         if phase == "optimizer" or call.inserted or self.replaying:
             return
         inst = self._instance(call)
+        if self.twin_probe is not None and phase == "forward":
+            self.twin_probe.on_op(call.step, inst, tensors, outs)
         if outs and outs[0].dtype in nx.FP8_BOUNDS and floating_in and floating_in[0].dtype not in nx.FP8:
             self._fp8_cast(inst, call.step, floating_in[0], nx.FP8_BOUNDS[outs[0].dtype])
         sample = (call.step - 1) % self.stats_every == 0
