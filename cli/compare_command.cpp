@@ -7,7 +7,10 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <filesystem>
+#include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "cli/exit_codes.h"
 #include "cli/interrupt.h"
@@ -26,6 +29,8 @@
 
 namespace ampcheck::cli {
 namespace {
+
+namespace fs = std::filesystem;
 
 struct CompareOptions {
   RunArgs args;
@@ -101,6 +106,41 @@ double mean(const std::vector<double>& v, std::size_t from, std::size_t to) {
   return to > from ? s / static_cast<double>(to - from) : 0.0;
 }
 
+// The files of the twin's probe (recorder/ampcheck_recorder/probe.py), beside the scratch
+// log and removed with the comparison.
+struct TwinProbeFiles {
+  std::string samples;
+  explicit TwinProbeFiles(const std::string& log) : samples(log + ".twin-probe.pt") {}
+  ~TwinProbeFiles() {
+    std::error_code ec;
+    fs::remove(samples, ec);
+    fs::remove(samples + ".births.json", ec);
+  }
+  TwinProbeFiles(const TwinProbeFiles&) = delete;
+  TwinProbeFiles& operator=(const TwinProbeFiles&) = delete;
+  // The AMP run's differences from the twin, op by op; none when it wrote none (a run that
+  // stopped before its first step, a script whose first step took another path).
+  std::vector<inspector::TwinDifference> births() const {
+    std::vector<inspector::TwinDifference> out;
+    std::ifstream in(samples + ".births.json");
+    if (!in) return out;
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || !j.contains("ops") || !j["ops"].is_array()) return out;
+    auto number = [](const nlohmann::json& v) {
+      return v.is_number() ? v.get<double>() : std::numeric_limits<double>::infinity();  // null: not finite
+    };
+    for (const nlohmann::json& op : j["ops"]) {
+      if (!op.is_object() || !op.contains("name") || !op["name"].is_string()) continue;
+      out.push_back({op["name"].get<std::string>(), op.value("dtype", std::string()),
+                     number(op.value("input", nlohmann::json())), number(op.value("output", nlohmann::json())),
+                     op.value("from", std::string()),
+                     op.contains("own") && op["own"].is_number() ? op["own"].get<double>()
+                                                                  : std::numeric_limits<double>::quiet_NaN()});
+    }
+    return out;
+  }
+};
+
 // compare --script: the script as written (twice: the runs must repeat themselves), then its
 // fp32 twin --seeds times; inspector/twin.h judges the AMP run against the twin's spread.
 int run_compare_script(const CompareOptions& o, const CLI::App& cmd, std::ostream& out, std::ostream& err) {
@@ -145,9 +185,24 @@ int run_compare_script(const CompareOptions& o, const CLI::App& cmd, std::ostrea
     throw UsageError("compare --script: " + reports::script_failure_text(amp.report.run) +
                      " before it trained a step; fix the script first (its output: " + log.path + ")");
   std::vector<reports::TwinRun> fp32;
+  // The twin of the AMP run's seed keeps samples of its first step's forward; the AMP run's
+  // second recording (the determinism check's) sets its own beside them (probe.py).
+  const TwinProbeFiles probe(log.path);
+  std::vector<inspector::TwinDifference> beside_twin;
   if (!stopped(amp)) {
-    if (!o.args.quiet) err << "compare: recording it again: the runs must agree\n";
-    const RecordedRun again = recorded_run(request(false, seed0));
+    if (!o.args.quiet) err << fmt::format("compare: recording its fp32 twin, seed {} (1/{})\n", seed0, o.seeds);
+    RecordRequest first_twin = request(true, seed0);
+    first_twin.twin_dump = probe.samples;
+    first_twin.inspect = "stats";  // the probe listens where the op-by-op watch does
+    const RecordedRun twin0 = recorded_run(first_twin);
+    if (!stopped(twin0)) fp32.push_back({seed0, losses(twin0)});
+  }
+  if (!stopped(amp) && !fp32.empty()) {
+    if (!o.args.quiet) err << "compare: recording the script again: the runs must agree\n";
+    RecordRequest second = request(false, seed0);
+    if (fs::exists(probe.samples)) second.twin_against = probe.samples;
+    const RecordedRun again = recorded_run(second);
+    beside_twin = probe.births();
     if (!interrupt_requested())
       if (const std::string diff = first_difference(amp, again); !diff.empty())
         throw UsageError(fmt::format(
@@ -156,7 +211,7 @@ int run_compare_script(const CompareOptions& o, const CLI::App& cmd, std::ostrea
             "the recorder, use deterministic kernels (torch.use_deterministic_algorithms(True)), and load the data in "
             "a fixed order",
             diff));
-    for (int k = 0; k < o.seeds && !interrupt_requested(); ++k) {
+    for (int k = 1; k < o.seeds && !interrupt_requested(); ++k) {
       const std::uint64_t seed = seed0 + static_cast<std::uint64_t>(k);
       if (!o.args.quiet) err << fmt::format("compare: recording its fp32 twin, seed {} ({}/{})\n", seed, k + 1, o.seeds);
       const RecordedRun twin = recorded_run(request(true, seed));
@@ -180,6 +235,7 @@ int run_compare_script(const CompareOptions& o, const CLI::App& cmd, std::ostrea
   c.reference = "fp32";
   inspector::TwinEvidence evidence;
   evidence.swamping = amp.report.swamping;
+  evidence.beside_twin = beside_twin;
   evidence.loss_ops = inspector::loss_ops_in_low_precision(amp.report.ops);
   for (const reports::OpInstance& op : amp.report.ops)
     if (!evidence.loss_ops.empty() && op.phase == "forward" &&

@@ -162,12 +162,40 @@ reports::Twin compare_with_twin(std::string script, std::uint64_t seed, std::vec
         "from. Compute the loss in fp32: cast the logits or predictions with .float() before it (e.g. "
         "F.cross_entropy(logits.float(), targets))",
         evidence.loss_dtype.empty() ? "16 bits" : evidence.loss_dtype, fmt::join(evidence.loss_ops, ", ")));
-  if (!evidence.born.empty()) {
-    const reports::CompareBirth& b = evidence.born.front();
+  if (const std::vector<TwinDifference> born = ranked_beside_twin(evidence.beside_twin); !born.empty()) {
+    const TwinDifference& b = born.front();
+    auto module_of = [](const std::string& instance) { return instance.substr(0, instance.find('/')); };
+    auto keep = [&](const std::string& instance) {
+      const std::string module = module_of(instance);
+      if (!module.empty()) return fmt::format("keep_fp32(model, modules=['{}'])", module);
+      const std::string type = instance.substr(instance.find('/') + 1, instance.find('#') - instance.find('/') - 1);
+      return fmt::format("keep_fp32(model, ops=['{}'])", type);
+    };
+    // Its own rounding (measured for a 16-bit op) against what it adds: where that is most of
+    // it, the op is the cure; otherwise (or an op in fp32) its inputs' small rounding was made
+    // large by its own math, and the cure is where that input was made.
+    const bool low = b.dtype == "float16" || b.dtype == "bfloat16";
+    const bool amplified = !b.from.empty() && (std::isnan(b.own) ? !low : b.own < 0.5 * b.added());
+    std::string cure;
+    if (amplified)
+      cure = fmt::format(
+          "{}: its input, made by {} in 16 bits, was rounded there by little, and its own math (a cancellation: a "
+          "normalization over values with a large mean, a difference of near values) makes that rounding large. "
+          "Keep the op that makes its input in fp32 ({}, from ampcheck_recorder), or remove the large mean before "
+          "the 16-bit op",
+          std::isnan(b.own) ? fmt::format("it ran in {} itself", b.dtype.empty() ? "fp32" : b.dtype)
+                            : fmt::format("its own rounding on the inputs it received is {:.3g}%", 100 * b.own),
+          b.from, keep(b.from));
+    else
+      cure = fmt::format("{}. Keep it in fp32 ({}, from ampcheck_recorder)",
+                         std::isnan(b.own) ? std::string("the difference is its own")
+                                           : fmt::format("its own rounding on the inputs it received is {:.3g}%",
+                                                         100 * b.own),
+                         keep(b.name));
     causes.push_back(fmt::format(
         "born in the forward at {}: at the first step, from the same weights and data, its output is {:.3g}% from "
-        "the fp32 twin's where its inputs were at most {:.3g}% from theirs (it adds {:.0f}% of its difference)",
-        b.name, 100 * b.output_error, 100 * (b.output_error - b.local_error), 100 * b.share));
+        "the fp32 twin's where its inputs were at most {:.3g}% from theirs; {}",
+        b.name, 100 * b.output, 100 * b.input, cure));
   }
   if (causes.empty()) {
     t.verdict_text += "; where it is born is not in the recording (no parameter, optimizer state or loss in 16 bits "
@@ -202,6 +230,24 @@ std::vector<std::string> loss_ops_in_low_precision(const std::vector<reports::Op
       if (low(op) && op.type == "log_softmax" && std::find(out.begin(), out.end(), op.type) == out.end())
         out.insert(out.begin(), op.type);
   return out;
+}
+
+double TwinDifference::added() const {
+  if (!std::isfinite(output)) return std::isfinite(input) ? std::numeric_limits<double>::infinity() : 0.0;
+  return std::max(0.0, output - input);
+}
+
+std::vector<TwinDifference> ranked_beside_twin(std::vector<TwinDifference> ops) {
+  std::erase_if(ops, [](const TwinDifference& d) { return !(d.added() >= kBornNamed); });
+  std::stable_sort(ops.begin(), ops.end(),
+                   [](const TwinDifference& a, const TwinDifference& b) { return a.added() > b.added(); });
+  return ops;
+}
+
+reports::CompareBirth as_birth(const TwinDifference& d) {
+  const double a = d.added();
+  const double share = std::isfinite(d.output) && d.output > 0 ? std::min(1.0, a / d.output) : 1.0;
+  return {"AMP", d.name, a, d.output, share};
 }
 
 std::vector<reports::CompareBirth> where_born(const std::string& level, std::vector<OpDifference> ops,

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -32,14 +33,34 @@ inline constexpr double kDepartureMargin = 1.5;
 // `swamping`: the AMP run's parameters whose updates were lost to rounding (the recorder's
 // reading, as the engine's inspector makes it): where a departure is born when a quarter or
 // more of a parameter's moving elements kept their value through its updates.
+// compare --script's where-born: each forward op of the AMP run's first step beside the fp32
+// twin's, from the same weights and data (the recorder's probe.py): its output's relative
+// difference from the twin's, and the largest of its inputs' with the op that made that
+// input. What the op adds (output less input) is its own rounding, or the cancellation that
+// makes its inputs' small rounding large (a normalization over values with a large mean).
+struct TwinDifference {
+  std::string name, dtype;  // "norm/layer_norm#0", its output's dtype ("float32")
+  double input = 0, output = 0;
+  std::string from;  // the op instance that made the input that differs most ("lin1/linear#0")
+  // A 16-bit op's own rounding: its output against the same call in fp32 on the inputs it
+  // received; NaN where not measured (an op in fp32, one that cannot be run again).
+  double own = std::numeric_limits<double>::quiet_NaN();
+  double added() const;
+};
+inline constexpr double kBornNamed = 0.01;
+// The ops that add at least kBornNamed, largest first.
+std::vector<TwinDifference> ranked_beside_twin(std::vector<TwinDifference> ops);
+// As the report's table holds it: level "AMP", local_error = what it adds, output_error =
+// its output's difference, share = the first over the second.
+reports::CompareBirth as_birth(const TwinDifference& d);
+
 // `loss_ops`: loss_ops_in_low_precision of the AMP run's recording, and `loss_dtype` the
-// dtype they ran in. `born`: where its forward's difference from the twin's (at the first
-// step, from the same weights and data) grows, largest first (twin_births).
+// dtype they ran in. `beside_twin`: its first step's forward ops beside the twin's.
 struct TwinEvidence {
   std::vector<reports::Swamping> swamping;
   std::vector<std::string> loss_ops;
   std::string loss_dtype;
-  std::vector<reports::CompareBirth> born;
+  std::vector<TwinDifference> beside_twin;
 };
 reports::Twin compare_with_twin(std::string script, std::uint64_t seed, std::vector<double> amp_losses,
                                 std::string amp_verdict, std::vector<reports::TwinRun> fp32,

@@ -135,15 +135,34 @@ TEST(Twin, TheCausesComeInTheOrderTheirCureIsCheapestWithTheirFigures) {
       << l.cause;
   EXPECT_NE(l.cause.find("F.cross_entropy(logits.float(), targets)"), std::string::npos) << l.cause;
   // An op of the forward where the difference grows: its output's and its inputs' figures.
+  // A LayerNorm in fp32 over a float16 linear's outputs: the cure is where its input was made.
   inspector::TwinEvidence op;
-  op.born = {{"AMP", "norm/layer_norm#0", 0.4995, 0.5, 0.999}};
+  op.beside_twin = {{"lin1/linear#0", "float16", 0.0001, 0.0005, ""},
+                    {"norm/layer_norm#0", "float32", 0.0005, 0.5, "lin1/linear#0"},
+                    {"head/linear#0", "float16", 0.5, 0.502, "norm/layer_norm#0"}};
   const reports::Twin o = compare_with_twin("python train.py", 0, amp, "healthy", three_seeds(), op);
   EXPECT_NE(o.cause.find("born in the forward at norm/layer_norm#0"), std::string::npos) << o.cause;
   EXPECT_NE(o.cause.find("its output is 50% from the fp32 twin's where its inputs were at most 0.05%"),
             std::string::npos)
       << o.cause;
+  EXPECT_NE(o.cause.find("keep_fp32(model, modules=['lin1'])"), std::string::npos) << o.cause;
+  // An op that ran in 16 bits and added the difference itself: kept in fp32 itself.
+  op.beside_twin = {{"attn/softmax#0", "bfloat16", 0.002, 0.3, "attn/matmul#0", 0.29}};
+  EXPECT_NE(compare_with_twin("python train.py", 0, amp, "healthy", three_seeds(), op)
+                .cause.find("keep_fp32(model, modules=['attn'])"),
+            std::string::npos);
+  // A LayerNorm that ran in float16 (CPU autocast's policy) but computes as it should: its own
+  // rounding is small, what it adds is its float16 input's rounding made large.
+  op.beside_twin = {{"norm/layer_norm#0", "float16", 0.0001, 0.48, "lin1/linear#0", 0.0004}};
+  EXPECT_NE(compare_with_twin("python train.py", 0, amp, "healthy", three_seeds(), op)
+                .cause.find("keep_fp32(model, modules=['lin1'])"),
+            std::string::npos);
+  // Under kBornNamed added (inherited, or rounding alone): no op named.
+  op.beside_twin = {{"head/linear#0", "float16", 0.5, 0.502, "norm/layer_norm#0"}};
+  EXPECT_TRUE(compare_with_twin("python train.py", 0, amp, "healthy", three_seeds(), op).cause.empty());
   // All at once: the state first (weights, then moments), the loss, then the op.
-  inspector::TwinEvidence all = op;
+  inspector::TwinEvidence all;
+  all.beside_twin = {{"norm/layer_norm#0", "float32", 0.0005, 0.5, "lin1/linear#0"}};
   all.swamping = {{"0.weight:exp_avg_sq", 20, 0.97}, {"0.weight", 20, 0.5}};
   all.loss_ops = loss.loss_ops;
   all.loss_dtype = "bfloat16";
@@ -154,6 +173,7 @@ TEST(Twin, TheCausesComeInTheOrderTheirCureIsCheapestWithTheirFigures) {
   EXPECT_LT(weights, state);
   EXPECT_LT(state, in_loss);
   EXPECT_LT(in_loss, forward);
+  EXPECT_NE(forward, std::string::npos) << c;
 }
 
 TEST(Twin, TheLossIsInLowPrecisionWhereALossOpRanThere) {

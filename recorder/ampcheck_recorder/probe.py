@@ -8,7 +8,9 @@ elements of the flattened tensor, at most SAMPLE of them), and writes them to PA
 step ends. The AMP run (AMPCHECK_RECORD_TWIN_AGAINST=PATH) reads them and measures, for the
 same calls (matched by op instance and call number), each tensor's relative difference from
 the twin's, ||amp - twin|| / ||twin|| in float64 over the sample: the output's, and the
-largest of its inputs'. What an op adds is the first less the second: its own rounding, or
+largest of its inputs' with the op that made that input ("from"; through autocast's casts);
+and for an op that ran in 16 bits its own rounding ("own": its output against the same call
+in fp32 on the inputs it received). What an op adds is the first less the second: its own rounding, or
 the cancellation that turns its inputs' small rounding into a large difference (a
 normalization over values with a large mean). It writes them to PATH.births.json.
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import weakref
 
 import torch
 
@@ -57,6 +60,7 @@ class TwinProbe:
         self.samples: dict = {}  # "name@k" -> {"in": [...], "out": tensor}
         self.twin: dict = {}
         self.births: list = []
+        self.producers: dict = {}  # id(tensor) -> (weakref, the op instance that made it)
         self.done = False
         if against:
             try:
@@ -64,7 +68,26 @@ class TwinProbe:
             except (OSError, RuntimeError, ValueError) as e:
                 raise ValueError(f"the fp32 twin's samples {against} could not be read ({e})") from None
 
-    def on_op(self, step: int, inst, tensors, outs):
+    def _producer(self, t):
+        hit = self.producers.get(id(t))
+        return hit[1] if hit is not None and hit[0]() is t else ""
+
+    def _made(self, outs, name: str):
+        for t in outs:
+            if isinstance(t, torch.Tensor) and name:
+                self.producers[id(t)] = (weakref.ref(t), name)
+
+    def on_cast(self, step: int, tensors, outs):
+        """A cast autocast inserted (no op instance of its own): its result was made by
+        whatever made its input."""
+        if self.step is None:
+            self.step = step
+        if not self.done and self.step == step and tensors:
+            self._made(outs, self._producer(tensors[0]))
+
+    def on_op(self, step: int, inst, tensors, outs, recompute=None):
+        """`recompute`: the same call in fp32 on the inputs it received (a 16-bit op's), whose
+        difference from its output is the op's own rounding ("own")."""
         if self.done:
             return
         if self.step is None:
@@ -75,6 +98,7 @@ class TwinProbe:
         out = next((t for t in outs if t.is_floating_point()), None)
         if out is None:
             return
+        self._made(outs, inst.name)
         k = self.calls.get(inst.name, 0)
         self.calls[inst.name] = k + 1
         key = f"{inst.name}@{k}"
@@ -90,19 +114,26 @@ class TwinProbe:
             d_out = _difference(_sample(out), twin["out"])
             if math.isnan(d_out):
                 return
-            d_in = 0.0
-            for x, y in zip(inputs, twin["in"]):
+            d_in, source = 0.0, ""
+            for t, x, y in zip(tensors, inputs, twin["in"]):
                 if x is None or y.numel() == 0:
                     continue
                 d = _difference(x, y)
                 if math.isnan(d):
                     return  # another path than the twin's: nothing to set side by side
-                d_in = max(d_in, d)
+                if d > d_in or not source:
+                    d_in, source = max(d_in, d), self._producer(t) or source
             # JSON has no Infinity: a difference that is not finite is written as null.
-            self.births.append({"name": inst.name, "type": inst.type, "module": inst.module,
+            own = None
+            if recompute is not None:
+                ref = recompute()
+                if isinstance(ref, torch.Tensor) and ref.numel() == out.numel():
+                    own = _difference(_sample(out), _sample(ref))
+                    own = own if math.isfinite(own) else None
+            self.births.append({"own": own, "name": inst.name, "type": inst.type, "module": inst.module,
                                 "dtype": str(out.dtype).replace("torch.", ""),
                                 "input": d_in if math.isfinite(d_in) else None,
-                                "output": d_out if math.isfinite(d_out) else None})
+                                "output": d_out if math.isfinite(d_out) else None, "from": source})
 
     def finish(self):
         """Writes what the probed step gave (at its end, or at the run's)."""

@@ -1561,11 +1561,13 @@ class Recorder:
             # so that advice can name the line that put an op into low precision.
             ev.site = listen.script_site()
         self.watch.on_op(ev, call.node_inserted)
+        if self.twin_probe is not None and phase == "forward" and call.inserted and not self.replaying:
+            self.twin_probe.on_cast(call.step, tensors, outs)
         if phase == "optimizer" or call.inserted or self.replaying:
             return
         inst = self._instance(call)
         if self.twin_probe is not None and phase == "forward":
-            self.twin_probe.on_op(call.step, inst, tensors, outs)
+            self.twin_probe.on_op(call.step, inst, tensors, outs, recompute)
         if outs and outs[0].dtype in nx.FP8_BOUNDS and floating_in and floating_in[0].dtype not in nx.FP8:
             self._fp8_cast(inst, call.step, floating_in[0], nx.FP8_BOUNDS[outs[0].dtype])
         sample = (call.step - 1) % self.stats_every == 0

@@ -29,8 +29,15 @@ planting, tests/e2e/record_compare.sh):
                 gradient they start the backward with (softmax - one-hot) is rounded there
                 and the confident classes' stops: 0.0075 against fp32's 0.0057 after 600 steps
                 (fp32 seeds within 0.0001): departs; the loss in fp32 closes it.
+  fp16_norm     float16 autocast; a LayerNorm (module 'norm', in fp32 by autocast's policy)
+                over the outputs of a linear layer ('lin1') whose mean is near 2000: the
+                linear's float16 outputs there are spaced by 1 where they vary by ~0.6, so
+                what the LayerNorm keeps (the deviation from the mean) is mostly rounding:
+                its output is far from fp32's at the first step, from inputs within 0.05%
+                of fp32's. 0.047 against fp32's 0.031 after 150 steps (fp32 seeds within
+                0.004): departs; keeping 'lin1' in fp32 closes it.
 
-bf16_moments and bf16_loss draw their data from a generator of their own (fixed) and their
+bf16_moments, bf16_loss and fp16_norm draw their data from a generator of their own (fixed) and their
 weights from torch's, so the fp32 runs of other seeds differ by their initialisation only.
 The data and the model come from torch's generator, which the recorder seeds from
 AMPCHECK_RECORD_SEED at import (the script does not seed it, but for fixed_seed).
@@ -41,7 +48,7 @@ import torch
 
 parser = argparse.ArgumentParser()
 parser.add_argument("mode", choices=["bf16_weights", "autocast", "fixed_seed", "own_generator", "offset",
-                                     "bf16_moments", "bf16_loss"])
+                                     "bf16_moments", "bf16_loss", "fp16_norm"])
 parser.add_argument("--steps", type=int, default=None)
 args = parser.parse_args()
 torch.set_num_threads(1)
@@ -102,6 +109,38 @@ if args.mode == "bf16_loss":
     for step in range(steps):
         logits = model(x)
         loss = torch.nn.functional.cross_entropy(logits.bfloat16(), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    print(f"final loss {loss.item():.6f}")
+    raise SystemExit(0)
+if args.mode == "fp16_norm":
+    # float16 autocast over fp32 weights; a LayerNorm over the first layer's outputs, whose
+    # mean is near 2000 (its bias): autocast runs the LayerNorm in fp32, but its input comes
+    # from a float16 linear, whose spacing at 2000 is 1 where the outputs vary by ~0.6.
+    steps = args.steps or 150
+    g = torch.Generator().manual_seed(1234)
+    x = torch.randn(512, 32, generator=g)
+    y = torch.tanh(x @ torch.randn(32, 1, generator=g) / 4)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin1 = torch.nn.Linear(32, 64)
+            self.norm = torch.nn.LayerNorm(64)
+            self.head = torch.nn.Linear(64, 1)
+            with torch.no_grad():
+                self.lin1.bias.fill_(2000.0)
+
+        def forward(self, x):
+            return self.head(torch.tanh(self.norm(self.lin1(x))))
+
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    for step in range(steps):
+        with torch.autocast("cpu", dtype=torch.float16):
+            pred = model(x)
+        loss = torch.nn.functional.mse_loss(pred.float(), y)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
