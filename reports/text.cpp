@@ -237,8 +237,9 @@ std::string swamping_section(const Report& r, std::size_t top) {
   t.align(0, TextTable::Align::left);
   for (std::size_t i = 0; i < rows.size() && i < top; ++i)
     t.add_row({rows[i]->parameter, std::to_string(rows[i]->updates), fmt::format("{:.1f}%", 100 * rows[i]->fraction)});
-  return "Updates lost to rounding (parameters stored in 16 bits and updated there, without fp32 master weights: the "
-         "mean share of the elements with a nonzero gradient whose value did not move):\n" +
+  return "Updates lost to rounding (tensors stored in 16 bits and updated there: parameters without fp32 master "
+         "weights, and optimizer state as NAME:KEY; the mean share of the elements with a nonzero gradient whose "
+         "value did not move):\n" +
          t.render();
 }
 

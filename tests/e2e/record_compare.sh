@@ -9,6 +9,10 @@
 #   own_generator its randomness from a generator it seeds itself: no spread, exit 2
 #   offset        bf16 outputs near 100 in the last linear layer: departs, and
 #                 bisect-nan --loss-tolerance keeps module '2' in fp32
+#   bf16_moments  a hand-written AdamW's moments in bf16: departs, the state named first
+#   bf16_loss     F.cross_entropy over 8192 classes in bf16: departs, the loss named first
+#   fp16_norm     a LayerNorm over float16 outputs near 2000: departs, born at the norm,
+#                 cured by keeping the layer that makes its input ('lin1') in fp32
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/expect.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/lib/record.sh"
@@ -32,6 +36,25 @@ json_get "$work/planted.json" 'r["compare"]["twin"]["cause"]' | grep -q "0.weigh
   fail "the departure's cause should name 0.weight's updates lost to rounding"
 json_get "$work/planted.json" 'r["compare"]["twin"]["cause"]' | grep -q "Keep fp32 master weights" ||
   fail "the cause should give the cure"
+
+# Adam's moments kept in bfloat16 beside fp32 weights: the state is named, with its cure.
+expect 1 "born in the optimizer's state" -- "$bin" compare --quiet --script "$twin bf16_moments" --seeds 3 \
+  --report "$work/moments.json"
+json_get "$work/moments.json" 'r["compare"]["twin"]["cause"]' | grep -q "weight:exp_avg_sq (" ||
+  fail "the moments' cause should name weight:exp_avg_sq's updates lost to rounding"
+json_get "$work/moments.json" 'r["compare"]["twin"]["cause"]' | grep -q "^born in the optimizer's state" ||
+  fail "the moments should be named first"
+# The loss over 8192 classes computed in bfloat16: the loss is named first, with its cure.
+expect 1 "born in the loss: it was computed in bfloat16 (log_softmax, nll_loss" -- \
+  "$bin" compare --quiet --script "$twin bf16_loss" --seeds 3 --report "$work/loss.json"
+json_get "$work/loss.json" 'r["compare"]["twin"]["cause"]' | grep -q "^born in the loss" ||
+  fail "the loss should be named first"
+# A LayerNorm over a float16 linear's outputs near 2000: born at the norm, cured where its
+# input is made ('lin1').
+expect 1 "born in the forward at norm/layer_norm#0" -- \
+  "$bin" compare --quiet --script "$twin fp16_norm" --seeds 3 --report "$work/norm.json"
+json_get "$work/norm.json" 'r["compare"]["twin"]["cause"]' | grep -q "keep_fp32(model, modules=\['lin1'\])" ||
+  fail "the norm's cure should be the layer that makes its input, lin1, in fp32"
 
 # The targets near 100: the last linear layer's bf16 output cannot hold them finely enough.
 expect 1 "the AMP run departs from its fp32 twin from step" -- "$bin" compare --quiet --script "$twin offset" --seeds 3
