@@ -246,6 +246,13 @@ int run_compare_script(const CompareOptions& o, const CLI::App& cmd, std::ostrea
   c.twin = inspector::compare_with_twin(o.script, seed0, losses(amp), amp.report.summary.verdict, std::move(fp32),
                                        evidence);
   const reports::Twin& t = *c.twin;
+  if (t.verdict == "departs") {  // the forward's ops beside the twin's, for the report's table
+    const std::vector<inspector::TwinDifference> ranked = inspector::ranked_beside_twin(beside_twin);
+    if (!ranked.empty()) {
+      std::vector<reports::CompareBirth>& born = c.born.emplace();
+      for (std::size_t i = 0; i < ranked.size() && i < 8; ++i) born.push_back(inspector::as_birth(ranked[i]));
+    }
+  }
   reports::LevelRun amp_run;
   amp_run.level = "amp";
   amp_run.losses = t.amp_losses;

@@ -33,7 +33,7 @@ std::string spread_section(const Spread& sp) {
 namespace {
 
 // compare --script: the AMP run's loss curve over its fp32 twin's runs, the gap and noise.
-std::string twin_section(const Twin& t) {
+std::string twin_section(const Twin& t, const std::optional<std::vector<CompareBirth>>& born) {
   std::string out = section_open("compare", "AMP run beside its fp32 twin");
   out += fmt::format("<p><code>{}</code>, seed {}: the AMP run ({}) and {} fp32 run(s) of the script with AMP off.</p>\n",
                      esc(t.script), t.seed, esc(t.amp_verdict), t.fp32.size());
@@ -87,13 +87,21 @@ std::string twin_section(const Twin& t) {
                        "noise: the same of the largest |fp32 of another seed - fp32 of the same seed|.</p>\n",
                        t.window);
   }
+  if (born && !born->empty()) {
+    out += "<h3>Where the forward departs from the twin's</h3>\n";
+    Table b({"op", "#adds", "#output vs fp32 twin", "#added share"});
+    for (const CompareBirth& x : *born) b.row({x.name, num(x.local_error), num(x.output_error), percent(x.share, 0)});
+    out += b.render("twin-born");
+    out += "<p class=\"caption\">at the first step, from the same weights and data: each op's output against the "
+           "fp32 twin's (relative), and what it adds to the largest of its inputs' differences.</p>\n";
+  }
   return out + std::string(kSectionClose);
 }
 
 }  // namespace
 
 std::string compare_section(const Compare& c) {
-  if (c.twin) return twin_section(*c.twin);
+  if (c.twin) return twin_section(*c.twin, c.born);
   std::string out = section_open("compare", "Compare levels");
   out += fmt::format("<p>Reference level: <b>{}</b>.</p>\n", esc(c.reference));
   if (!c.runs.empty()) {

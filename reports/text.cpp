@@ -273,7 +273,20 @@ std::string twin_section(const Twin& t) {
 }
 
 std::string compare_section(const Compare& c) {
-  if (c.twin) return twin_section(*c.twin);
+  if (c.twin) {
+    std::string s = twin_section(*c.twin);
+    if (c.born && !c.born->empty()) {
+      TextTable b({"op instance", "adds", "output vs fp32 twin", "added share"});
+      b.align(0, TextTable::Align::left);
+      for (const CompareBirth& x : *c.born)
+        b.add_row({x.name, fmt::format("{:.3g}", x.local_error), fmt::format("{:.3g}", x.output_error),
+                   fmt::format("{:.0f}%", 100 * x.share)});
+      s += "\nWhere the AMP run's forward departs from its twin's at the first step (same weights, same data): the "
+           "ops that add the most to their inputs' relative difference from the twin's:\n" +
+           b.render();
+    }
+    return s;
+  }
   std::string s = fmt::format("Levels in lock step (same seed, same data), errors against {}:\n", c.reference);
   TextTable runs({"level", "loss start", "loss end", "accuracy", "skipped"});
   for (const LevelRun& r : c.runs)

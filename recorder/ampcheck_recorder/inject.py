@@ -270,7 +270,10 @@ def _start_from_environment(opts, framework="torch"):
             dump, against = os.environ.get(ENV_TWIN_DUMP, ""), os.environ.get(ENV_TWIN_AGAINST, "")
             if dump or against:
                 from .probe import TwinProbe
-                rec.twin_probe = TwinProbe(dump=dump, against=against)
+                try:
+                    rec.twin_probe = TwinProbe(dump=dump, against=against)
+                except ValueError as e:  # the run is still recorded, only not set beside its twin
+                    print(f"ampcheck recorder: {e}: the first step is not set beside the twin's", file=sys.stderr)
         _started["recorder"] = rec
         # A launcher (torchrun) imports torch too: when its workers recorded as ranks and it
         # saw no training of its own, it writes nothing.
