@@ -120,15 +120,28 @@ struct TwinProbeFiles {
   TwinProbeFiles& operator=(const TwinProbeFiles&) = delete;
   // The AMP run's differences from the twin, op by op; none when it wrote none (a run that
   // stopped before its first step, a script whose first step took another path).
-  std::vector<inspector::TwinDifference> births() const {
-    std::vector<inspector::TwinDifference> out;
+  struct Births {
+    std::vector<inspector::TwinDifference> ops;
+    std::vector<reports::TwinGradient> gradients;  // largest first
+  };
+  Births births() const {
+    Births b;
     std::ifstream in(samples + ".births.json");
-    if (!in) return out;
+    if (!in) return b;
     const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object() || !j.contains("ops") || !j["ops"].is_array()) return out;
+    if (!j.is_object() || !j.contains("ops") || !j["ops"].is_array()) return b;
     auto number = [](const nlohmann::json& v) {
       return v.is_number() ? v.get<double>() : std::numeric_limits<double>::infinity();  // null: not finite
     };
+    if (j.contains("gradients") && j["gradients"].is_array())
+      for (const nlohmann::json& g : j["gradients"])
+        if (g.is_object() && g.contains("parameter") && g["parameter"].is_string())
+          b.gradients.push_back({g["parameter"].get<std::string>(), number(g.value("difference", nlohmann::json()))});
+    std::stable_sort(b.gradients.begin(), b.gradients.end(),
+                     [](const reports::TwinGradient& x, const reports::TwinGradient& y) {
+                       return x.difference > y.difference;
+                     });
+    std::vector<inspector::TwinDifference>& out = b.ops;
     for (const nlohmann::json& op : j["ops"]) {
       if (!op.is_object() || !op.contains("name") || !op["name"].is_string()) continue;
       out.push_back({op["name"].get<std::string>(), op.value("dtype", std::string()),
@@ -137,7 +150,7 @@ struct TwinProbeFiles {
                      op.contains("own") && op["own"].is_number() ? op["own"].get<double>()
                                                                   : std::numeric_limits<double>::quiet_NaN()});
     }
-    return out;
+    return b;
   }
 };
 
@@ -188,7 +201,7 @@ int run_compare_script(const CompareOptions& o, const CLI::App& cmd, std::ostrea
   // The twin of the AMP run's seed keeps samples of its first step's forward; the AMP run's
   // second recording (the determinism check's) sets its own beside them (probe.py).
   const TwinProbeFiles probe(log.path);
-  std::vector<inspector::TwinDifference> beside_twin;
+  TwinProbeFiles::Births beside_twin;
   if (!stopped(amp)) {
     if (!o.args.quiet) err << fmt::format("compare: recording its fp32 twin, seed {} (1/{})\n", seed0, o.seeds);
     RecordRequest first_twin = request(true, seed0);
@@ -235,7 +248,7 @@ int run_compare_script(const CompareOptions& o, const CLI::App& cmd, std::ostrea
   c.reference = "fp32";
   inspector::TwinEvidence evidence;
   evidence.swamping = amp.report.swamping;
-  evidence.beside_twin = beside_twin;
+  evidence.beside_twin = beside_twin.ops;
   evidence.loss_ops = inspector::loss_ops_in_low_precision(amp.report.ops);
   for (const reports::OpInstance& op : amp.report.ops)
     if (!evidence.loss_ops.empty() && op.phase == "forward" &&
@@ -245,9 +258,10 @@ int run_compare_script(const CompareOptions& o, const CLI::App& cmd, std::ostrea
     }
   c.twin = inspector::compare_with_twin(o.script, seed0, losses(amp), amp.report.summary.verdict, std::move(fp32),
                                        evidence);
+  if (!beside_twin.gradients.empty()) c.twin->gradients = beside_twin.gradients;
   const reports::Twin& t = *c.twin;
   if (t.verdict == "departs") {  // the forward's ops beside the twin's, for the report's table
-    const std::vector<inspector::TwinDifference> ranked = inspector::ranked_beside_twin(beside_twin);
+    const std::vector<inspector::TwinDifference> ranked = inspector::ranked_beside_twin(beside_twin.ops);
     if (!ranked.empty()) {
       std::vector<reports::CompareBirth>& born = c.born.emplace();
       for (std::size_t i = 0; i < ranked.size() && i < 8; ++i) born.push_back(inspector::as_birth(ranked[i]));

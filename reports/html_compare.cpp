@@ -87,6 +87,14 @@ std::string twin_section(const Twin& t, const std::optional<std::vector<CompareB
                        "noise: the same of the largest |fp32 of another seed - fp32 of the same seed|.</p>\n",
                        t.window);
   }
+  if (t.gradients && !t.gradients->empty()) {
+    out += "<h3>Gradients at the first step</h3>\n";
+    Table g({"parameter", "#gradient vs fp32 twin"});
+    for (const TwinGradient& x : *t.gradients) g.row({x.parameter, num(x.difference)});
+    out += g.render("twin-gradients");
+    out += "<p class=\"caption\">each parameter's gradient, as the update received it, against the fp32 twin's from "
+           "the same weights and data (relative difference, largest first).</p>\n";
+  }
   if (born && !born->empty()) {
     out += "<h3>Where the forward departs from the twin's</h3>\n";
     Table b({"op", "#adds", "#output vs fp32 twin", "#added share"});

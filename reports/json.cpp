@@ -463,6 +463,12 @@ constexpr void fields(V& v, S& s) {
   v("verdict", s.verdict);
   v("verdict_text", s.verdict_text);
   v("cause", s.cause);
+  v("gradients", s.gradients);  // 1.12; optional
+}
+template <class V, Is<TwinGradient> S>
+constexpr void fields(V& v, S& s) {
+  v("parameter", s.parameter);
+  v("difference", s.difference);
 }
 template <class V, Is<CompareBirth> S>
 constexpr void fields(V& v, S& s) {
@@ -875,7 +881,7 @@ static_assert(kEveryMemberHasAField<
               Versions, AmpSettings, DeviceMemory, RunInfo, StepRecord, DtypeCounts, OpTypeRow, InsertedCasts,
               Histogram, LowPrecisionCounts, Numerics, LocalError, CastCount, KernelCount,
               NamedNumerics, OpInstance, TensorNumerics, Swamping, TensorRange, RangeLoss, LostValue,
-              NanEvent, Failure, IntendedInf, ScalerProbing, ZeroGradients, NonFinite, Summary, Trial, Suggestion, Bisect, LevelRun, LevelError, CompareOp, Compare, TwinRun, Twin, CompareBirth,
+              NanEvent, Failure, IntendedInf, ScalerProbing, ZeroGradients, NonFinite, Summary, Trial, Suggestion, Bisect, LevelRun, LevelError, CompareOp, Compare, TwinRun, Twin, TwinGradient, CompareBirth,
               Interruption, SeedOutcome, LowPrecisionSeen, LocalErrorSeen, Spread, GpuKernel, KernelTypeRow,
               KernelFinding, OutsideKernel, Kernels, RankOverflow, RankDisagreement, RankSummary, Distributed,
               PrecisionShare, ProfileOp, FallbackCost, Unattributable, CounterCheck, ProfileRank, RankDifference,

@@ -30,7 +30,7 @@ inline constexpr int kSchemaMajor = 1;
 // OpInstance::gpu_kernels (CUDA runs with CUPTI); 1.5: Report::distributed (data-parallel
 // runs under mpirun); 1.6: NonFinite::skips, mask_failures; 1.8: DtypeCounts::fp8; 1.9:
 // Report::fp8 (fp8 training: every scaled tensor's casts, step by step, and the findings).
-inline constexpr int kSchemaMinor = 11;
+inline constexpr int kSchemaMinor = 12;
 
 // What wrote the report. Nothing of the machine it ran on: the same build gives the same
 // bytes on every x86-64 CPU (the CPU paths differ in speed only).
@@ -469,6 +469,13 @@ struct TwinRun {
   std::uint64_t seed = 0;
   std::vector<double> losses;  // per step, as the recorder read them
 };
+// 1.12: compare --script: a parameter's gradient at the first step, as the update received
+// it, against the fp32 twin's (same weights, same data): relative, ||amp - twin|| / ||twin||.
+struct TwinGradient {
+  std::string parameter;
+  double difference = 0;
+};
+
 struct Twin {
   std::string script;
   std::uint64_t seed = 0;          // the AMP run's (its twin's first run has it too)
@@ -485,6 +492,7 @@ struct Twin {
   // Where a departure is born, as far as the recording shows (its parameters' updates lost
   // to rounding); "" when the recording shows none.
   std::string cause;
+  std::optional<std::vector<TwinGradient>> gradients;  // 1.12; largest first
 };
 
 // 1.11: compare: where a level's difference from the reference is born, op by op: the op's

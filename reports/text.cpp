@@ -269,7 +269,19 @@ std::string twin_section(const Twin& t) {
     if (!t.noise.empty()) row.push_back(fmt::format("{:.3g}", t.noise[i]));
     table.add_row(row);
   }
-  return s + table.render();
+  s += table.render();
+  if (t.gradients && !t.gradients->empty()) {
+    TextTable g({"parameter", "gradient vs fp32 twin"});
+    g.align(0, TextTable::Align::left);
+    const std::size_t shown = std::min<std::size_t>(t.gradients->size(), 8);
+    for (std::size_t i = 0; i < shown; ++i)
+      g.add_row({(*t.gradients)[i].parameter, fmt::format("{:.3g}", (*t.gradients)[i].difference)});
+    s += fmt::format("\nGradients at the first step against the fp32 twin's (same weights, same data; relative "
+                     "difference, largest first{}):\n",
+                     shown < t.gradients->size() ? fmt::format(", {} of {}", shown, t.gradients->size()) : "") +
+         g.render();
+  }
+  return s;
 }
 
 std::string compare_section(const Compare& c) {

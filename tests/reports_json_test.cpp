@@ -50,7 +50,7 @@ TEST(ReportJson, RoundTripGivesTheSameText) {
 TEST(ReportJson, ReadBackValuesMatchTheReport) {
   const Report original = testing::sample_report();
   const Report r = from_json(to_json(original), "run.json");
-  EXPECT_EQ(r.schema_version, "1.11");
+  EXPECT_EQ(r.schema_version, "1.12");
   EXPECT_EQ(r.run.model_description, original.run.model_description);
   EXPECT_EQ(r.run.seed, 7u);
   EXPECT_EQ(r.run.amp.custom_black_list, std::vector<std::string>{"softmax"});
@@ -174,6 +174,29 @@ TEST(ReportJson, Fp8CastsAndFindingsRoundTrip) {
   EXPECT_NE(read_error(bad.dump()).find("fp8.tensors[0].saturated[1]"), std::string::npos) << read_error(bad.dump());
 }
 
+TEST(ReportJson, ATwinsGradientsRoundTripAndAreAbsentWhereNoneWereSetBesideIt) {
+  Report r = testing::sample_report();
+  Twin& t = r.compare.emplace().twin.emplace();
+  t.script = "python train.py";
+  t.amp_losses = {1.0, 0.5};
+  t.fp32 = {{0, {1.0, 0.4}}};
+  t.gap = {0.0, 0.1};
+  t.verdict = "no_yardstick";
+  const std::string without = to_json(r);
+  EXPECT_FALSE(ordered_json::parse(without)["compare"]["twin"].contains("gradients"));
+  t.gradients = std::vector<TwinGradient>{{"2.weight", 0.03}, {"0.bias", 0.0}};
+  const std::string text = to_json(r);
+  const ordered_json doc = ordered_json::parse(text);
+  EXPECT_EQ(doc["compare"]["twin"]["gradients"][0]["parameter"], "2.weight");
+  const Report back = from_json(text, "run.json");
+  ASSERT_TRUE(back.compare && back.compare->twin && back.compare->twin->gradients);
+  EXPECT_EQ(back.compare->twin->gradients->size(), 2u);
+  EXPECT_EQ((*back.compare->twin->gradients)[0].difference, 0.03);
+  EXPECT_EQ(to_json(back), text);
+  // A 1.11 report (no gradients) still reads.
+  EXPECT_FALSE(from_json(without, "run.json").compare->twin->gradients.has_value());
+}
+
 TEST(ReportJson, NonFiniteDoublesAreStringsAndComeBackInClass) {
   Report original = testing::sample_report();
   original.steps[2].loss = -std::numeric_limits<double>::infinity();
@@ -203,7 +226,7 @@ TEST(ReportJson, EqualReportsGiveIdenticalBytes) {
   EXPECT_EQ(a, b);
   EXPECT_EQ(a.substr(0, 2), "{\n");
   EXPECT_EQ(a.substr(a.size() - 2), "}\n");
-  EXPECT_NE(a.find("\n  \"schema_version\": \"1.11\",\n"), std::string::npos);
+  EXPECT_NE(a.find("\n  \"schema_version\": \"1.12\",\n"), std::string::npos);
 }
 
 // 1.2: the spread of `run --seeds N` goes out and comes back whole; a report of 1.1 that
@@ -479,12 +502,12 @@ TEST(ReportJson, OtherMajorIsRejectedWithWhatToDo) {
 
 TEST(ReportJson, NewerMinorWithUnknownFieldsIsRead) {
   ordered_json doc = sample_doc();
-  doc["schema_version"] = "1.12";
+  doc["schema_version"] = "1.13";
   doc["energy"] = {{"joules", 12.5}};
   doc["steps"][0]["grad_norm"] = 3.0;
   doc["ops"][0]["local_error"]["median"] = 1e-4;
   const Report r = from_json(doc.dump(), "run.json");
-  EXPECT_EQ(r.schema_version, "1.12");
+  EXPECT_EQ(r.schema_version, "1.13");
   EXPECT_EQ(r.steps[0].loss, 1.0986);
   // Written back as what this writer implements, without the fields it does not know.
   EXPECT_EQ(to_json(r), to_json(testing::sample_report()));
@@ -676,7 +699,7 @@ TEST_F(ReportJsonSchema, Fp8SectionIsValidAndItsEnumsAreChecked) {
 
 TEST_F(ReportJsonSchema, NewerMinorWithExtraFieldsIsValid) {
   ordered_json doc = sample_doc();
-  doc["schema_version"] = "1.12";
+  doc["schema_version"] = "1.13";
   doc["energy"] = {{"joules", 12.5}};
   doc["ops"][0]["kernels"][0]["duration_unit"] = "none";
   const Outcome o = validate(doc.dump(2), "minor.json");

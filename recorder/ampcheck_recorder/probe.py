@@ -12,7 +12,8 @@ largest of its inputs' with the op that made that input ("from"; through autocas
 and for an op that ran in 16 bits its own rounding ("own": its output against the same call
 in fp32 on the inputs it received). What an op adds is the first less the second: its own rounding, or
 the cancellation that turns its inputs' small rounding into a large difference (a
-normalization over values with a large mean). It writes them to PATH.births.json.
+normalization over values with a large mean). It writes them to PATH.births.json, with each parameter's gradient, as
+the step's update receives it, against the twin's.
 
 An op whose input or output differs in shape from the twin's (a different path) is skipped;
 a tensor the twin has no sample of counts as not differing (a parameter, the data).
@@ -60,6 +61,7 @@ class TwinProbe:
         self.samples: dict = {}  # "name@k" -> {"in": [...], "out": tensor}
         self.twin: dict = {}
         self.births: list = []
+        self.gradients: list = []  # per parameter: its gradient's difference from the twin's
         self.producers: dict = {}  # id(tensor) -> (weakref, the op instance that made it)
         self.done = False
         if against:
@@ -135,6 +137,25 @@ class TwinProbe:
                                 "input": d_in if math.isfinite(d_in) else None,
                                 "output": d_out if math.isfinite(d_out) else None, "from": source})
 
+    def on_gradients(self, step: int, named):
+        """The gradients the probed step's update is about to use (unscaled: a GradScaler's
+        step unscales them first), per parameter name."""
+        if self.done or self.step is None or step != self.step:
+            return
+        with listen.internal(), torch.no_grad():
+            for name, grad in named:
+                if grad is None or not grad.is_floating_point():
+                    continue
+                if self.dump:
+                    self.samples[f"grad:{name}"] = {"in": [], "out": _sample(grad)}
+                    continue
+                twin = self.twin.get(f"grad:{name}")
+                if twin is None:
+                    continue
+                d = _difference(_sample(grad), twin["out"])
+                if not math.isnan(d):
+                    self.gradients.append({"parameter": name, "difference": d if math.isfinite(d) else None})
+
     def finish(self):
         """Writes what the probed step gave (at its end, or at the run's)."""
         if self.done:
@@ -147,5 +168,6 @@ class TwinProbe:
         elif self.against:
             out = self.against + ".births.json"
             with open(out + ".tmp", "w") as f:
-                json.dump({"step": self.step or 0, "ops": self.births}, f, allow_nan=False)
+                json.dump({"step": self.step or 0, "ops": self.births, "gradients": self.gradients}, f,
+                          allow_nan=False)
             os.replace(out + ".tmp", out)

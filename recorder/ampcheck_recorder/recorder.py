@@ -969,6 +969,10 @@ class Recorder:
         if not self.listening and self._in_scaler_step:
             return
         with self._lock:
+            if self.twin_probe is not None:
+                self.twin_probe.on_gradients(self.step_index, (
+                    (self._param_name(g, i, p), p.grad) for g, group in enumerate(optimizer.param_groups)
+                    for i, p in enumerate(group["params"])))
             count, nonzero, bad = self._scan_grads([optimizer])
             if self.listening:
                 self._note_swamping_before(optimizer)

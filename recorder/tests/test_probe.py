@@ -90,3 +90,22 @@ def test_unreadable_samples_are_a_clear_error(tmp_path):
         assert "fp32 twin's samples" in str(e) and str(bad) in str(e)
     else:
         raise AssertionError("a file torch cannot read should be refused")
+
+
+def test_each_parameters_gradient_is_set_beside_the_twins(tmp_path):
+    g = torch.Generator().manual_seed(1)
+    grad = torch.randn(32, 8, generator=g)
+    samples = str(tmp_path / "twin.pt")
+    twin = TwinProbe(dump=samples)
+    twin.on_op(1, _inst("fc/linear#0"), [grad], [grad])
+    twin.on_gradients(1, [("fc.weight", grad), ("fc.bias", None)])
+    twin.finish()
+    amp = TwinProbe(against=samples)
+    amp.on_op(1, _inst("fc/linear#0"), [grad], [grad])
+    rounded = grad.bfloat16()
+    amp.on_gradients(1, [("fc.weight", rounded), ("fc.bias", None)])
+    amp.on_gradients(2, [("fc.weight", grad * 2)])  # another step's: not the probed one
+    amp.finish()
+    gradients = json.loads((tmp_path / "twin.pt.births.json").read_text())["gradients"]
+    assert [x["parameter"] for x in gradients] == ["fc.weight"]
+    assert math.isclose(gradients[0]["difference"], _rel(rounded, grad), rel_tol=1e-12)

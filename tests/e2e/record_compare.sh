@@ -55,6 +55,12 @@ expect 1 "born in the forward at norm/layer_norm#0" -- \
   "$bin" compare --quiet --script "$twin fp16_norm" --seeds 3 --report "$work/norm.json"
 json_get "$work/norm.json" 'r["compare"]["twin"]["cause"]' | grep -q "keep_fp32(model, modules=\['lin1'\])" ||
   fail "the norm's cure should be the layer that makes its input, lin1, in fp32"
+# Every parameter's gradient at the first step set beside the twin's (the planted model's six).
+[[ $(json_get "$work/norm.json" 'sorted(g["parameter"] for g in r["compare"]["twin"]["gradients"])') == \
+   "['head.bias', 'head.weight', 'lin1.bias', 'lin1.weight', 'norm.bias', 'norm.weight']" ]] ||
+  fail "each of the six parameters' gradients should be set beside the twin's"
+[[ $(json_get "$work/norm.json" 'r["compare"]["born"][0]["name"]') == "norm/layer_norm#0" ]] ||
+  fail "the report's table of where the forward departs should begin with the norm"
 
 # The targets near 100: the last linear layer's bf16 output cannot hold them finely enough.
 expect 1 "the AMP run departs from its fp32 twin from step" -- "$bin" compare --quiet --script "$twin offset" --seeds 3
