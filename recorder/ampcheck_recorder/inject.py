@@ -35,6 +35,10 @@ The environment (each also a flag of ``run``; docs/recorder.md):
                                   float16/bfloat16 kept in float32; `ampcheck compare --script`)
     AMPCHECK_RECORD_SEED_OFFSET   k: every seed the script sets itself is shifted by k (twin.py;
                                   `ampcheck compare --script --seeds N`'s k-th run)
+    AMPCHECK_RECORD_FP32_OPTIMIZER_STATE  on: the script's casts to 16 bits inside the
+                                  optimizer's step kept in float32 (twin.py; bisect-nan --script)
+    AMPCHECK_RECORD_FP32_MASTER_WEIGHTS   on: the script's model casts to 16 bits kept in float32,
+                                  its calls under autocast at that dtype (twin.py; bisect-nan --script)
     AMPCHECK_RECORD_TWIN_DUMP     PATH: the fp32 twin keeps samples of its first step's forward
                                   ops' inputs and outputs there (probe.py; compare --script)
     AMPCHECK_RECORD_TWIN_AGAINST  PATH: the AMP run sets its first step's beside them and writes
@@ -69,6 +73,8 @@ ENV_KERNELS = "AMPCHECK_RECORD_KERNELS"          # steps to profile (record --ke
 ENV_KERNELS_OUT = "AMPCHECK_RECORD_KERNELS_OUT"  # where the trace goes
 ENV_AMP = "AMPCHECK_RECORD_AMP"                  # off: the fp32 twin (twin.py)
 ENV_SEED_OFFSET = "AMPCHECK_RECORD_SEED_OFFSET"  # k: the script's own seeds shifted by k (twin.py)
+ENV_FP32_STATE = "AMPCHECK_RECORD_FP32_OPTIMIZER_STATE"  # on: the moments kept fp32 (twin.py)
+ENV_FP32_MASTERS = "AMPCHECK_RECORD_FP32_MASTER_WEIGHTS"  # on: fp32 weights under autocast (twin.py)
 ENV_TWIN_DUMP = "AMPCHECK_RECORD_TWIN_DUMP"        # PATH: the first step's op samples written (probe.py)
 ENV_TWIN_AGAINST = "AMPCHECK_RECORD_TWIN_AGAINST"  # PATH: set beside those samples (probe.py)
 
@@ -260,6 +266,15 @@ def _start_from_environment(opts, framework="torch"):
             (twin.offset_paddle_seeds if framework == "paddle" else twin.offset_seeds)(offset)
         if amp == "off":
             (twin.turn_paddle_amp_off if framework == "paddle" else twin.turn_amp_off)()
+        for name, keep in ((ENV_FP32_STATE, twin.keep_optimizer_state_fp32),
+                           (ENV_FP32_MASTERS, twin.keep_master_weights_fp32)):
+            value = os.environ.get(name, "off") or "off"
+            if value not in ("on", "off"):
+                raise ConfigError(f'{name}="{value}" is not on or off')
+            if value == "on" and framework == "paddle":
+                raise ConfigError(f"{name} (bisect-nan --script's trials) is PyTorch's only")
+            if value == "on":
+                keep()
         script = {"script": sys.argv[0] if sys.argv else "", "script_args": sys.argv[1:], "wait_for_model": True}
         if framework == "paddle":
             from .paddle_recorder import PaddleRecorder
@@ -268,7 +283,10 @@ def _start_from_environment(opts, framework="torch"):
             from .recorder import Recorder
             rec = Recorder(**script, **opts)
             dump, against = os.environ.get(ENV_TWIN_DUMP, ""), os.environ.get(ENV_TWIN_AGAINST, "")
-            if dump or against:
+            # One process sets its step beside the twin's: a lone one, or a job's rank 0 (the
+            # ranks would write the same files).
+            job = ranks.rank_from_environment()
+            if (dump or against) and (job is None or job.rank == 0):
                 from .probe import TwinProbe
                 try:
                     rec.twin_probe = TwinProbe(dump=dump, against=against)
