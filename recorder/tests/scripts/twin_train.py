@@ -80,6 +80,16 @@ class AdamW16(torch.optim.Optimizer):
                 p.add_(m / (v.sqrt() + group["eps"]), alpha=-group["lr"])
 
 
+def train(steps, optimizer, loss_of):
+    """The loop every mode runs: `loss_of()` is one step's forward and loss."""
+    for _ in range(steps):
+        loss = loss_of()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    print(f"final loss {loss.item():.6f}")
+
+
 if args.mode == "bf16_moments":
     # A linear regression (convex: the fp32 runs of every seed head for the same optimum),
     # its features scaled over two decades; the data from a generator of its own, the
@@ -89,13 +99,7 @@ if args.mode == "bf16_moments":
     x = torch.randn(512, 32, generator=g) * torch.logspace(-1, 1, 32)
     y = x @ torch.randn(32, 1, generator=g) + 10.0
     model = torch.nn.Linear(32, 1)
-    optimizer = AdamW16(model.parameters(), lr=3e-2)
-    for step in range(steps):
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    print(f"final loss {loss.item():.6f}")
+    train(steps, AdamW16(model.parameters(), lr=3e-2), lambda: torch.nn.functional.mse_loss(model(x), y))
     raise SystemExit(0)
 if args.mode == "bf16_loss":
     # Classification over a large vocabulary, its logits cast to bfloat16 for the loss.
@@ -105,14 +109,8 @@ if args.mode == "bf16_loss":
     x = torch.randn(256, 64, generator=g)
     y = (x @ torch.randn(64, vocab, generator=g)).argmax(-1)
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.Tanh(), torch.nn.Linear(128, vocab))
-    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
-    for step in range(steps):
-        logits = model(x)
-        loss = torch.nn.functional.cross_entropy(logits.bfloat16(), y)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    print(f"final loss {loss.item():.6f}")
+    train(steps, torch.optim.SGD(model.parameters(), lr=1.0),
+          lambda: torch.nn.functional.cross_entropy(model(x).bfloat16(), y))
     raise SystemExit(0)
 if args.mode == "fp16_norm":
     # float16 autocast over fp32 weights; a LayerNorm over the first layer's outputs, whose
@@ -135,16 +133,13 @@ if args.mode == "fp16_norm":
         def forward(self, x):
             return self.head(torch.tanh(self.norm(self.lin1(x))))
 
-    model = Net()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    for step in range(steps):
+    def loss_of():
         with torch.autocast("cpu", dtype=torch.float16):
             pred = model(x)
-        loss = torch.nn.functional.mse_loss(pred.float(), y)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    print(f"final loss {loss.item():.6f}")
+        return torch.nn.functional.mse_loss(pred.float(), y)
+
+    model = Net()
+    train(steps, torch.optim.SGD(model.parameters(), lr=0.05), loss_of)
     raise SystemExit(0)
 args.steps = args.steps or 150
 if args.mode == "fixed_seed":
@@ -164,13 +159,13 @@ if args.mode == "own_generator":
             p.copy_(torch.randn(p.shape, generator=g) * 0.1)
 if args.mode == "bf16_weights":
     model = model.bfloat16()
-optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 dtype = next(model.parameters()).dtype
-for step in range(args.steps):
+
+
+def loss_of():
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.mode != "bf16_weights"):
         pred = model(x.to(dtype))
-    loss = torch.nn.functional.mse_loss(pred.float(), y)
-    optimizer.zero_grad()
-    loss.backward()
-    optimizer.step()
-print(f"final loss {loss.item():.4f}")
+    return torch.nn.functional.mse_loss(pred.float(), y)
+
+
+train(args.steps, torch.optim.SGD(model.parameters(), lr=0.01), loss_of)
