@@ -6,11 +6,16 @@
 #include <cudnn_version.h>     // CUDNN_MAJOR
 #include <dlfcn.h>             // dlopen, dlsym
 
+#include <unistd.h>            // readlink: this binary's path
+
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdlib>
+#include <filesystem>
 #include <mutex>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 #if defined(AMPCHECK_HAVE_NCCL)
@@ -36,9 +41,11 @@ const Entry& entry(GpuLibrary lib) {
       {"CUPTI", "libcupti.so." + std::to_string(CUDART_VERSION / 1000),
        "install the CUDA toolkit's CUPTI, or `pip install nvidia-cuda-cupti`"},
 #if defined(AMPCHECK_HAVE_NCCL)
-      {"NCCL", "libnccl.so." + std::to_string(NCCL_MAJOR), "install NCCL (libnccl2), or `pip install nvidia-nccl`"},
+      {"NCCL", "libnccl.so." + std::to_string(NCCL_MAJOR),
+       "install NCCL (libnccl2), or `pip install nvidia-nccl-cu" + std::to_string(CUDART_VERSION / 1000) + "`"},
 #else
-      {"NCCL", "libnccl.so.2", "install NCCL (libnccl2), or `pip install nvidia-nccl`"},
+      {"NCCL", "libnccl.so.2",
+       "install NCCL (libnccl2), or `pip install nvidia-nccl-cu" + std::to_string(CUDART_VERSION / 1000) + "`"},
 #endif
   }};
   return entries[static_cast<std::size_t>(lib)];
@@ -82,37 +89,78 @@ std::string joined(const std::vector<std::string>& folders) {
   return s;
 }
 
+namespace fs = std::filesystem;
+
+bool is_folder(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_directory(p, ec);
+}
+
+// The sub-folders of `dir` (none when it cannot be read), by name: a search never depends on
+// the order a file system lists them in.
+std::vector<fs::path> sub_folders(const fs::path& dir) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (is_folder(it->path())) out.push_back(it->path());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// An environment's site-packages: <root>/lib/python3.*/{site,dist}-packages.
+std::vector<fs::path> site_packages_of(const fs::path& root) {
+  std::vector<fs::path> out;
+  for (const fs::path& py : sub_folders(root / "lib")) {
+    if (!py.filename().string().starts_with("python3")) continue;
+    for (const char* name : {"site-packages", "dist-packages"})
+      if (is_folder(py / name)) out.push_back(py / name);
+  }
+  return out;
+}
+
 void load(GpuLibrary lib, Loaded& st) {
   const Entry& e = entry(lib);
-  const char* only = std::getenv("AMPCHECK_GPU_LIBRARIES");
+  // CUPTI traces what the driver runs, and without one it has nothing to trace; worse, the
+  // CUPTI of PyTorch's CUDA 13.2 wheels (nvidia-cuda-cupti 13.2.86) recurses until the stack
+  // overflows in cuptiGetVersion where no driver is installed (the toolkit's 13.0 answers).
+  // So CUPTI is opened only beside the driver, which the CUDA runtime opens anyway.
+  if (lib == GpuLibrary::cupti && dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL) == nullptr) {
+    const char* why = dlerror();
+    st.problem = std::string(e.name) + " (" + e.file + ") is not loaded without the NVIDIA driver (libcuda.so.1" +
+                 (why != nullptr && std::string_view(why).find("No such file") == std::string_view::npos
+                      ? std::string(": ") + why
+                      : std::string(" not found")) +
+                 "): install the driver where a GPU is";
+    return;
+  }
+  const GpuLibrarySearch search = gpu_library_search();
   std::string last_error;
-  auto try_open = [&](const std::string& path) {
-    void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (h == nullptr) {
-      const char* why = dlerror();
-      last_error = why != nullptr ? why : "";
-    }
-    return h;
-  };
   void* handle = nullptr;
-  std::string searched;
-  if (only != nullptr) {
-    const std::vector<std::string> folders = split_folders(only);
-    for (const std::string& f : folders)
-      if ((handle = try_open(f + "/" + e.file)) != nullptr) break;
-    searched = "AMPCHECK_GPU_LIBRARIES (" + (folders.empty() ? std::string("empty") : joined(folders)) + ")";
-  } else {
-    handle = try_open(e.file);
-    const std::vector<std::string> folders = build_folders();
-    if (handle == nullptr)
-      for (const std::string& f : folders)
-        if ((handle = try_open(f + "/" + e.file)) != nullptr) break;
-    searched = "the dynamic loader's path (LD_LIBRARY_PATH, ld.so.cache)" +
-               (folders.empty() ? std::string() : " and " + joined(folders));
+  for (const std::string& path : gpu_library_candidates(lib, search)) {
+    if ((handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) != nullptr) break;
+    // A file that is there but does not load (another architecture, a missing dependency)
+    // is the likelier reason to show than the last folder that lacked it.
+    const char* why = dlerror();
+    if (why != nullptr && (last_error.empty() || std::string_view(why).find("No such file") == std::string_view::npos))
+      last_error = why;
   }
   if (handle != nullptr) {
     st.handle.store(handle);
     return;
+  }
+  std::string searched;
+  if (search.only) {
+    const std::vector<std::string> folders = split_folders(*search.only);
+    searched = "AMPCHECK_GPU_LIBRARIES (" + (folders.empty() ? std::string("empty") : joined(folders)) + ")";
+  } else {
+    const std::vector<std::string> ld_path = split_folders(search.ld_library_path);
+    const std::vector<std::string> python = python_gpu_library_folders(search);
+    searched = (ld_path.empty() ? std::string() : "LD_LIBRARY_PATH (" + joined(ld_path) + "), ") +
+               (python.empty() ? std::string("no nvidia-* package of a Python environment (none beside this binary, "
+                                             "in VIRTUAL_ENV or in CONDA_PREFIX), ")
+                               : "the Python environment's nvidia-* packages (" + joined(python) + "), ") +
+               "the dynamic loader's path (ld.so.cache)" +
+               (search.build_folders.empty() ? std::string() : " and " + joined(search.build_folders));
   }
   st.problem = std::string(e.name) + " (" + e.file + ") was not found in " + searched + ": " + e.fix +
                ", or name its folder in AMPCHECK_GPU_LIBRARIES" +
@@ -152,5 +200,63 @@ std::string gpu_library_problem(GpuLibrary lib) {
 }
 
 bool gpu_library_loaded(GpuLibrary lib) { return state(lib).handle.load() != nullptr; }
+
+GpuLibrarySearch gpu_library_search() {
+  GpuLibrarySearch s;
+  const auto env = [](const char* name) {
+    const char* v = std::getenv(name);
+    return v != nullptr ? std::string(v) : std::string();
+  };
+  if (const char* only = std::getenv("AMPCHECK_GPU_LIBRARIES")) s.only = only;
+  s.ld_library_path = env("LD_LIBRARY_PATH");
+  s.virtual_env = env("VIRTUAL_ENV");
+  s.conda_prefix = env("CONDA_PREFIX");
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) s.executable.assign(self, static_cast<std::size_t>(n));
+  s.build_folders = build_folders();
+  return s;
+}
+
+std::vector<std::string> python_gpu_library_folders(const GpuLibrarySearch& search) {
+  std::vector<fs::path> site_packages;
+  if (!search.executable.empty()) {
+    const fs::path bin = fs::path(search.executable).parent_path();
+    if (is_folder(bin.parent_path() / "nvidia")) site_packages.push_back(bin.parent_path());
+    for (const fs::path& sp : site_packages_of(bin.parent_path())) site_packages.push_back(sp);
+  }
+  for (const std::string& root : {search.virtual_env, search.conda_prefix})
+    if (!root.empty())
+      for (const fs::path& sp : site_packages_of(root)) site_packages.push_back(sp);
+
+  std::vector<std::string> out;
+  std::vector<fs::path> seen;  // the same folder reached twice (a venv that is also VIRTUAL_ENV)
+  for (const fs::path& sp : site_packages)
+    for (const fs::path& package : sub_folders(sp / "nvidia")) {
+      const fs::path folder = package / "lib";
+      if (!is_folder(folder)) continue;
+      std::error_code ec;
+      fs::path canonical = fs::weakly_canonical(folder, ec);
+      if (ec) canonical = folder;
+      if (std::find(seen.begin(), seen.end(), canonical) != seen.end()) continue;
+      seen.push_back(canonical);
+      out.push_back(folder.lexically_normal().string());
+    }
+  return out;
+}
+
+std::vector<std::string> gpu_library_candidates(GpuLibrary lib, const GpuLibrarySearch& search) {
+  const std::string& file = entry(lib).file;
+  std::vector<std::string> out;
+  if (search.only) {
+    for (const std::string& f : split_folders(*search.only)) out.push_back(f + "/" + file);
+    return out;
+  }
+  for (const std::string& f : split_folders(search.ld_library_path)) out.push_back(f + "/" + file);
+  for (const std::string& f : python_gpu_library_folders(search)) out.push_back(f + "/" + file);
+  out.push_back(file);
+  for (const std::string& f : search.build_folders) out.push_back(f + "/" + file);
+  return out;
+}
 
 }  // namespace ampcheck::kernels::cuda

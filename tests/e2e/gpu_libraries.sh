@@ -52,5 +52,42 @@ if [[ $("$bin" doctor --json | python3 -c 'import json,sys; print(json.load(sys.
 else
   echo "SKIPPED: --device cuda with hidden libraries (a build without CUDA has none to miss)"
 fi
+
+# `pip install ampcheck` beside a CUDA PyTorch: the nvidia-* packages of the Python environment
+# the binary is installed in come before ld.so.cache and the build's folders, LD_LIBRARY_PATH
+# still first, and an active VIRTUAL_ENV's count too (kernels/cuda/gpu_libraries.h). A made-up
+# environment: the binary in venv/bin, this machine's own GPU libraries linked into
+# site-packages/nvidia/cu13/lib and nvidia/cudnn/lib, as PyTorch's CUDA 13 wheels lay them out.
+inits() { LD_DEBUG=libs "$@" doctor 2>&1 >/dev/null | grep -E 'calling init: .*/lib(cublasLt|cudnn|cupti)\.so' | sed 's/.*calling init: //'; }
+real=$(inits env -u VIRTUAL_ENV -u CONDA_PREFIX LD_LIBRARY_PATH= "$bin" | grep -v _graph)
+if [[ -z $real ]]; then
+  echo "SKIPPED: the nvidia-* packages of a Python environment (no GPU library loads here: a build without CUDA, or no toolkit)"
+else
+  venv=$work/venv sp=$work/venv/lib/python3.12/site-packages
+  mkdir -p "$venv/bin" "$sp/nvidia/cu13/lib" "$sp/nvidia/cudnn/lib" "$work/elsewhere/bin" "$work/ld"
+  cp "$bin" "$venv/bin/ampcheck" && cp "$bin" "$work/elsewhere/bin/ampcheck"
+  for f in $real; do
+    case $(basename "$f") in libcudnn*) pkg=cudnn ;; *) pkg=cu13 ;; esac
+    ln -sf "$f" "$sp/nvidia/$pkg/lib/"
+  done
+  plain=(env -u VIRTUAL_ENV -u CONDA_PREFIX -u AMPCHECK_GPU_LIBRARIES LD_LIBRARY_PATH=)
+  loaded_from() {  # WHAT FOLDER -- COMMAND...: each library of $real opened from FOLDER
+    local what=$1 folder=$2; shift 3
+    local log missing=()
+    log=$(inits "$@")
+    for f in $real; do
+      local b found=no line
+      b=$(basename "$f")
+      while read -r line; do [[ $line == "$folder"/*/"$b" || $line == "$folder/$b" ]] && found=yes; done <<<"$log"
+      [[ $found == yes ]] || missing+=("$b")
+    done
+    if ((${#missing[@]})); then fail "$what: ${missing[*]} not opened from $folder; opened: $(tr '\n' ' ' <<<"$log")"
+    else ok "$what: $(wc -w <<<"$real") GPU libraries opened from $folder"; fi
+  }
+  loaded_from "the binary's own environment before ld.so.cache" "$sp/nvidia" -- "${plain[@]}" "$venv/bin/ampcheck"
+  loaded_from "an active VIRTUAL_ENV's" "$sp/nvidia" -- "${plain[@]}" VIRTUAL_ENV="$venv" "$work/elsewhere/bin/ampcheck"
+  for f in $real; do ln -sf "$f" "$work/ld/"; done
+  loaded_from "LD_LIBRARY_PATH before the environment" "$work/ld" -- "${plain[@]}" LD_LIBRARY_PATH="$work/ld" "$venv/bin/ampcheck"
+fi
 (( fails == 0 )) || { echo "$fails failure(s)"; exit 1; }
 echo "all passed"
