@@ -8,10 +8,12 @@
 #include <cstdio>   // std::remove
 #include <cstdlib>  // getenv, mkstemps
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
 #include <stdexcept>
+#include <string_view>
 
 #include <unistd.h>  // isatty
 
@@ -24,6 +26,7 @@
 #include "engine/ops/registry.h"  // op_info: the AMP category of a candidate
 #include "cli/mpi_launch.h"
 #include "engine/dist/communicator.h"
+#include "inspector/twin.h"  // loss_ops_in_low_precision: the loss as a candidate
 #include "reports/advice.h"
 #include "models/onnx_file.h"
 #include "models/onnx_model.h"  // the loss scaler's cure, in the user's framework's keys
@@ -69,6 +72,21 @@ CLI::App* add_options(CLI::App& app, BisectOptions& o) {
 }
 
 using Set = std::vector<std::string>;  // candidates, in the order first seen
+
+// A recorded script's candidates that are no op and no module: the weights and the state the
+// optimizer keeps, and the loss, the cheaper cures a user means to apply (what compare --script
+// names), tried before the ops at either granularity. Each is one where the recording shows its cause:
+// parameters stored in 16 bits (the recorder reads swamping for each it sees updated), the
+// optimizer's state kept in 16 bits ("weight:exp_avg_sq"), the loss computed in 16 bits. A
+// trial of "master weights" keeps the script's model casts in fp32 and runs the model under
+// autocast at that dtype, of "optimizer state" the casts to 16 bits inside the optimizer's
+// step (recorder/ampcheck_recorder/twin.py), of "the loss" forces the loss's op types.
+constexpr std::string_view kMasterWeights = "master weights";
+constexpr std::string_view kOptimizerState = "optimizer state";
+constexpr std::string_view kTheLoss = "the loss";
+
+bool is_cure(std::string_view c) { return c == kMasterWeights || c == kOptimizerState || c == kTheLoss; }
+bool has_cure(const Set& s) { return std::any_of(s.begin(), s.end(), [](const std::string& c) { return is_cure(c); }); }
 
 // A later run that Ctrl-C stopped: a partial run is no verdict on its black list, so the
 // search ends there, with the trials before it.
@@ -248,11 +266,31 @@ RecordRequest script_request(const BisectOptions& o, const std::string& log) {
   return r;
 }
 
-// The script's trial: the script recorded with `set` forced to fp32 inside autocast.
-TrialRunner script_runner(const BisectOptions& o, const std::string& granularity, const std::string& log) {
-  return [&o, granularity, log](const Set& set) {
+// The script's trial: the script recorded with `set` forced to fp32 inside autocast, the
+// cures in it applied (`loss_ops`: the op types "the loss" forces). A trial's own numerics
+// are never read (the search reads its verdict, losses and producers), so they are
+// gathered on its first step only: forcing hears every step, and the statistics of every
+// op on every step would cost a trial many times the script's own run.
+TrialRunner script_runner(const BisectOptions& o, const std::string& granularity, const std::string& log,
+                          const Set& loss_ops) {
+  return [&o, granularity, log, loss_ops](const Set& set) {
     RecordRequest r = script_request(o, log);
-    (granularity == "type" ? r.fp32_ops : r.fp32_modules) = set;
+    r.stats_every = std::numeric_limits<std::int32_t>::max();
+    for (const std::string& c : set) {
+      if (c == kMasterWeights) {
+        r.fp32_master_weights = true;
+      } else if (c == kOptimizerState) {
+        r.fp32_optimizer_state = true;
+      } else if (c == kTheLoss) {
+        for (const std::string& op : loss_ops) {
+          r.fp32_ops.push_back(op);
+          // The recording names aten's op (nll_loss_forward); the script calls F.nll_loss.
+          if (op.starts_with("nll_loss")) r.fp32_ops.push_back("nll_loss");
+        }
+      } else {
+        (granularity == "type" ? r.fp32_ops : r.fp32_modules).push_back(c);
+      }
+    }
     return as_trial(recorded_run(r));
   };
 }
@@ -268,17 +306,23 @@ TrialRunner script_runner(const BisectOptions& o, const std::string& granularity
 //           needed (without it the prefix fails), it joins S, and the rest of the search
 //           stays within R[0..c) (a healthy superset is known there).
 // The order of R matters only to the binary search: it finds the first prefix that fixes
-// the run. Then every element of S is tried out once (1-minimality: a steered producer
+// the run, so `cures` (a script's master weights, optimizer state, loss) come first, before
+// the producers. Then every element of S is tried out once (1-minimality: a steered producer
 // may have become unnecessary). For k culprits among n candidates that is at most
 // 1 + k (log2 n + 2) + k runs, within 2k log2(n) + 3 for n >= 4: the bound the tests hold.
 // `gemm_like`: the candidates AMP is there for (the lower-precision list: matmul, linear,
 // conv, bmm), searched last, so that a prefix that fixes the run without them is found
 // first and the fix keeps them in low precision.
-Set search(const Set& candidates, const Set& first_producers, const std::set<std::string>& gemm_like,
-           Trials& trials, std::string& why_not) {
-  Set r;  // producers first, then the other ops, then the GEMM-like ones, each in the order first seen
-  for (const std::string& p : first_producers)
-    if (std::find(candidates.begin(), candidates.end(), p) != candidates.end()) r.push_back(p);
+Set search(const Set& candidates, const Set& cures, const Set& first_producers,
+           const std::set<std::string>& gemm_like, Trials& trials, std::string& why_not) {
+  // The cures, then the producers, then the other ops, then the GEMM-like ones, each in the
+  // order first seen.
+  Set r;
+  for (const Set* first : {&cures, &first_producers})
+    for (const std::string& p : *first)
+      if (std::find(candidates.begin(), candidates.end(), p) != candidates.end() &&
+          std::find(r.begin(), r.end(), p) == r.end())
+        r.push_back(p);
   for (const bool gemm : {false, true})
     for (const std::string& c : candidates)
       if (gemm_like.count(c) == static_cast<std::size_t>(gemm) && std::find(r.begin(), r.end(), c) == r.end())
@@ -558,12 +602,79 @@ int finish_bisect(const BisectOptions& o, const reports::Report& report, const s
   return b.found ? kOk : kCheckFailed;
 }
 
-// The fix for a script, in PyTorch's terms, from the recorder that ran its trials.
+// The cures a recording shows a cause for, in the order they are tried (compare --script's:
+// the weights, the optimizer's state, the loss). `loss_ops`: the loss's op types that ran in
+// 16 bits.
+Set cures_of(const reports::Report& r, const Set& loss_ops) {
+  auto any = [&r](bool state) {
+    return std::any_of(r.swamping.begin(), r.swamping.end(), [state](const reports::Swamping& s) {
+      return (s.parameter.find(':') != std::string::npos) == state;
+    });
+  };
+  Set out;
+  if (any(false)) out.emplace_back(kMasterWeights);
+  if (any(true)) out.emplace_back(kOptimizerState);
+  if (!loss_ops.empty()) out.emplace_back(kTheLoss);
+  return out;
+}
+
+// The 16-bit dtype a recording computed in most: "bfloat16" or "float16".
+std::string low_dtype(const reports::Report& r) {
+  std::int64_t fp16 = 0, bf16 = 0;
+  for (const reports::OpInstance& op : r.ops) {
+    fp16 += op.kernel_dtypes.fp16;
+    bf16 += op.kernel_dtypes.bf16;
+  }
+  return fp16 > bf16 ? "float16" : "bfloat16";
+}
+
+// The cures of a found set in PyTorch's words, as their trials applied them.
+std::string cures_advice(const Set& culprits, const Set& loss_ops, const std::string& dtype,
+                         const std::string& device) {
+  auto found = [&culprits](std::string_view c) {
+    return std::find(culprits.begin(), culprits.end(), c) != culprits.end();
+  };
+  const std::string cast = dtype == "float16" ? "half" : "bfloat16";
+  std::string s;
+  if (found(kMasterWeights))
+    s += fmt::format(
+        "# fp32 master weights: train the fp32 model under torch.autocast instead of model.{0}()\n"
+        "# (the optimizer then updates fp32 weights; autocast computes in {1} where its policy says){2}\n"
+        "# model = model.{0}()   <- drop this cast\n"
+        "with torch.autocast(device_type=\"{3}\", dtype=torch.{1}):\n"
+        "    out = model(x)\n",
+        cast, dtype, dtype == "float16" ? ";\n# in float16, scale the loss too (torch.amp.GradScaler)" : "", device);
+  if (found(kOptimizerState))
+    s += fmt::format(
+        "# keep the optimizer's moments in fp32: create its state in the fp32 of the parameter\n"
+        "state[\"exp_avg\"] = torch.zeros_like(p)      # not torch.zeros_like(p).to(torch.{0})\n"
+        "state[\"exp_avg_sq\"] = torch.zeros_like(p)   # (or torch.optim.AdamW, whose state follows p)\n",
+        dtype);
+  if (found(kTheLoss)) {
+    const bool classes = std::any_of(loss_ops.begin(), loss_ops.end(), [](const std::string& op) {
+      return op.starts_with("nll_loss") || op == "log_softmax" || op == "cross_entropy";
+    });
+    const std::string loss = classes ? "cross_entropy" : loss_ops.front();
+    s += fmt::format(
+        "# compute the loss in fp32 ({} ran in {}): cast what it reads with .float()\n"
+        "loss = F.{}({}.float(), y)   # not F.{}({}.{}(), y)\n",
+        fmt::join(loss_ops, ", "), dtype, loss, classes ? "logits" : "pred", loss, classes ? "logits" : "pred", cast);
+  }
+  return s;
+}
+
+// The fix for a script, in PyTorch's terms: the cures in their words, and the ops or modules
+// to keep in fp32 as the recorder that ran the trials writes it.
 std::string pytorch_advice(const BisectOptions& o, const reports::Bisect& b, const std::string& device,
-                           const std::string& recording) {
+                           const std::string& recording, const std::string& cures) {
+  Set rest;
+  for (const std::string& c : b.culprits)
+    if (!is_cure(c)) rest.push_back(c);
+  if (rest.empty()) return cures;
   const std::string python = python_of(shell_words(o.script));
-  return b.granularity == "type" ? recorder_advice(python, b.culprits, {}, device, recording)
-                                 : recorder_advice(python, {}, b.culprits, device, recording);
+  return cures + (cures.empty() ? "" : "\n") +
+         (b.granularity == "type" ? recorder_advice(python, rest, {}, device, recording)
+                                  : recorder_advice(python, {}, rest, device, recording));
 }
 
 // What differs between the two kinds of search: how a trial runs, which ops are no
@@ -571,6 +682,7 @@ std::string pytorch_advice(const BisectOptions& o, const reports::Bisect& b, con
 struct BisectSource {
   TrialRunner runner;
   std::set<std::string> not_candidates;  // op types that are never candidates
+  Set cures;  // a recorded script's candidates that are no op (kMasterWeights, ...), first
   std::function<std::vector<double>()> fp32_reference;  // the fp32 (fp8: bf16) run's loss per step (engine only)
   std::function<reports::Suggestion(const reports::Bisect&)> suggest;
 };
@@ -592,6 +704,7 @@ int bisect_from(const BisectOptions& o, const InstrumentedRun& first, const Bise
     return finish_bisect(o, report, "", out);
   }
   b.trials.push_back({1, {}, !first.failed, first.failure, report.summary.skipped_steps, report.summary.final_loss});
+  b.candidates = src.cures;
 
   // Candidates: what ran in low precision, in the order first seen. GEMM-like: an op type
   // of the lower-precision list, or a module running one.
@@ -665,9 +778,11 @@ int bisect_from(const BisectOptions& o, const InstrumentedRun& first, const Bise
       } else if (b.candidates.empty()) {
         why_not = fp8 ? "no linear layer ran in fp8 to keep out of it" : "no op ran in low precision to black-list";
       } else {
-        Set found = search(b.candidates, fp8 ? fp8_producers(first) : producer_keys(report, o.granularity), gemm_like,
-                           trials, why_not);
-        if (!found.empty() && !trials.acceptable(found)) {
+        Set found = search(b.candidates, src.cures, fp8 ? fp8_producers(first) : producer_keys(report, o.granularity),
+                           gemm_like, trials, why_not);
+        // A cure is no AMP turned off even where it leaves little in low precision: the
+        // moments or the loss in fp32 are what the 16-bit storage should have been.
+        if (!found.empty() && !has_cure(found) && !trials.acceptable(found)) {
           const Outcome& off = trials.run(found);
           why_not = fp8 ? fmt::format("the only fix found, {} out of fp8, leaves {} op calls in fp8: fp8 would be "
                                       "off, which is no fix (check the recipe: its margin, history and format)",
@@ -697,14 +812,17 @@ int bisect_from(const BisectOptions& o, const InstrumentedRun& first, const Bise
     if (fp8) {
       // The layers themselves are the fix (b.culprits): no black list, no fp32 module.
     } else if (o.granularity == "type") {
-      b.suggested_black_list = b.culprits;
       std::set<std::string> modules;
-      for (const std::string& t : b.culprits)
+      for (const std::string& t : b.culprits) {
+        if (is_cure(t)) continue;  // the suggestion says each in the framework's words
+        b.suggested_black_list.push_back(t);
         for (const std::string& m : modules_of_type[t])
           if (!m.empty()) modules.insert(m);
+      }
       b.suggested_fp32_modules.assign(modules.begin(), modules.end());
     } else {
-      b.suggested_fp32_modules = b.culprits;
+      for (const std::string& m : b.culprits)
+        if (!is_cure(m)) b.suggested_fp32_modules.push_back(m);
     }
     if (!b.culprits.empty()) b.suggestion = src.suggest(b);
   }
@@ -820,7 +938,9 @@ int run_bisect_script(const BisectOptions& o, const CLI::App& cmd, std::ostream&
   const std::string device = first.report.run.device.empty() ? "cuda" : first.report.run.device;
 
   BisectSource src;
-  src.runner = script_runner(o, o.granularity, log.path);
+  const Set loss_ops = inspector::loss_ops_in_low_precision(first.report.ops);
+  src.cures = cures_of(first.report, loss_ops);
+  src.runner = script_runner(o, o.granularity, log.path, loss_ops);
   // --loss-tolerance: the reference is the script's fp32 twin (compare --script's), recorded
   // once from the same seeding as the trials.
   src.fp32_reference = [&o, &log, &err]() {
@@ -841,10 +961,13 @@ int run_bisect_script(const BisectOptions& o, const CLI::App& cmd, std::ostream&
   };
   // Data movement is no candidate: it computes nothing whose precision matters.
   src.not_candidates = {"cast", "reshape", "permute", "slice", "expand", "clone"};
+  // The loss's op types are "the loss" (one candidate, its cure said in the loss's words).
+  if (o.granularity == "type") src.not_candidates.insert(loss_ops.begin(), loss_ops.end());
   const std::string recording = first.json;  // the unchanged script's: its modules and casts shape the advice
+  const std::string dtype = low_dtype(first.report);
   src.suggest = [&](const reports::Bisect& b) {
     reports::Suggestion s;
-    s.pytorch = pytorch_advice(o, b, device, recording);
+    s.pytorch = pytorch_advice(o, b, device, recording, cures_advice(b.culprits, loss_ops, dtype, device));
     return s;
   };
   InstrumentedRun as_configured = as_trial(std::move(first));

@@ -270,6 +270,8 @@ Recording record_process(const RecordRequest& r) {
   if (r.seed) set.emplace_back("AMPCHECK_RECORD_SEED", std::to_string(*r.seed));
   if (r.amp_off) set.emplace_back("AMPCHECK_RECORD_AMP", "off");
   if (r.seed_offset != 0) set.emplace_back("AMPCHECK_RECORD_SEED_OFFSET", std::to_string(r.seed_offset));
+  if (r.fp32_optimizer_state) set.emplace_back("AMPCHECK_RECORD_FP32_OPTIMIZER_STATE", "on");
+  if (r.fp32_master_weights) set.emplace_back("AMPCHECK_RECORD_FP32_MASTER_WEIGHTS", "on");
   if (!r.twin_dump.empty()) set.emplace_back("AMPCHECK_RECORD_TWIN_DUMP", r.twin_dump);
   if (!r.twin_against.empty()) set.emplace_back("AMPCHECK_RECORD_TWIN_AGAINST", r.twin_against);
   // AMPCHECK_RECORD_OWNER (the recording process's id) is the recorder's own: an inherited

@@ -42,6 +42,11 @@ struct RecordRequest {
   std::optional<std::uint64_t> seed;  // AMPCHECK_RECORD_SEED: torch.manual_seed at torch's import
   bool amp_off = false;  // AMPCHECK_RECORD_AMP=off: the script's fp32 twin (recorder/ampcheck_recorder/twin.py)
   std::int64_t seed_offset = 0;  // AMPCHECK_RECORD_SEED_OFFSET: the script's own seeds shifted by this (twin.py)
+  // bisect-nan --script's trials of the cures that are no op (recorder/ampcheck_recorder/twin.py):
+  // AMPCHECK_RECORD_FP32_OPTIMIZER_STATE=on keeps the script's casts to 16 bits inside the
+  // optimizer's step in fp32; AMPCHECK_RECORD_FP32_MASTER_WEIGHTS=on keeps its model in fp32
+  // and runs it under autocast at the dtype it cast the model to.
+  bool fp32_optimizer_state = false, fp32_master_weights = false;
   // AMPCHECK_RECORD_TWIN_DUMP / _AGAINST (recorder/ampcheck_recorder/probe.py): the fp32 twin
   // keeps samples of its first step's forward there; the AMP run sets its own beside them.
   std::string twin_dump, twin_against;

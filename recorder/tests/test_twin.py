@@ -1,7 +1,10 @@
 """The fp32 twin's patches (ampcheck_recorder/twin.py), each against what PyTorch does
 without them: autocast and the GradScaler disabled, the script's casts to float16 and
 bfloat16 kept in float32, the recorder's own casts untouched. Run in a fresh interpreter:
-the patches are process-wide."""
+the patches are process-wide. Also the same patches narrowed to bisect-nan --script's trials
+of the optimizer state and the master weights."""
+import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -199,3 +202,164 @@ def test_a_paddle_scripts_twin_turns_its_amp_off():
     done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().endswith("ok")
+
+
+# bisect-nan --script's trials of the cures that are no op (twin.py): each check runs the same
+# code patched and unpatched, and the unpatched run is PyTorch's own behaviour, the reference.
+OPTIMIZER_STATE_CHECK = textwrap.dedent('''
+    import json
+    import sys
+    import torch
+    from ampcheck_recorder import Recorder
+    if sys.argv[1] == "patched":
+        from ampcheck_recorder.twin import keep_optimizer_state_fp32
+        keep_optimizer_state_fp32()
+        keep_optimizer_state_fp32()  # idempotent
+
+    class LowState(torch.optim.Optimizer):
+        """Its state made in 16 bits every way a script makes it, inside step()."""
+        def __init__(self, params):
+            super().__init__(params, dict(lr=0.1))
+
+        @torch.no_grad()
+        def step(self):
+            for group in self.param_groups:
+                for p in group["params"]:
+                    st = self.state[p]
+                    if not st:
+                        st["to"] = torch.zeros_like(p).to(torch.bfloat16)
+                        st["half"] = p.detach().half()
+                        st["like"] = torch.zeros_like(p, dtype=torch.bfloat16)
+                        st["full"] = torch.full(p.shape, 1.0, dtype=torch.float16)
+                        st["new"] = p.new_zeros(p.shape, dtype=torch.bfloat16)
+                    st["half"].mul_(0.5)  # its own tensor: p is not halved
+                    p.add_(p.grad, alpha=-group["lr"])
+
+    model = torch.nn.Linear(4, 1, bias=False)
+    before = model.weight.detach().clone()
+    optimizer = LowState(model.parameters())
+    rec = Recorder(model, listen="all")
+    try:
+        model(torch.ones(2, 4)).sum().backward()
+        optimizer.step()
+    finally:
+        rec.close()
+    out = {k: str(v.dtype) for k, v in optimizer.state[model.weight].items()}
+    # Outside the step the script's casts are its own.
+    out["outside"] = [str(torch.ones(2).to(torch.bfloat16).dtype), str(torch.zeros(2, dtype=torch.float16).dtype),
+                      str(torch.ones(2).half().dtype)]
+    # The gradient of the sum over a batch of two rows of ones is 2 for each weight.
+    out["updated"] = torch.equal(model.weight.detach(), before - 0.1 * 2.0)
+    print(json.dumps(out))
+''')
+
+
+def _check(code, *args):
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_optimizer_state_trial_keeps_the_moments_a_step_makes_in_16_bits_in_fp32():
+    plain = _check(OPTIMIZER_STATE_CHECK, "plain")
+    patched = _check(OPTIMIZER_STATE_CHECK, "patched")
+    outside = ["torch.bfloat16", "torch.float16", "torch.float16"]
+    assert plain == {"to": "torch.bfloat16", "half": "torch.float16", "like": "torch.bfloat16",
+                     "full": "torch.float16", "new": "torch.bfloat16", "outside": outside, "updated": True}
+    assert patched == {"to": "torch.float32", "half": "torch.float32", "like": "torch.float32",
+                       "full": "torch.float32", "new": "torch.float32", "outside": outside, "updated": True}
+
+
+MASTER_WEIGHTS_CHECK = textwrap.dedent('''
+    import copy
+    import json
+    import sys
+    import torch
+    if sys.argv[1] == "patched":
+        from ampcheck_recorder.twin import keep_master_weights_fp32
+        keep_master_weights_fp32()
+        keep_master_weights_fp32()  # idempotent
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = torch.nn.Linear(4, 4)
+            self.head = torch.nn.Linear(4, 1)
+            self.kept = torch.nn.Linear(4, 1)
+
+        def forward(self, x):
+            h = torch.tanh(self.body(x))
+            with torch.autocast("cpu", enabled=False):  # the model's own fp32 region
+                kept = self.kept(h.to(self.kept.weight.dtype))
+            return self.head(h), kept
+
+    torch.manual_seed(0)
+    model = Net().bfloat16()
+    dtype = next(model.parameters()).dtype
+    x = torch.randn(2, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=False):  # as twin_train.py bf16_weights
+        head, kept = model(x.to(dtype))
+    head.float().sum().backward()
+    half = torch.nn.Linear(4, 2).half()
+    out = {"param": str(model.body.weight.dtype), "grad": str(model.body.weight.grad.dtype),
+           "head": str(head.dtype), "kept": str(kept.dtype),
+           "submodule": str(model.body(x.to(dtype)).dtype),  # called on its own, still under autocast
+           "copy": str(copy.deepcopy(model)(x.to(dtype))[0].dtype),
+           "autocast_after": torch.is_autocast_enabled("cpu"),
+           "tensor": str(x.bfloat16().dtype),  # the script's tensor casts are its own
+           "half": [str(half.weight.dtype), str(half(x.half()).dtype)]}
+    print(json.dumps(out))
+''')
+
+
+def test_the_master_weights_trial_trains_the_fp32_model_under_autocast():
+    plain = _check(MASTER_WEIGHTS_CHECK, "plain")
+    patched = _check(MASTER_WEIGHTS_CHECK, "patched")
+    assert plain == {"param": "torch.bfloat16", "grad": "torch.bfloat16", "head": "torch.bfloat16",
+                     "kept": "torch.bfloat16", "submodule": "torch.bfloat16", "copy": "torch.bfloat16",
+                     "autocast_after": False, "tensor": "torch.bfloat16",
+                     "half": ["torch.float16", "torch.float16"]}
+    # fp32 weights and gradients, the compute in bfloat16 by autocast (entered although the
+    # script disabled it around the call), an autocast(enabled=False) inside the model kept.
+    assert patched == {"param": "torch.float32", "grad": "torch.float32", "head": "torch.bfloat16",
+                       "kept": "torch.float32", "submodule": "torch.bfloat16", "copy": "torch.bfloat16",
+                       "autocast_after": False, "tensor": "torch.bfloat16",
+                       "half": ["torch.float32", "torch.float16"]}
+
+
+TWIN_TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "twin_train.py")
+
+
+def _record(tmp_path, name, mode, steps, **env_extra):
+    """twin_train.py MODE recorded through the bootstrap (as bisect-nan's trials are)."""
+    from ampcheck_recorder import inject
+    out = tmp_path / f"{name}.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AMPCHECK_RECORD_")}
+    env.update(PYTHONPATH=inject.bootstrap_path(), AMPCHECK_RECORD_OUT=str(out), AMPCHECK_RECORD_SEED="0",
+               OMP_NUM_THREADS="1", **env_extra)
+    done = subprocess.run([sys.executable, TWIN_TRAIN, mode, "--steps", str(steps)], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    if not out.exists():
+        return None, done.stderr
+    with open(out) as f:
+        return json.load(f), done.stderr
+
+
+def test_the_trials_cures_reach_the_planted_scripts_through_the_bootstrap(tmp_path):
+    # Planted (twin_train.py): bf16_weights casts its model to bfloat16 (its parameters are
+    # swamped, named without ':'); bf16_moments keeps its moments in bfloat16 ("weight:exp_avg").
+    def swamped(report):
+        return sorted(s["parameter"] for s in report["swamping"])
+
+    weights, _ = _record(tmp_path, "weights", "bf16_weights", 8)
+    masters, _ = _record(tmp_path, "masters", "bf16_weights", 8, AMPCHECK_RECORD_FP32_MASTER_WEIGHTS="on")
+    assert swamped(weights) == ["0.bias", "0.weight", "2.bias", "2.weight"]
+    assert swamped(masters) == [], "fp32 master weights: no parameter is stored in 16 bits"
+    assert masters["summary"]["low_precision_calls"] > 0, "the model still computes in bfloat16, under autocast"
+    moments, _ = _record(tmp_path, "moments", "bf16_moments", 8)
+    fp32_moments, _ = _record(tmp_path, "fp32_moments", "bf16_moments", 8, AMPCHECK_RECORD_FP32_OPTIMIZER_STATE="on")
+    assert swamped(moments) == ["bias:exp_avg", "bias:exp_avg_sq", "weight:exp_avg", "weight:exp_avg_sq"]
+    assert swamped(fp32_moments) == []
+    none, stderr = _record(tmp_path, "bad", "bf16_moments", 2, AMPCHECK_RECORD_FP32_OPTIMIZER_STATE="yes")
+    assert none is None and 'AMPCHECK_RECORD_FP32_OPTIMIZER_STATE="yes" is not on or off' in stderr
