@@ -64,20 +64,38 @@ CLI::App* add_options(CLI::App& app, CompareOptions& o) {
   return cmd;
 }
 
-// The forward outputs of one step, by op instance, in the order they ran.
+// The forward outputs of one step, by op instance, in the order they ran; and for each
+// instance the instances that made its inputs (through the casts the policy inserted), and
+// its output's dtype, for where a level's first step leaves the reference's.
 class OutputCapture : public Observer {
  public:
   void on_op_end(const OpEvent& e) override {
-    if (e.inserted_cast || e.phase != Phase::forward || !e.output || !e.output->defined() ||
-        !is_floating(e.output->dtype()))
+    if (e.phase != Phase::forward || !e.output || !e.output->defined() || !is_floating(e.output->dtype())) return;
+    if (e.inserted_cast) {  // its result was made by whatever made its input
+      if (e.inputs && !e.inputs->empty())
+        if (const auto it = made_by_.find((*e.inputs)[0].raw()); it != made_by_.end())
+          made_by_[e.output->raw()] = it->second;
       return;
+    }
     const std::int64_t k = occurrences_.of(e);
     const std::string name = fmt::format("{}/{}#{}", e.module, op_name(e.op), k);
-    if (!outputs.count(name)) order.push_back({name, std::string(op_name(e.op)), e.module});
+    if (!outputs.count(name)) {
+      order.push_back({name, std::string(op_name(e.op)), e.module});
+      std::vector<std::string>& from = inputs_of[name];
+      if (e.inputs)
+        for (const Tensor& t : *e.inputs) {
+          const auto it = t.defined() ? made_by_.find(t.raw()) : made_by_.end();
+          if (it != made_by_.end()) from.push_back(it->second);
+        }
+      dtype_of[name] = e.output->dtype();
+    }
     outputs[name] = e.output->to_f64();
+    made_by_[e.output->raw()] = name;
   }
   void clear() {
     outputs.clear();
+    inputs_of.clear();
+    made_by_.clear();
     occurrences_.reset();
   }
   struct Seen {
@@ -85,9 +103,12 @@ class OutputCapture : public Observer {
   };
   std::vector<Seen> order;  // every instance ever seen, first-seen order
   std::map<std::string, std::vector<double>> outputs;
+  std::map<std::string, std::vector<std::string>> inputs_of;  // this step's first call's
+  std::map<std::string, DType> dtype_of;
 
  private:
   inspector::Occurrences occurrences_;
+  std::map<const void*, std::string> made_by_;
 };
 
 double relative_error(const std::vector<double>& y, const std::vector<double>& ref) {
@@ -98,6 +119,32 @@ double relative_error(const std::vector<double>& y, const std::vector<double>& r
   }
   if (den == 0) return num == 0 ? 0.0 : std::numeric_limits<double>::infinity();
   return std::sqrt(num / den);
+}
+
+// A level's first step beside the reference's (compare --script's rule, inspector/twin.h):
+// each op's output's difference, the largest of its inputs' (the ops that made them), and
+// what it adds over them.
+std::vector<inspector::TwinDifference> beside_reference(const OutputCapture& level, const OutputCapture& ref) {
+  std::vector<inspector::TwinDifference> out;
+  auto difference = [&](const std::string& name) {
+    const auto a = level.outputs.find(name), b = ref.outputs.find(name);
+    if (a == level.outputs.end() || b == ref.outputs.end() || a->second.size() != b->second.size())
+      return std::numeric_limits<double>::quiet_NaN();
+    return relative_error(a->second, b->second);
+  };
+  for (const OutputCapture::Seen& seen : level.order) {
+    const double output = difference(seen.name);
+    if (std::isnan(output)) continue;  // another path than the reference's
+    inspector::TwinDifference d{seen.name, inspector::dtype_text(level.dtype_of.at(seen.name)), 0.0, output, ""};
+    if (const auto it = level.inputs_of.find(seen.name); it != level.inputs_of.end())
+      for (const std::string& from : it->second)
+        if (const double in = difference(from); !std::isnan(in) && (in > d.input || d.from.empty())) {
+          d.input = std::max(d.input, in);
+          d.from = from;
+        }
+    out.push_back(std::move(d));
+  }
+  return out;
 }
 
 double mean(const std::vector<double>& v, std::size_t from, std::size_t to) {
@@ -333,6 +380,7 @@ int run_compare(const CompareOptions& o, const CLI::App& cmd, std::ostream& out,
   std::vector<inspector::ShadowError> shadows(n_levels);
   std::map<std::string, std::vector<std::vector<double>>> errors;  // name -> level -> per step
   std::vector<OutputCapture::Seen> order;
+  std::vector<std::vector<inspector::TwinDifference>> first_step(n_levels);
   const std::int64_t steps = base.options.steps;
   std::int64_t ran = 0;
   Progress progress(err, o.args.quiet, "compare", steps);
@@ -352,6 +400,9 @@ int run_compare(const CompareOptions& o, const CLI::App& cmd, std::ostream& out,
       if (l > 0) remove_observer(&shadows[l]);
     }
     const OutputCapture& ref = captures.front();
+    if (step == 0)  // every level from the same weights and data: each op beside the reference's
+      for (std::size_t l = 1; l < n_levels; ++l)
+        first_step[l] = beside_reference(captures[l], ref);
     for (const OutputCapture::Seen& seen : ref.order)
       if (std::none_of(order.begin(), order.end(), [&](const auto& s) { return s.name == seen.name; }))
         order.push_back(seen);
@@ -414,6 +465,7 @@ int run_compare(const CompareOptions& o, const CLI::App& cmd, std::ostream& out,
   std::stable_sort(growth.begin(), growth.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   for (const auto& [g, name] : growth) c.fastest_growing.push_back(name);
   std::vector<reports::CompareBirth>& born = c.born.emplace();
+  std::string born_text;  // the first level's birthplace, in compare --script's words
   for (std::size_t l = 1; l < n_levels; ++l) {
     const std::string level(amp::level_name(levels[l]));
     std::map<std::string, double> own;  // op instance name as compared -> mean own error
@@ -425,6 +477,15 @@ int run_compare(const CompareOptions& o, const CLI::App& cmd, std::ostream& out,
         if (e.level == level)
           if (const auto it = own.find(op.name); it != own.end()) diffs.push_back({op.name, it->second, e.mean});
     for (reports::CompareBirth& b : inspector::where_born(level, std::move(diffs), 5)) born.push_back(std::move(b));
+    // The rule compare --script applies to a script's first step: the op that adds the most
+    // to its inputs' difference from the reference, its own error the shadow's.
+    for (inspector::TwinDifference& d : first_step[l])
+      if (const auto it = own.find(d.name); it != own.end()) d.own = it->second;
+    if (const std::vector<inspector::TwinDifference> ranked = inspector::ranked_beside_twin(first_step[l]);
+        !ranked.empty() && born_text.empty())
+      born_text = fmt::format("{}'s difference from {} is {}", level, amp::level_name(levels.front()),
+                              inspector::forward_birth_text(ranked.front(), fmt::format("{}'s", amp::level_name(levels.front())),
+                                                            inspector::BirthOf::model));
   }
 
   // The run section and summary describe the comparison; the last level's numbers.
@@ -450,6 +511,7 @@ int run_compare(const CompareOptions& o, const CLI::App& cmd, std::ostream& out,
                         level_list, c.reference, worst_err->worst, worst_op->name, worst_err->level,
                         worst_err->worst_step, c.fastest_growing.front())
           : "compared " + level_list + ": no op outputs to compare";
+  if (!born_text.empty()) report.summary.verdict_text += "; " + born_text;
   if (ran < steps) mark_interrupted(report, ran, steps);
 
   if (!o.report.empty()) write_output("--report", o.report, reports::to_json(report));

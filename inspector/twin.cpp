@@ -162,41 +162,8 @@ reports::Twin compare_with_twin(std::string script, std::uint64_t seed, std::vec
         "from. Compute the loss in fp32: cast the logits or predictions with .float() before it (e.g. "
         "F.cross_entropy(logits.float(), targets))",
         evidence.loss_dtype.empty() ? "16 bits" : evidence.loss_dtype, fmt::join(evidence.loss_ops, ", ")));
-  if (const std::vector<TwinDifference> born = ranked_beside_twin(evidence.beside_twin); !born.empty()) {
-    const TwinDifference& b = born.front();
-    auto module_of = [](const std::string& instance) { return instance.substr(0, instance.find('/')); };
-    auto keep = [&](const std::string& instance) {
-      const std::string module = module_of(instance);
-      if (!module.empty()) return fmt::format("keep_fp32(model, modules=['{}'])", module);
-      const std::string type = instance.substr(instance.find('/') + 1, instance.find('#') - instance.find('/') - 1);
-      return fmt::format("keep_fp32(model, ops=['{}'])", type);
-    };
-    // Its own rounding (measured for a 16-bit op) against what it adds: where that is most of
-    // it, the op is the cure; otherwise (or an op in fp32) its inputs' small rounding was made
-    // large by its own math, and the cure is where that input was made.
-    const bool low = b.dtype == "float16" || b.dtype == "bfloat16";
-    const bool amplified = !b.from.empty() && (std::isnan(b.own) ? !low : b.own < 0.5 * b.added());
-    std::string cure;
-    if (amplified)
-      cure = fmt::format(
-          "{}: its input, made by {} in 16 bits, was rounded there by little, and its own math (a cancellation: a "
-          "normalization over values with a large mean, a difference of near values) makes that rounding large. "
-          "Keep the op that makes its input in fp32 ({}, from ampcheck_recorder), or remove the large mean before "
-          "the 16-bit op",
-          std::isnan(b.own) ? fmt::format("it ran in {} itself", b.dtype.empty() ? "fp32" : b.dtype)
-                            : fmt::format("its own rounding on the inputs it received is {:.3g}%", 100 * b.own),
-          b.from, keep(b.from));
-    else
-      cure = fmt::format("{}. Keep it in fp32 ({}, from ampcheck_recorder)",
-                         std::isnan(b.own) ? std::string("the difference is its own")
-                                           : fmt::format("its own rounding on the inputs it received is {:.3g}%",
-                                                         100 * b.own),
-                         keep(b.name));
-    causes.push_back(fmt::format(
-        "born in the forward at {}: at the first step, from the same weights and data, its output is {:.3g}% from "
-        "the fp32 twin's where its inputs were at most {:.3g}% from theirs; {}",
-        b.name, 100 * b.output, 100 * b.input, cure));
-  }
+  if (const std::vector<TwinDifference> born = ranked_beside_twin(evidence.beside_twin); !born.empty())
+    causes.push_back(forward_birth_text(born.front(), "the fp32 twin's", BirthOf::script));
   if (causes.empty()) {
     t.verdict_text += "; where it is born is not in the recording (no parameter, optimizer state or loss in 16 bits "
                       "lost precision, and no op of the first step's forward departs from the twin's): bisect-nan "
@@ -206,6 +173,41 @@ reports::Twin compare_with_twin(std::string script, std::uint64_t seed, std::vec
   t.cause = fmt::format("{}", fmt::join(causes, "; and "));
   t.verdict_text += "; " + t.cause;
   return t;
+}
+
+std::string forward_birth_text(const TwinDifference& b, std::string_view reference, BirthOf of) {
+  // A script's cure is the recorder's keep_fp32 (its module, or its op type outside every
+  // module); a model file's, its op type on the black list.
+  auto keep = [&](const std::string& instance) {
+    const std::size_t slash = instance.find('/'), hash = instance.find('#');
+    const std::string module = instance.substr(0, slash), type = instance.substr(slash + 1, hash - slash - 1);
+    if (of == BirthOf::model) return fmt::format("--black {}", type);
+    if (!module.empty()) return fmt::format("keep_fp32(model, modules=['{}']), from ampcheck_recorder", module);
+    return fmt::format("keep_fp32(model, ops=['{}']), from ampcheck_recorder", type);
+  };
+  // Its own rounding (measured for a 16-bit op) against what it adds: where that is most of
+  // it, the op is the cure; otherwise (or an op in fp32) its inputs' small rounding was made
+  // large by its own math, and the cure is where that input was made.
+  const bool low = b.dtype == "float16" || b.dtype == "bfloat16";
+  const bool amplified = !b.from.empty() && (std::isnan(b.own) ? !low : b.own < 0.5 * b.added());
+  const std::string own_text =
+      std::isnan(b.own) ? std::string()
+                        : fmt::format("its own rounding on the inputs it received is {:.3g}%", 100 * b.own);
+  std::string cure;
+  if (amplified)
+    cure = fmt::format(
+        "{}: its input, made by {} in 16 bits, was rounded there by little, and its own math (a cancellation: a "
+        "normalization over values with a large mean, a difference of near values) makes that rounding large. Keep "
+        "the op that makes its input in fp32 ({}), or remove the large mean before the 16-bit op",
+        own_text.empty() ? fmt::format("it ran in {} itself", b.dtype.empty() ? "fp32" : b.dtype) : own_text,
+        b.from, keep(b.from));
+  else
+    cure = fmt::format("{}. Keep it in fp32 ({})",
+                       own_text.empty() ? std::string("the difference is its own") : own_text, keep(b.name));
+  return fmt::format(
+      "born in the forward at {}: at the first step, from the same weights and data, its output is {:.3g}% from "
+      "{} where its inputs were at most {:.3g}% from theirs; {}",
+      b.name, 100 * b.output, reference, 100 * b.input, cure);
 }
 
 std::vector<std::string> loss_ops_in_low_precision(const std::vector<reports::OpInstance>& ops) {

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "reports/report.h"
@@ -50,6 +51,12 @@ struct TwinDifference {
 inline constexpr double kBornNamed = 0.01;
 // The ops that add at least kBornNamed, largest first.
 std::vector<TwinDifference> ranked_beside_twin(std::vector<TwinDifference> ops);
+// "born in the forward at NAME: ... its output is X% from REFERENCE where its inputs were at
+// most Y% from theirs; ..." with the cure: the op itself in fp32, or the op that made its
+// input where its own math amplified that input's rounding (a script's: keep_fp32; a model
+// file's: --black TYPE). compare --script's wording, and compare of levels'.
+enum class BirthOf { script, model };
+std::string forward_birth_text(const TwinDifference& d, std::string_view reference, BirthOf of);
 // As the report's table holds it: level "AMP", local_error = what it adds, output_error =
 // its output's difference, share = the first over the second.
 reports::CompareBirth as_birth(const TwinDifference& d);

@@ -601,6 +601,34 @@ TEST(CliCompare, WhereALevelsDifferenceIsBornIsEachOpsOwnErrorAsTheRunAloneMeasu
   }
 }
 
+// Item 4 of issue 43: a model file read as a script is (inspector/twin.h's rule on the first
+// step). Planted: the shift to ~2000 runs in float16 at O2 and the LayerNorm after it keeps
+// only the rounding of the deviation from the mean; the cure is the shift in fp32.
+TEST(CliCompare, AModelFilesLevelIsBornWhereAScriptsWouldBeWithTheCureThatClosesIt) {
+  const std::string model = std::string(AMPCHECK_SOURCE_DIR) + "/tests/data/planted/norm_large_mean.json";
+  const Result r = run({"compare", "--model", model, "--levels", "O0,O2", "--quiet", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const reports::Report rep = reports::from_json(r.out, "stdout");
+  const std::string& text = rep.summary.verdict_text;
+  EXPECT_TRUE(has(text, "O2's difference from O0 is born in the forward at norm/layer_norm#0")) << text;
+  EXPECT_TRUE(has(text, "its input, made by shift/add_scalar#0 in 16 bits")) << text;
+  EXPECT_TRUE(has(text, "(--black add_scalar)")) << text;
+  // The cure closes it: with the shift in fp32 the norm's output at O2 is within float16's
+  // rounding of O0's, where before it was not.
+  auto norm_error = [](const reports::Report& x) {
+    for (const reports::CompareOp& op : x.compare->ops)
+      if (op.name == "norm/layer_norm#0") return op.levels.at(0).mean;
+    return std::numeric_limits<double>::infinity();
+  };
+  const Result cured = run({"compare", "--model", model, "--levels", "O0,O2", "--black", "add_scalar", "--quiet",
+                            "--json"});
+  ASSERT_EQ(cured.code, 0) << cured.err;
+  const double before = norm_error(rep), after = norm_error(reports::from_json(cured.out, "stdout"));
+  EXPECT_GT(before, 0.05) << "the planting should show";
+  EXPECT_LT(after, 0.01) << "black-listing the shift should close it";
+  EXPECT_FALSE(has(reports::from_json(cured.out, "stdout").summary.verdict_text, "born in the forward at norm"));
+}
+
 TEST(CliReport, RendersASavedReportAndRejectsBadOnes) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "ampcheck_cli_report_test";
   std::filesystem::create_directories(dir);

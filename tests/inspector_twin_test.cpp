@@ -176,6 +176,20 @@ TEST(Twin, TheCausesComeInTheOrderTheirCureIsCheapestWithTheirFigures) {
   EXPECT_NE(forward, std::string::npos) << c;
 }
 
+TEST(Twin, AModelFilesBirthIsCuredByItsOpTypeOnTheBlackList) {
+  const TwinDifference amplified{"norm/layer_norm#0", "float32", 0.0003, 0.2, "shift/add_scalar#0", 1e-7};
+  const std::string m = forward_birth_text(amplified, "O0's", BirthOf::model);
+  EXPECT_NE(m.find("born in the forward at norm/layer_norm#0"), std::string::npos) << m;
+  EXPECT_NE(m.find("its output is 20% from O0's where its inputs were at most 0.03% from theirs"), std::string::npos)
+      << m;
+  EXPECT_NE(m.find("(--black add_scalar)"), std::string::npos) << m;
+  EXPECT_EQ(m.find("keep_fp32"), std::string::npos) << m;
+  // Outside every module a script's cure names the op type.
+  const TwinDifference own{"/softmax#0", "bfloat16", 0.001, 0.3, "/matmul#0", 0.29};
+  EXPECT_NE(forward_birth_text(own, "the fp32 twin's", BirthOf::script).find("keep_fp32(model, ops=['softmax'])"),
+            std::string::npos);
+}
+
 TEST(Twin, TheLossIsInLowPrecisionWhereALossOpRanThere) {
   auto op = [](std::string type, std::string module, std::int64_t bf16, std::int64_t fp32) {
     reports::OpInstance o;
