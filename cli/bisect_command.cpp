@@ -81,9 +81,9 @@ using Set = std::vector<std::string>;  // candidates, in the order first seen
 // trial of "master weights" keeps the script's model casts in fp32 and runs the model under
 // autocast at that dtype, of "optimizer state" the casts to 16 bits inside the optimizer's
 // step (recorder/ampcheck_recorder/twin.py), of "the loss" forces the loss's op types.
-constexpr std::string_view kMasterWeights = "master weights";
-constexpr std::string_view kOptimizerState = "optimizer state";
-constexpr std::string_view kTheLoss = "the loss";
+constexpr std::string_view kMasterWeights = reports::kCureMasterWeights;
+constexpr std::string_view kOptimizerState = reports::kCureOptimizerState;
+constexpr std::string_view kTheLoss = reports::kCureTheLoss;
 
 bool is_cure(std::string_view c) { return c == kMasterWeights || c == kOptimizerState || c == kTheLoss; }
 bool has_cure(const Set& s) { return std::any_of(s.begin(), s.end(), [](const std::string& c) { return is_cure(c); }); }
@@ -593,8 +593,8 @@ int finish_bisect(const BisectOptions& o, const reports::Report& report, const s
           << (probing.empty() ? "" : "; but " + probing) << intended_masks_text(report) << "\n";
     }
     else if (b.found)
-      out << fmt::format("bisect-nan: fix found in {} runs: {} {}{}\n", b.runs, b.granularity == "fp8" ? "keep" : "run",
-                         fmt::join(b.culprits, ", "), b.granularity == "fp8" ? " out of fp8" : " in fp32");
+      out << fmt::format("bisect-nan: fix found in {} runs: {}\n", b.runs,
+                         reports::fix_text(b.culprits, b.granularity == "fp8"));
     else
       out << "bisect-nan: no fix found: " << why_not << "\n";
   }

@@ -195,6 +195,28 @@ std::string interrupted_section(const Report& r) {
                      i.steps_requested, by);
 }
 
+}  // namespace
+
+std::string fix_text(const std::vector<std::string>& culprits, bool fp8) {
+  std::vector<std::string> parts, ops;
+  for (const std::string& c : culprits) {
+    if (fp8) ops.push_back(c);
+    else if (c == kCureMasterWeights) parts.push_back("keep fp32 master weights");
+    else if (c == kCureOptimizerState) parts.push_back("keep the optimizer's state in fp32");
+    else if (c == kCureTheLoss) parts.push_back("compute the loss in fp32");
+    else ops.push_back(c);
+  }
+  if (!ops.empty())
+    parts.push_back(fp8 ? fmt::format("keep {} out of fp8", fmt::join(ops, ", "))
+                        : fmt::format("run {} in fp32", fmt::join(ops, ", ")));
+  std::string text;
+  for (std::size_t i = 0; i < parts.size(); ++i)
+    text += (i == 0 ? "" : i + 1 == parts.size() ? " and " : ", ") + parts[i];
+  return text;
+}
+
+namespace {
+
 std::string bisect_section(const Bisect& b, bool interrupted) {
   const bool fp8 = b.granularity == "fp8";  // the layers kept out of fp8, not ops in fp32
   std::string s = fmt::format("Bisection over {} ({} candidates, {} runs):\n",
@@ -215,8 +237,7 @@ std::string bisect_section(const Bisect& b, bool interrupted) {
     return s + (fp8 ? "The run is healthy as configured: nothing to keep out of fp8.\n"
                     : "The run is healthy as configured: nothing to run in fp32.\n");
   std::string culprits;
-  for (const std::string& c : b.culprits) culprits += (culprits.empty() ? "" : ", ") + c;
-  s += fp8 ? "Minimal fix: keep " + culprits + " out of fp8\n\n" : "Minimal fix: run " + culprits + " in fp32\n\n";
+  s += "Minimal fix: " + fix_text(b.culprits, fp8) + "\n\n";
   // A recorded script's fix is in its own framework's terms only.
   if (!b.suggestion.ampcheck.empty())
     s += std::string(fp8 ? "ampcheck run:\n" : "ampcheck config (--config):\n") + b.suggestion.ampcheck + "\n";

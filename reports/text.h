@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "reports/kernels_report.h"
@@ -33,6 +34,14 @@ std::string shares_text(const std::vector<PrecisionShare>& shares, std::int64_t 
 // PaddlePaddle's operator stats table (python/paddle/amp/debugging.py,
 // _print_operator_stats), then one line with the AMP policy's inserted casts.
 std::string paddle_operator_table(const std::vector<OpTypeRow>& rows, const std::vector<InsertedCasts>& casts);
+
+// bisect-nan --script's candidates that are no op and no module (cli/bisect_command.cpp):
+// the cures compare --script names, each said in its own words by fix_text.
+inline constexpr std::string_view kCureMasterWeights = "master weights";
+inline constexpr std::string_view kCureOptimizerState = "optimizer state";
+inline constexpr std::string_view kCureTheLoss = "the loss";
+// A found fix: "keep fp32 master weights and run 2, fc1 in fp32" (fp8: "keep fc1 out of fp8").
+std::string fix_text(const std::vector<std::string>& culprits, bool fp8);
 
 // A run recorded in the user's own framework (ampcheck record): "recorded in PyTorch 2.15.0
 // from python train.py --steps 50"; "" for a run of ampcheck's engine.

@@ -165,3 +165,19 @@ TEST(ReportText, GpuKernelsSectionShowsTheShareAndEveryFinding) {
 
 }  // namespace
 }  // namespace ampcheck::reports
+
+namespace ampcheck::reports {
+namespace {
+
+// bisect-nan's found fix in words: the cures a script's search tries said as the cures they
+// are (not "run master weights in fp32"), the ops as before.
+TEST(ReportText, AFixSaysEachCureInItsOwnWordsAndTheOpsAsOps) {
+  EXPECT_EQ(fix_text({"square"}, false), "run square in fp32");
+  EXPECT_EQ(fix_text({"l1", "l2"}, true), "keep l1, l2 out of fp8");
+  EXPECT_EQ(fix_text({std::string(kCureMasterWeights)}, false), "keep fp32 master weights");
+  EXPECT_EQ(fix_text({std::string(kCureOptimizerState), std::string(kCureTheLoss), "2", "fc1"}, false),
+            "keep the optimizer's state in fp32, compute the loss in fp32 and run 2, fc1 in fp32");
+}
+
+}  // namespace
+}  // namespace ampcheck::reports

@@ -8,8 +8,10 @@
 #   bf16_loss     F.cross_entropy(logits.bfloat16(), y) over 8192 classes: the loss alone
 #   offset        bf16 autocast over fp32 weights, the targets near 100, the loss in fp32: no
 #                 cure is a candidate, module '2' (the last linear layer) as before
+#   fp16_norm     a LayerNorm over a float16 linear's outputs near 2000: module 'lin1', the
+#                 layer that makes the norm's input (what compare --script names as the cure)
 # AMPCHECK_RECORD_FAMILIES picks one of them (ctest runs one test each: tests/CMakeLists.txt);
-# unset, all four.
+# unset, all five.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/expect.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/lib/record.sh"
@@ -17,7 +19,7 @@ scripts=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../recorder/tests/scripts" && pw
 work=${WORK:?set WORK to a scratch directory}
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
 twin="$py $scripts/twin_train.py"
-plantings=${AMPCHECK_RECORD_FAMILIES:-bf16_weights bf16_moments bf16_loss offset}
+plantings=${AMPCHECK_RECORD_FAMILIES:-bf16_weights bf16_moments bf16_loss offset fp16_norm}
 
 # least MODE CULPRIT CURE: the search on MODE finds CULPRIT alone, says CURE in its PyTorch
 # advice, and stays within its bound (1 + k (log2 n + 2) + k runs for k culprits of n
@@ -58,6 +60,12 @@ for planting in $plantings; do
       [[ $(json_get "$work/offset.json" \
            'set(r["bisect"]["candidates"]) & {"master weights", "optimizer state", "the loss"}') == "set()" ]] ||
         fail "offset: no cure should be a candidate"
+      ;;
+    fp16_norm)
+      least fp16_norm lin1 "keep_fp32(model, modules=['lin1'])"
+      [[ $(json_get "$work/fp16_norm.json" \
+           'set(r["bisect"]["candidates"]) & {"master weights", "optimizer state", "the loss"}') == "set()" ]] ||
+        fail "fp16_norm: no cure should be a candidate"
       ;;
     *) fail "unknown planting '$planting' in AMPCHECK_RECORD_FAMILIES" ;;
   esac
