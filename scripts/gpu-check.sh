@@ -15,7 +15,12 @@
 #   6. which kernels really ran (CUPTI), and fp8 on cuBLASLt (the fp8 samples' GEMMs read
 #      as fp8 on tensor cores, the CPU's verdict and loss);
 #   9. the PyTorch recorder on CUDA: the planted scripts named as on the CPU, bisect-nan
-#      --script, a compiled model, record --kernels, the recorder's overhead.
+#      --script, a compiled model, record --kernels, the recorder's overhead;
+#  10. real sizes (issue 44, bench/real_models.py): ResNet-50 (batch 128, 224x224), GPT-2
+#      small (batch 8, sequence 1024) and BERT-base (batch 32, sequence 512) built and
+#      exported to ONNX here by PyTorch, trained by ampcheck at O0, O2 fp16 and O2 bf16 and
+#      by PyTorch (eager fp32, autocast fp16 + GradScaler, autocast bf16, torch.compile):
+#      step time, peak device memory, GPU time per kernel family (CUPTI), the issue's aims.
 # Writes bench/results/DATE-gpu-<gpu name>.{md,json} (naming the GPU, driver and
 # versions, from `ampcheck doctor --json`) even when a check fails, then exits 1 if any
 # did. Without a GPU it exits 1 at once, saying so.
@@ -28,7 +33,12 @@
 # SAMPLES (default: every sample), BENCH_SAMPLES (the samples timed; default SAMPLES),
 # SKIP_CTEST=1 (to iterate on the later parts), FULL_CTEST=1 (every test, not only the GPU
 # ones), RUN_JOBS (sample runs at once, default 8), ONNX_MODELS (a folder bench/onnx/export.py
-# wrote: its models' forward on the GPU against PyTorch's outputs).
+# wrote: its models' forward on the GPU against PyTorch's outputs); step 10: REAL_MODELS
+# (default resnet50,gpt2,bert; - for none), REAL_SCALE (full, the issue's sizes; tiny),
+# REAL_SIZES (overrides: gpt2.batch=4,bert.seq=256), REAL_BUDGET (seconds for the step,
+# default 240), REAL_MODEL_TIMEOUT (seconds per model once exported, default 75),
+# REAL_STEPS and REAL_WARMUP (timed and warm-up steps, default 5 and 3), REAL_COMPILE=0
+# (no torch.compile column).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
@@ -437,13 +447,50 @@ if torch_cuda:
                             f"{'found' if want in out else 'lacks'} '{want}'")
         recorder_rows.append(row)
         print("recorder: " + json.dumps(row), flush=True)
-    bench = subprocess.run([py, f"{root}/bench/recorder_overhead.py", "--device", "cuda", "--rounds", "3", "--steps", "5",
-                            "--run-steps", "256", "--only", "bert_block,gpt2_block,resnet18",
-                            "--out", f"{work}/recorder-overhead-gpu.md"], capture_output=True, text=True)
-    recorder_rows.append({"case": "overhead", "rc": bench.returncode,
-                          "table": open(f"{work}/recorder-overhead-gpu.md").read() if bench.returncode == 0 else
-                          (bench.stderr.strip().splitlines() or ["?"])[-1]})
+    # Not named `bench`: that is step 5's rows, which the results files write.
+    overhead_run = subprocess.run([py, f"{root}/bench/recorder_overhead.py", "--device", "cuda", "--rounds", "3",
+                                   "--steps", "5", "--run-steps", "256", "--only", "bert_block,gpt2_block,resnet18",
+                                   "--out", f"{work}/recorder-overhead-gpu.md"], capture_output=True, text=True)
+    recorder_rows.append({"case": "overhead", "rc": overhead_run.returncode,
+                          "table": open(f"{work}/recorder-overhead-gpu.md").read() if overhead_run.returncode == 0 else
+                          (overhead_run.stderr.strip().splitlines() or ["?"])[-1]})
     print("recorder overhead on the GPU:\n" + str(recorder_rows[-1]["table"]), flush=True)
+
+# ---- 10. real sizes (issue 44): bench/real_models.py builds ResNet-50, GPT-2 small and
+# BERT-base in PyTorch here (no file is carried), exports each with torch.onnx.export, and
+# times ampcheck's training of the export (O0, O2 fp16, O2 bf16) beside PyTorch's of the
+# module (eager fp32, autocast fp16 + GradScaler, autocast bf16, torch.compile): step time,
+# peak device memory, GPU time per kernel family from CUPTI and torch.profiler, the aims.
+# Within REAL_BUDGET seconds (one model's failure or slowness leaves the others theirs);
+# its progress lines go to this log as they come.
+real = {}
+real_models = os.environ.get("REAL_MODELS", "resnet50,gpt2,bert")
+if real_models in ("", "-", "none"):
+    real = {"not_run": "REAL_MODELS=" + real_models}
+elif not torch_cuda:
+    real = {"not_run": torch_note}
+else:
+    real_out = f"{work}/real-models"
+    real_budget = float(os.environ.get("REAL_BUDGET", "240"))
+    cmd = [sys.executable, f"{root}/bench/real_models.py", "bench", "--ampcheck", ampcheck, "--peer-step", peer_step,
+           "--out", real_out, "--device", "cuda", "--models", real_models, "--scale", os.environ.get("REAL_SCALE", "full"),
+           "--sizes", os.environ.get("REAL_SIZES", ""), "--budget", str(real_budget),
+           "--model-timeout", os.environ.get("REAL_MODEL_TIMEOUT", "75"), "--steps", os.environ.get("REAL_STEPS", "5"),
+           "--warmup", os.environ.get("REAL_WARMUP", "3")] + ([] if os.environ.get("REAL_COMPILE", "1") != "0" else ["--no-compile"])
+    t0 = time.time()
+    try:
+        r = subprocess.run(cmd, stderr=subprocess.PIPE, text=True, timeout=real_budget + 120)
+        rc, why = r.returncode, (r.stderr.strip().splitlines() or ["(no message)"])[-1]
+    except subprocess.TimeoutExpired:
+        rc, why = "timeout", f"still running {real_budget + 120:.0f} s after its start"
+    try:
+        real = json.load(open(f"{real_out}/real_models.json"))
+        real["markdown"] = open(f"{real_out}/real_models.md").read()
+        problems += [f"real sizes: {p}" for p in real["problems"]]
+    except (OSError, ValueError, KeyError) as e:
+        real = {"error": f"bench/real_models.py exit {rc}: {why} ({type(e).__name__}: {e})"}
+        problems.append("real sizes: " + real["error"])
+    print(f"real sizes: {time.time() - t0:.0f} s, exit {rc}", flush=True)
 
 # ---- the results files
 doctor = json.load(open(f"{work}/doctor.json"))
@@ -484,7 +531,7 @@ doc = {"ampcheck_gpu_check": 1, "date": date, "gpu": gpu, "cpu": doctor["cpu"]["
                  "torch_note": torch_note,
                  "rows": bench},
        "cupti": cupti, "fp8": fp8, "inspector_overhead": overhead, "onnx": onnx_rows, "recorder": recorder_rows,
-       "problems": problems}
+       "real_models": {k: v for k, v in real.items() if k != "markdown"}, "problems": problems}
 
 
 def num(v):
@@ -530,6 +577,10 @@ md += ["| sample | ampcheck O0 | ampcheck O1 | ampcheck O2 | PyTorch fp32 | PyTo
        "|---|---:|---:|---:|---:|---:|"]
 md += [f"| {r['sample']} | {ms(r, 'ampcheck_O0')} | {ms(r, 'ampcheck_O1')} | {ms(r, 'ampcheck_O2')} | "
        f"{ms(r, 'torch_fp32')} | {ms(r, 'torch_fp16')} |" for r in bench]
+if "markdown" in real:
+    md += ["", real["markdown"].rstrip()]
+elif real:
+    md += ["", "## Real sizes: ampcheck beside PyTorch", "", "Not run: " + str(real.get("not_run") or real.get("error"))]
 md += ["", "## Kernels each op really ran (CUPTI)", "", f"`{cupti['command']}` (exit {cupti.get('rc')}): "
        + ("traced" if cupti.get("traced") else "NOT traced: " + str(cupti.get("not_traced") or cupti.get("error"))) + ".", ""]
 if cupti.get("counts"):
