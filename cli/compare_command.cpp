@@ -90,7 +90,12 @@ class OutputCapture : public Observer {
       dtype_of[name] = e.output->dtype();
     }
     outputs[name] = e.output->to_f64();
-    made_by_[e.output->raw()] = name;
+    // A widening cast adds nothing: what it returns was made where its input was.
+    std::string maker = name;
+    if (e.op == Op::cast && e.inputs && !e.inputs->empty() && (*e.inputs)[0].defined() &&
+        is_floating((*e.inputs)[0].dtype()) && info(e.output->dtype()).bits > info((*e.inputs)[0].dtype()).bits)
+      if (const auto it = made_by_.find((*e.inputs)[0].raw()); it != made_by_.end()) maker = it->second;
+    made_by_[e.output->raw()] = maker;
   }
   void clear() {
     outputs.clear();

@@ -100,7 +100,11 @@ class TwinProbe:
         out = next((t for t in outs if t.is_floating_point()), None)
         if out is None:
             return
-        self._made(outs, inst.name)
+        # A widening cast (the script's .float() of a 16-bit result) adds nothing: what it
+        # returns was made where its input was.
+        widening = (inst.type == "cast" and tensors and tensors[0].is_floating_point()
+                    and out.element_size() > tensors[0].element_size())
+        self._made(outs, (self._producer(tensors[0]) if widening else "") or inst.name)
         k = self.calls.get(inst.name, 0)
         self.calls[inst.name] = k + 1
         key = f"{inst.name}@{k}"

@@ -109,3 +109,22 @@ def test_each_parameters_gradient_is_set_beside_the_twins(tmp_path):
     gradients = json.loads((tmp_path / "twin.pt.births.json").read_text())["gradients"]
     assert [x["parameter"] for x in gradients] == ["fc.weight"]
     assert math.isclose(gradients[0]["difference"], _rel(rounded, grad), rel_tol=1e-12)
+
+
+def test_a_widening_cast_passes_on_who_made_its_input(tmp_path):
+    y = torch.full((16,), 100.0) + torch.linspace(0, 0.1, 16)
+    samples = str(tmp_path / "twin.pt")
+    twin = TwinProbe(dump=samples)
+    twin.on_op(1, _inst("2/linear#0"), [y], [y])
+    twin.on_op(1, _inst("/cast#0"), [y], [y])
+    twin.on_op(1, _inst("/mse_loss#0"), [y, y], [((y - 100.0) ** 2).mean()])
+    twin.finish()
+    amp = TwinProbe(against=samples)
+    low = y.bfloat16()
+    up = low.float()
+    amp.on_op(1, _inst("2/linear#0"), [y], [low])
+    amp.on_op(1, _inst("/cast#0"), [low], [up])
+    amp.on_op(1, _inst("/mse_loss#0"), [up, y], [((up - 100.0) ** 2).mean()])
+    amp.finish()
+    ops = {o["name"]: o for o in json.loads((tmp_path / "twin.pt.births.json").read_text())["ops"]}
+    assert ops["/mse_loss#0"]["from"] == "2/linear#0"  # not the cast, which only widened
