@@ -132,6 +132,24 @@ TEST_F(GpuLibrarySearchTest, OrderLdLibraryPathThenPythonThenLoaderThenBuild) {
                      "/usr/local/cuda/lib64/" + file, "/usr/lib/x86_64-linux-gnu/" + file}));
 }
 
+TEST_F(GpuLibrarySearchTest, CuptiOfAPythonEnvironmentOnlyWhereAGpuIsUsable) {
+  // PyPI's CUPTI 13.2 crashes in cuptiGetVersion without a driver: where no GPU is usable
+  // CUPTI comes from anywhere but the Python environments; the other libraries do not care.
+  const std::string sp = "venv/lib/python3.12/site-packages";
+  mkdir(sp + "/nvidia/cu13/lib");
+  GpuLibrarySearch s;
+  s.executable = path("venv/bin/ampcheck");
+  s.build_folders = {"/usr/local/cuda/lib64"};
+  s.gpu_usable = false;
+  const std::string cupti = gpu_library_file(GpuLibrary::cupti), cublas = gpu_library_file(GpuLibrary::cublasLt);
+  EXPECT_EQ(gpu_library_candidates(GpuLibrary::cupti, s), (Strings{cupti, "/usr/local/cuda/lib64/" + cupti}));
+  EXPECT_EQ(gpu_library_candidates(GpuLibrary::cublasLt, s),
+            (Strings{path(sp + "/nvidia/cu13/lib/") + cublas, cublas, "/usr/local/cuda/lib64/" + cublas}));
+  s.gpu_usable = true;
+  EXPECT_EQ(gpu_library_candidates(GpuLibrary::cupti, s),
+            (Strings{path(sp + "/nvidia/cu13/lib/") + cupti, cupti, "/usr/local/cuda/lib64/" + cupti}));
+}
+
 TEST_F(GpuLibrarySearchTest, AmpcheckGpuLibrariesReplacesEverySearch) {
   mkdir("venv/lib/python3.12/site-packages/nvidia/cu13/lib");
   GpuLibrarySearch s;

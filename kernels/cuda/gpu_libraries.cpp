@@ -22,6 +22,8 @@
 #include <nccl.h>  // NCCL_MAJOR
 #endif
 
+#include "kernels/cuda/cuda.h"  // probe(): whether the runtime sees a GPU, CUPTI's condition
+
 namespace ampcheck::kernels::cuda {
 namespace {
 
@@ -118,21 +120,16 @@ std::vector<fs::path> site_packages_of(const fs::path& root) {
   return out;
 }
 
+// The CUPTI of PyTorch's CUDA 13.2 wheels (nvidia-cuda-cupti 13.2.86) recurses until its
+// stack overflows in cuptiGetVersion where no driver is installed (`ampcheck doctor` crashed;
+// the toolkit's 13.0 answers), and CUPTI has nothing to trace where no GPU is usable: a
+// Python environment's CUPTI is opened only where the runtime sees a GPU.
+bool skips_python(GpuLibrary lib, const GpuLibrarySearch& search) {
+  return lib == GpuLibrary::cupti && !search.gpu_usable;
+}
+
 void load(GpuLibrary lib, Loaded& st) {
   const Entry& e = entry(lib);
-  // CUPTI traces what the driver runs, and without one it has nothing to trace; worse, the
-  // CUPTI of PyTorch's CUDA 13.2 wheels (nvidia-cuda-cupti 13.2.86) recurses until the stack
-  // overflows in cuptiGetVersion where no driver is installed (the toolkit's 13.0 answers).
-  // So CUPTI is opened only beside the driver, which the CUDA runtime opens anyway.
-  if (lib == GpuLibrary::cupti && dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL) == nullptr) {
-    const char* why = dlerror();
-    st.problem = std::string(e.name) + " (" + e.file + ") is not loaded without the NVIDIA driver (libcuda.so.1" +
-                 (why != nullptr && std::string_view(why).find("No such file") == std::string_view::npos
-                      ? std::string(": ") + why
-                      : std::string(" not found")) +
-                 "): install the driver where a GPU is";
-    return;
-  }
   const GpuLibrarySearch search = gpu_library_search();
   std::string last_error;
   void* handle = nullptr;
@@ -158,7 +155,10 @@ void load(GpuLibrary lib, Loaded& st) {
     searched = (ld_path.empty() ? std::string() : "LD_LIBRARY_PATH (" + joined(ld_path) + "), ") +
                (python.empty() ? std::string("no nvidia-* package of a Python environment (none beside this binary, "
                                              "in VIRTUAL_ENV or in CONDA_PREFIX), ")
-                               : "the Python environment's nvidia-* packages (" + joined(python) + "), ") +
+                : skips_python(lib, search)
+                    ? "not the Python environment's nvidia-* packages (" + joined(python) +
+                          ": their CUPTI only where a GPU is usable, and none is), "
+                    : "the Python environment's nvidia-* packages (" + joined(python) + "), ") +
                "the dynamic loader's path (ld.so.cache)" +
                (search.build_folders.empty() ? std::string() : " and " + joined(search.build_folders));
   }
@@ -215,6 +215,7 @@ GpuLibrarySearch gpu_library_search() {
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n > 0) s.executable.assign(self, static_cast<std::size_t>(n));
   s.build_folders = build_folders();
+  s.gpu_usable = probe().device_count > 0;
   return s;
 }
 
@@ -253,7 +254,8 @@ std::vector<std::string> gpu_library_candidates(GpuLibrary lib, const GpuLibrary
     return out;
   }
   for (const std::string& f : split_folders(search.ld_library_path)) out.push_back(f + "/" + file);
-  for (const std::string& f : python_gpu_library_folders(search)) out.push_back(f + "/" + file);
+  if (!skips_python(lib, search))
+    for (const std::string& f : python_gpu_library_folders(search)) out.push_back(f + "/" + file);
   out.push_back(file);
   for (const std::string& f : search.build_folders) out.push_back(f + "/" + file);
   return out;

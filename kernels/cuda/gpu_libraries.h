@@ -15,8 +15,8 @@
 // So `pip install ampcheck` beside a CUDA PyTorch uses the cuBLAS, cuDNN, CUPTI and NCCL that
 // PyTorch's wheel installed (site-packages/nvidia/<package>/lib: cu13/lib in CUDA 13's
 // wheels, cublas/lib, cudnn/lib, cuda_cupti/lib ... in CUDA 12's), before a system copy, as
-// PyTorch's own libraries do (their RUNPATH), while LD_LIBRARY_PATH still wins. CUPTI is
-// opened only where the NVIDIA driver (libcuda.so.1) is: without one it has nothing to trace.
+// PyTorch's own libraries do (their RUNPATH), while LD_LIBRARY_PATH still wins. Their CUPTI
+// is opened only where the CUDA runtime sees a GPU (13.2's crashes without a driver).
 #pragma once
 
 #include <optional>
@@ -60,6 +60,7 @@ struct GpuLibrarySearch {
   std::string virtual_env;          // VIRTUAL_ENV: an activated venv
   std::string conda_prefix;         // CONDA_PREFIX: an activated conda environment
   std::vector<std::string> build_folders;  // where the build found the toolkit's libraries
+  bool gpu_usable = true;  // the CUDA runtime sees a GPU: a Python environment's CUPTI only then
 };
 // This process's.
 GpuLibrarySearch gpu_library_search();
@@ -74,7 +75,8 @@ GpuLibrarySearch gpu_library_search();
 std::vector<std::string> python_gpu_library_folders(const GpuLibrarySearch& search);
 
 // What the loader hands dlopen for `lib`, in the order tried: paths, and the bare file name
-// where the dynamic loader's own search comes (ld.so.cache and its default folders).
+// where the dynamic loader's own search comes (ld.so.cache and its default folders). CUPTI
+// skips the Python environments where no GPU is usable.
 std::vector<std::string> gpu_library_candidates(GpuLibrary lib, const GpuLibrarySearch& search);
 
 }  // namespace ampcheck::kernels::cuda

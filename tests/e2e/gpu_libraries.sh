@@ -55,11 +55,13 @@ fi
 
 # `pip install ampcheck` beside a CUDA PyTorch: the nvidia-* packages of the Python environment
 # the binary is installed in come before ld.so.cache and the build's folders, LD_LIBRARY_PATH
-# still first, and an active VIRTUAL_ENV's count too (kernels/cuda/gpu_libraries.h). A made-up
-# environment: the binary in venv/bin, this machine's own GPU libraries linked into
-# site-packages/nvidia/cu13/lib and nvidia/cudnn/lib, as PyTorch's CUDA 13 wheels lay them out.
+# still first, and an active VIRTUAL_ENV's count too (kernels/cuda/gpu_libraries.h); their
+# CUPTI only where a GPU is usable. A made-up environment: the binary in venv/bin, this
+# machine's own GPU libraries linked into site-packages/nvidia/cu13/lib and nvidia/cudnn/lib,
+# as PyTorch's CUDA 13 wheels lay them out.
 inits() { LD_DEBUG=libs "$@" doctor 2>&1 >/dev/null | grep -E 'calling init: .*/lib(cublasLt|cudnn|cupti)\.so' | sed 's/.*calling init: //'; }
 real=$(inits env -u VIRTUAL_ENV -u CONDA_PREFIX LD_LIBRARY_PATH= "$bin" | grep -v _graph)
+gpus=$("$bin" doctor --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["cuda"]["gpus"]))')
 if [[ -z $real ]]; then
   echo "SKIPPED: the nvidia-* packages of a Python environment (no GPU library loads here: a build without CUDA, or no toolkit)"
 else
@@ -84,10 +86,18 @@ else
     if ((${#missing[@]})); then fail "$what: ${missing[*]} not opened from $folder; opened: $(tr '\n' ' ' <<<"$log")"
     else ok "$what: $(wc -w <<<"$real") GPU libraries opened from $folder"; fi
   }
-  loaded_from "the binary's own environment before ld.so.cache" "$sp/nvidia" -- "${plain[@]}" "$venv/bin/ampcheck"
-  loaded_from "an active VIRTUAL_ENV's" "$sp/nvidia" -- "${plain[@]}" VIRTUAL_ENV="$venv" "$work/elsewhere/bin/ampcheck"
   for f in $real; do ln -sf "$f" "$work/ld/"; done
   loaded_from "LD_LIBRARY_PATH before the environment" "$work/ld" -- "${plain[@]}" LD_LIBRARY_PATH="$work/ld" "$venv/bin/ampcheck"
+  if ((gpus == 0)) && grep -q libcupti <<<"$real"; then
+    # No GPU: the environment's CUPTI is passed over, the machine's opened as before.
+    cupti=$(grep libcupti <<<"$real")
+    got=$(inits "${plain[@]}" "$venv/bin/ampcheck" | grep libcupti)
+    if [[ $got == "$cupti" ]]; then ok "no GPU: CUPTI not from the environment but from $got"
+    else fail "no GPU: CUPTI should come from $cupti, not the environment's; opened: ${got:-none}"; fi
+    real=$(grep -v libcupti <<<"$real")
+  fi
+  loaded_from "the binary's own environment before ld.so.cache" "$sp/nvidia" -- "${plain[@]}" "$venv/bin/ampcheck"
+  loaded_from "an active VIRTUAL_ENV's" "$sp/nvidia" -- "${plain[@]}" VIRTUAL_ENV="$venv" "$work/elsewhere/bin/ampcheck"
 fi
 (( fails == 0 )) || { echo "$fails failure(s)"; exit 1; }
 echo "all passed"
