@@ -10,6 +10,10 @@
 # recorder's pytest suite and the record / bisect-nan --script end-to-end tests (ctest
 # label python) run in it. An environment that cannot be made (no network) fails the run
 # after the C++ tests, unless AMPCHECK_SKIP_PYTHON_TESTS=1 says to skip them.
+# Last, the wheel (pyproject.toml, docs/install.md) is made from this build's folder, as it
+# is (nothing compiled again), repaired, installed into a fresh environment beside PyTorch
+# and run there as users run it (scripts/wheel-test.sh); it needs PyPI as the recorder's
+# tests do, and AMPCHECK_SKIP_PYTHON_TESTS=1 skips it with them.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 jobs=${AMPCHECK_JOBS:-$(nproc)}
@@ -72,4 +76,6 @@ export AMPCHECK_PYTHON=$python
 e2e_status=0
 ctest --test-dir "$dir" --output-on-failure -j "$jobs" -L python || e2e_status=$?
 echo "test.sh: the PyTorch recorder's tests took $(($(date +%s) - python_start)) s"
-exit $((ctest_status || pytest_status || e2e_status))
+wheel_status=0
+bash "$root/scripts/wheel-test.sh" --build-dir "$dir" || wheel_status=$?
+exit $((ctest_status || pytest_status || e2e_status || wheel_status))

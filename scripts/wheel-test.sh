@@ -5,8 +5,8 @@
 #   2. auditwheel repair: the shared libraries the command links that a user's machine may
 #      lack (ONNX, protobuf, libzip, Open MPI, fmt, ...) grafted into the wheel
 #      (site-packages/ampcheck.libs), the GPU libraries not (none is linked);
-#   3. a fresh virtual environment, PyTorch from PyPI in it (scripts/pyenv.sh's pin: pip's
-#      cache holds it once that environment was made), then the repaired wheel;
+#   3. a fresh virtual environment, PyTorch from PyPI in it (scripts/pyenv.sh's pin, its
+#      wheels downloaded once into ~/.cache/ampcheck/torch-wheels), then the repaired wheel;
 #   4. there: `ampcheck --version` (the wheel's and the recorder's version too), `ampcheck
 #      record` of a planted script names its producer, `ampcheck kernels` of a shared GPU
 #      profile, `ampcheck run --model mlp`, and a CUDA build's GPU libraries found in the
@@ -26,8 +26,9 @@
 #                    with the CUDA toolkit; bench/results/2026-11-29-wheel-build-and-install-intel-xeon.md).
 # Environment: AMPCHECK_WHEEL_DIR (default build-wheel): the build tools' environment, the
 # wheels, the test environment; AMPCHECK_WHEEL_TORCH (default scripts/pyenv.sh's torch pin);
-# AMPCHECK_WHEEL_KEEP_VENV=1 reuses the last run's environment (to try a change to this
-# script; the test proper makes a fresh one).
+# AMPCHECK_TORCH_WHEELS (default ~/.cache/ampcheck/torch-wheels): PyTorch's wheels, downloaded
+# once; AMPCHECK_WHEEL_KEEP_VENV=1 reuses the last run's environment (to try a change to
+# this script; the test proper makes a fresh one).
 # Needs the network (PyPI) the first time, as scripts/pyenv.sh does.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -104,9 +105,12 @@ rm -rf "$wdir/dist" "$wdir/wheelhouse"
 quiet nice -n 5 "$tools/bin/python" -m pip wheel "${pip_quiet[@]}" --no-build-isolation --no-deps \
   "${skbuild_args[@]}" -w "$wdir/dist" "$root"
 if [[ -n $reuse ]]; then
-  # The wheel's staging paths out of the build folder's cache: a later `cmake --install`
-  # of that folder installs as a plain build does.
-  quiet cmake -U 'SKBUILD*' "$reuse"
+  # What scikit-build-core put in the folder's cache (the wheel's staging paths, its Python,
+  # module and prefix paths) taken out again: the folder is scripts/build.sh's as before,
+  # and a later `cmake --install` of it installs as a plain build does.
+  quiet cmake -U 'SKBUILD*' -U 'Python*' -U 'PYTHON_*' -U CMAKE_MODULE_PATH -U CMAKE_PREFIX_PATH \
+    -U CMAKE_INSTALL_PREFIX -U CMAKE_FIND_ROOT_PATH_MODE_PACKAGE "$reuse"
+  rm -f "$reuse/CMakeInit.txt" "$reuse/.skbuild-info.json"
 fi
 wheel=$(ls "$wdir"/dist/ampcheck-*.whl)
 stage "the wheel's build ($(basename "$wheel"), $(du -k "$wheel" | cut -f1) KiB)"
@@ -120,6 +124,8 @@ stage "auditwheel repair ($(basename "$repaired"), $(du -k "$repaired" | cut -f1
 
 # 3. A fresh environment with PyTorch, then the wheel, as a user installs it.
 torch_pin=${AMPCHECK_WHEEL_TORCH:-$(grep -o '"torch==[^"]*"' "$root/scripts/pyenv.sh" | head -1 | tr -d '"')}
+torch_wheels=${AMPCHECK_TORCH_WHEELS:-${XDG_CACHE_HOME:-$HOME/.cache}/ampcheck/torch-wheels}
+mkdir -p "$(dirname "$torch_wheels")"
 venv=$wdir/venv
 if [[ ${AMPCHECK_WHEEL_KEEP_VENV:-0} == 1 && $(cat "$venv/.ampcheck-torch" 2>/dev/null) == "$torch_pin" ]]; then
   # Trying a change to this script: the last run's environment, its ampcheck uninstalled.
@@ -128,9 +134,19 @@ if [[ ${AMPCHECK_WHEEL_KEEP_VENV:-0} == 1 && $(cat "$venv/.ampcheck-torch" 2>/de
 else
   rm -rf "$venv"
   quiet python3 -m venv "$venv"
-  quiet "$venv/bin/pip" install "${pip_quiet[@]}" "$torch_pin"
+  # PyTorch's wheels (3 GB with the nvidia-* packages) are kept beside scripts/pyenv.sh's
+  # environment: pip's own cache keeps none of them here (the index serves them without
+  # cache headers), and a CI run must not download them again. One resolved set is kept: a
+  # new pin downloads the new set in place of the old.
+  if ! "$venv/bin/pip" install "${pip_quiet[@]}" --no-index --find-links "$torch_wheels" "$torch_pin" >> "$log" 2>&1; then
+    rm -rf "$torch_wheels.new"
+    quiet "$venv/bin/pip" download "${pip_quiet[@]}" -d "$torch_wheels.new" "$torch_pin"
+    rm -rf "$torch_wheels" && mv "$torch_wheels.new" "$torch_wheels"
+    stage "the download of $torch_pin and its dependencies into $torch_wheels ($(du -sm "$torch_wheels" | cut -f1) MB)"
+    quiet "$venv/bin/pip" install "${pip_quiet[@]}" --no-index --find-links "$torch_wheels" "$torch_pin"
+  fi
   echo "$torch_pin" > "$venv/.ampcheck-torch"
-  stage "a fresh environment with $torch_pin ($(du -sm "$venv" | cut -f1) MB)"
+  stage "a fresh environment with $torch_pin ($(du -sm "$venv" | cut -f1) MB), installed from $torch_wheels"
 fi
 quiet "$venv/bin/pip" install "${pip_quiet[@]}" "$repaired"
 stage "pip install of the wheel"
@@ -187,16 +203,19 @@ stage "the installed commands (version, record, kernels, run, run --nproc 2)"
 
 # A CUDA build beside PyTorch's CUDA wheel: cuBLASLt, cuDNN and CUPTI come from the nvidia-*
 # packages of this environment (kernels/cuda/gpu_libraries.h), whatever the machine has.
-cuda_build=$("${in_venv[@]}" ampcheck doctor --json | "$venv/bin/python" -c 'import json,sys; print(json.load(sys.stdin)["cuda"]["built_with_cuda"])')
+doctor=$("${in_venv[@]}" ampcheck doctor --json)
+cuda_build=$("$venv/bin/python" -c 'import json,sys; print(json.load(sys.stdin)["cuda"]["built_with_cuda"])' <<<"$doctor")
+gpus=$("$venv/bin/python" -c 'import json,sys; print(len(json.load(sys.stdin)["cuda"]["gpus"]))' <<<"$doctor")
 nvidia_libs=$( (ls -d "$sp"/nvidia/*/lib 2>/dev/null || true) | wc -l)
 check_gpu_libraries() {  # [COMMAND PREFIX...]: the loader's own log of `ampcheck doctor`, run
   # as bin/ampcheck with no environment active: the binary finds its own environment's packages
   local opened missing=() lib
   opened=$("$@" "${in_venv[@]}" env -u VIRTUAL_ENV LD_DEBUG=libs "$venv/bin/ampcheck" doctor 2>&1 >/dev/null |
            sed -n 's/.*calling init: //p' || true)
-  # CUPTI is opened only beside the NVIDIA driver (kernels/cuda/gpu_libraries.h).
+  "$@" "${in_venv[@]}" "$venv/bin/ampcheck" doctor > /dev/null 2>&1 || fail "ampcheck doctor failed (exit $?) there"
+  # The environment's CUPTI only where a GPU is usable (kernels/cuda/gpu_libraries.h).
   local libs=(libcublasLt libcudnn)
-  ldconfig -p | grep -q 'libcuda\.so\.1 ' && libs+=(libcupti)
+  ((gpus > 0)) && libs+=(libcupti)
   for lib in "${libs[@]}"; do
     grep -q "^$sp/nvidia/[^/]*/lib/$lib\.so" <<<"$opened" || missing+=("$lib")
   done
