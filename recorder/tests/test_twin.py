@@ -145,6 +145,33 @@ def test_optimizer_state_kept_in_16_bits_is_counted_with_its_lost_updates(valida
     assert torch.equal(optimizer.state[model.weight]["exp_avg_sq"], torch.ones(1, 4, dtype=torch.bfloat16))
 
 
+def test_a_hugging_face_model_loaded_in_bfloat16_loads_in_fp32_in_the_twin(tmp_path):
+    # from_pretrained(torch_dtype=...), the way most bf16 fine-tuning scripts load their model:
+    # without the twin the parameters are bfloat16 (the reference: transformers itself), in it
+    # float32, so the twin is the fp32 run and not the same bf16 run again.
+    pytest = __import__("pytest")
+    pytest.importorskip("transformers")
+    code = textwrap.dedent("""
+        import sys, torch
+        from transformers import BertConfig, BertForSequenceClassification
+        cfg = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=64)
+        BertForSequenceClassification(cfg).save_pretrained(sys.argv[2])
+        if sys.argv[1] == "twin":
+            from ampcheck_recorder.twin import turn_amp_off
+            turn_amp_off()
+        m = BertForSequenceClassification.from_pretrained(sys.argv[2], torch_dtype=torch.bfloat16)
+        print(sorted({str(p.dtype) for p in m.parameters()}))
+    """)
+    seen = {}
+    for mode in ("plain", "twin"):
+        done = subprocess.run([sys.executable, "-c", code, mode, str(tmp_path / mode)], capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr
+        seen[mode] = done.stdout.strip().splitlines()[-1]
+    assert seen == {"plain": "['torch.bfloat16']", "twin": "['torch.float32']"}
+
+
 def test_the_twins_kth_run_shifts_every_seed_the_script_sets_by_k():
     # The reference is the unshifted call with the shifted seed: torch.manual_seed(5) under
     # an offset of 3 draws what torch.manual_seed(8) draws without one; likewise random and
