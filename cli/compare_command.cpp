@@ -73,8 +73,7 @@ class OutputCapture : public Observer {
     if (e.phase != Phase::forward || !e.output || !e.output->defined() || !is_floating(e.output->dtype())) return;
     if (e.inserted_cast) {  // its result was made by whatever made its input
       if (e.inputs && !e.inputs->empty())
-        if (const auto it = made_by_.find((*e.inputs)[0].raw()); it != made_by_.end())
-          made_by_[e.output->raw()] = it->second;
+        if (const std::string* from = maker((*e.inputs)[0])) made_by_[key(*e.output)] = *from;
       return;
     }
     const std::int64_t k = occurrences_.of(e);
@@ -83,19 +82,17 @@ class OutputCapture : public Observer {
       order.push_back({name, std::string(op_name(e.op)), e.module});
       std::vector<std::string>& from = inputs_of[name];
       if (e.inputs)
-        for (const Tensor& t : *e.inputs) {
-          const auto it = t.defined() ? made_by_.find(t.raw()) : made_by_.end();
-          if (it != made_by_.end()) from.push_back(it->second);
-        }
+        for (const Tensor& t : *e.inputs)
+          if (const std::string* m = maker(t)) from.push_back(*m);
       dtype_of[name] = e.output->dtype();
     }
     outputs[name] = e.output->to_f64();
     // A widening cast adds nothing: what it returns was made where its input was.
-    std::string maker = name;
+    std::string made = name;
     if (e.op == Op::cast && e.inputs && !e.inputs->empty() && (*e.inputs)[0].defined() &&
         is_floating((*e.inputs)[0].dtype()) && info(e.output->dtype()).bits > info((*e.inputs)[0].dtype()).bits)
-      if (const auto it = made_by_.find((*e.inputs)[0].raw()); it != made_by_.end()) maker = it->second;
-    made_by_[e.output->raw()] = maker;
+      if (const std::string* from = maker((*e.inputs)[0])) made = *from;
+    made_by_[key(*e.output)] = made;
   }
   void clear() {
     outputs.clear();
@@ -112,8 +109,17 @@ class OutputCapture : public Observer {
   std::map<std::string, DType> dtype_of;
 
  private:
+  // A tensor by its first element's address and its element count: an address a freed
+  // output left and a tensor of another size took is not taken for that output.
+  using Key = std::pair<const void*, std::int64_t>;
+  static Key key(const Tensor& t) { return {t.raw(), t.numel()}; }
+  const std::string* maker(const Tensor& t) const {
+    if (!t.defined()) return nullptr;
+    const auto it = made_by_.find(key(t));
+    return it == made_by_.end() ? nullptr : &it->second;
+  }
   inspector::Occurrences occurrences_;
-  std::map<const void*, std::string> made_by_;
+  std::map<Key, std::string> made_by_;
 };
 
 double relative_error(const std::vector<double>& y, const std::vector<double>& ref) {
@@ -182,13 +188,17 @@ struct TwinProbeFiles {
     if (!in) return b;
     const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
     if (!j.is_object() || !j.contains("ops") || !j["ops"].is_array()) return b;
-    auto number = [](const nlohmann::json& v) {
-      return v.is_number() ? v.get<double>() : std::numeric_limits<double>::infinity();  // null: not finite
+    // Each field read as what it must be (a field of another type is as good as absent).
+    auto number = [](const nlohmann::json& o, const char* key) {  // null: not finite
+      return o.contains(key) && o[key].is_number() ? o[key].get<double>() : std::numeric_limits<double>::infinity();
+    };
+    auto text = [](const nlohmann::json& o, const char* key) {
+      return o.contains(key) && o[key].is_string() ? o[key].get<std::string>() : std::string();
     };
     if (j.contains("gradients") && j["gradients"].is_array())
       for (const nlohmann::json& g : j["gradients"])
         if (g.is_object() && g.contains("parameter") && g["parameter"].is_string())
-          b.gradients.push_back({g["parameter"].get<std::string>(), number(g.value("difference", nlohmann::json()))});
+          b.gradients.push_back({g["parameter"].get<std::string>(), number(g, "difference")});
     std::stable_sort(b.gradients.begin(), b.gradients.end(),
                      [](const reports::TwinGradient& x, const reports::TwinGradient& y) {
                        return x.difference > y.difference;
@@ -196,9 +206,8 @@ struct TwinProbeFiles {
     std::vector<inspector::TwinDifference>& out = b.ops;
     for (const nlohmann::json& op : j["ops"]) {
       if (!op.is_object() || !op.contains("name") || !op["name"].is_string()) continue;
-      out.push_back({op["name"].get<std::string>(), op.value("dtype", std::string()),
-                     number(op.value("input", nlohmann::json())), number(op.value("output", nlohmann::json())),
-                     op.value("from", std::string()),
+      out.push_back({op["name"].get<std::string>(), text(op, "dtype"), number(op, "input"), number(op, "output"),
+                     text(op, "from"),
                      op.contains("own") && op["own"].is_number() ? op["own"].get<double>()
                                                                   : std::numeric_limits<double>::quiet_NaN()});
     }

@@ -196,9 +196,10 @@ std::string forward_birth_text(const TwinDifference& b, std::string_view referen
   std::string cure;
   if (amplified)
     cure = fmt::format(
-        "{}: its input, made by {} in 16 bits, was rounded there by little, and its own math (a cancellation: a "
-        "normalization over values with a large mean, a difference of near values) makes that rounding large. Keep "
-        "the op that makes its input in fp32 ({}), or remove the large mean before the 16-bit op",
+        "{}: its input, made by {} in 16 bits, was rounded there by little, and its own math makes that rounding "
+        "large (as a cancellation does: a normalization over values with a large mean, a difference of near "
+        "values). Keep the op that makes its input in fp32 ({}), or remove what makes its values large before the "
+        "16-bit op",
         own_text.empty() ? fmt::format("it ran in {} itself", b.dtype.empty() ? "fp32" : b.dtype) : own_text,
         b.from, keep(b.from));
   else
