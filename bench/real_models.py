@@ -45,9 +45,11 @@ export in eval mode is the model that trains); BatchNorm kept as BatchNormalizat
 (batch statistics in training, in both frameworks).
 
 PyTorch computes attention with F.scaled_dot_product_attention (its fused kernels: what a
-user's PyTorch model runs); the export holds the same attention written out (MatMul,
-Softmax, the masks), which ampcheck runs as registry ops. --torch-attention explicit gives
-PyTorch the written-out form too.
+user's PyTorch model runs), and the export is of that model: the exporter writes the call
+out (the scale split over Q and K^T, MatMul, the mask, Softmax, MatMul), which ampcheck
+recognises and runs as one scaled_dot_product_attention (cuDNN's fused attention on a GPU;
+models/onnx_attention.cpp). --torch-attention explicit gives PyTorch attention written out
+by hand instead.
 """
 
 from __future__ import annotations
@@ -403,7 +405,7 @@ def export_onnx(model, inputs: dict, path: str, exporter: str) -> dict:
 
 
 def export_model(name: str, cfg: dict, out: str, exporter: str = "default", device: str = "cpu") -> dict:
-    """OUT/NAME.onnx (the written-out attention: the same math as PyTorch's fused kernels),
+    """OUT/NAME.onnx (of the model as its users write it: F.scaled_dot_product_attention),
     OUT/NAME.npz (one batch: the inputs by name and "labels") and OUT/NAME.export.json.
 
     default: this torch's default exporter, but for a model with BatchNorm under the dynamo
@@ -415,7 +417,7 @@ def export_model(name: str, cfg: dict, out: str, exporter: str = "default", devi
     torch = _torch()
     os.makedirs(out, exist_ok=True)
     torch.manual_seed(0)
-    model = build(name, cfg, attention="explicit").to(device)
+    model = build(name, cfg, attention="sdpa").to(device)
     inputs, labels = make_inputs(name, cfg)
     save_npz(os.path.join(out, name + ".npz"), {**inputs, "labels": labels})
     path = os.path.join(out, name + ".onnx")

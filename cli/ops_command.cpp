@@ -43,6 +43,11 @@ std::vector<Input> inputs_of(Op op) {
     case Op::cross_entropy: return {activation, integer};    // logits, labels
     case Op::masked_fill: return {activation, integer};      // x, mask
     case Op::where: return {integer, activation, activation};  // condition, a, b
+    case Op::scaled_dot_product_attention: return {activation, activation, activation};  // q, k, v
+    case Op::lstm: return {activation, parameter, parameter, parameter, parameter, activation, activation};
+    case Op::gru:
+    case Op::rnn_tanh:
+    case Op::rnn_relu: return {activation, parameter, parameter, parameter, parameter, activation};
     default: break;
   }
   const int arity = op_info(op).arity;

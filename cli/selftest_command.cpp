@@ -150,16 +150,32 @@ int run_selftest(const SelftestOptions& o, std::ostream& out, std::ostream& err)
       << "\n\n";
   const std::vector<parity::Result> results = parity::run(options);
   const parity::Summary s = parity::summarize(results);
-  out << table(results) << '\n' << summary_line(s, options.device);
+  out << table(results) << '\n';
+  // The optimizer's step over every parameter: not an op, the same formulas on both devices.
+  const std::vector<parity::StepResult> steps = o.ops.empty() ? parity::run_steps(options.device)
+                                                              : std::vector<parity::StepResult>{};
+  std::size_t steps_failed = 0;
+  for (const parity::StepResult& r : steps) {
+    out << "step: " << r.step << ": "
+        << (r.status == parity::Status::pass ? "equal to the CPU bit for bit" : "FAIL " + r.reason) << '\n';
+    steps_failed += r.status == parity::Status::fail;
+  }
+  out << summary_line(s, options.device);
+  if (steps_failed > 0) out << "selftest: " << steps_failed << " optimizer step(s) differ from the CPU reference\n";
 
   if (!o.json.empty()) {
     try {
-      reports::write_file_atomically(o.json, results_json(results, options.device, s).dump(2) + "\n");
+      ordered_json doc = results_json(results, options.device, s);
+      ordered_json rows = ordered_json::array();
+      for (const parity::StepResult& r : steps)
+        rows.push_back({{"step", r.step}, {"status", r.status == parity::Status::pass ? "pass" : "fail"}, {"reason", r.reason}});
+      doc["steps"] = rows;
+      reports::write_file_atomically(o.json, doc.dump(2) + "\n");
     } catch (const reports::WriteError& e) {
       throw UsageError(e.what());
     }
   }
-  return s.failed > 0 ? kCheckFailed : kOk;
+  return s.failed > 0 || steps_failed > 0 ? kCheckFailed : kOk;
 }
 
 }  // namespace

@@ -4,12 +4,14 @@
 #include <array>
 #include <cmath>
 #include <cstdio>     // std::snprintf: numbers in reasons
+#include <cstring>    // memcmp: the optimizer steps compared bit for bit
 #include <exception>
 #include <limits>
 #include <memory>
 #include <optional>
 #include <utility>
 
+#include "engine/optim/optimizer.h"  // the training steps that are not ops
 #include "engine/random.h"   // Generator, uniform01: the inputs
 #include "kernels/cuda/cuda.h"  // probe: compute capability, for the one skip rule
 
@@ -115,7 +117,12 @@ Tolerance tolerance(Op op, Direction d) {
     case Op::matmul:
     case Op::linear:
     case Op::bmm:
-    case Op::conv2d: return Tolerance::gemm;
+    case Op::conv2d:
+    case Op::scaled_dot_product_attention:
+    case Op::lstm:  // GEMMs, and the cells' exp and tanh over the steps
+    case Op::gru:
+    case Op::rnn_tanh:
+    case Op::rnn_relu: return Tolerance::gemm;
     case Op::fp8_linear: return Tolerance::fp8_gemm;
     case Op::batch_norm:
     case Op::layer_norm:
@@ -406,6 +413,47 @@ void build(Op op, Builder& b) {
       b.add({b.x({0, 7, 13}), b.x({0, 13, 5})});
       b.add({b.x({2, 33, 70}), b.x({2, 70, 40})});
       return;
+    case Op::scaled_dot_product_attention: {
+      // q, k, v and an additive mask, which takes no gradient. The sizes a fused GPU kernel
+      // takes (head dims of 64, fp16/bf16) run there; the others are the composed path's.
+      const std::vector<bool> diff = {true, true, true, false};
+      const auto attn = [](std::optional<double> scale, bool causal) { return AttentionParams{scale, causal}; };
+      b.add({b.x({2, 3, 5, 8}), b.x({2, 3, 5, 8}), b.x({2, 3, 5, 8})}, attn({}, false), "");
+      b.add({b.x({2, 2, 7, 8}), b.x({2, 2, 7, 8}), b.x({2, 2, 7, 8})}, attn({}, true), "causal");
+      b.add({b.x({2, 3, 4, 8}), b.x({2, 3, 6, 8}), b.x({2, 3, 6, 5}), b.x({2, 1, 1, 6})}, attn(0.3, false),
+            "padding mask, scale 0.3", diff);
+      b.add({b.x({6, 5, 8}), b.x({6, 9, 8}), b.x({6, 9, 8}), b.x({5, 9})}, attn({}, false), "shared mask", diff);
+      b.add({b.x({1, 1, 1, 1}), b.x({1, 1, 1, 1}), b.x({1, 1, 1, 1})}, attn({}, false), "");
+      b.add({b.x({0, 2, 3, 8}), b.x({0, 2, 3, 8}), b.x({0, 2, 3, 8})}, attn({}, false), "no batches");
+      b.add({b.x({2, 4, 64, 64}), b.x({2, 4, 64, 64}), b.x({2, 4, 64, 64})}, attn({}, true), "causal, head dim 64");
+      b.add({b.x({2, 4, 64, 64}), b.x({2, 4, 96, 64}), b.x({2, 4, 96, 64}), b.x({2, 1, 64, 96}, -2, 0)},
+            attn({}, false), "mask per batch, head dim 64", diff);
+      return;
+    }
+    case Op::lstm:
+    case Op::gru:
+    case Op::rnn_tanh:
+    case Op::rnn_relu: {
+      // x, W_ih, W_hh, b_ih, b_hh, h0 (, c0): small ones, one without biases and states,
+      // and one of the sizes cuDNN's tensor-core RNN takes (multiples of 8).
+      const std::int64_t g = op == Op::lstm ? 4 : op == Op::gru ? 3 : 1;
+      const bool lstm = op == Op::lstm;
+      auto layer = [&](std::int64_t t, std::int64_t batch, std::int64_t in, std::int64_t h, bool full, const char* note) {
+        std::vector<Tensor> x = {b.x({t, batch, in}), b.x({g * h, in}, -0.5, 0.5), b.x({g * h, h}, -0.5, 0.5)};
+        if (full) {
+          x.push_back(b.x({g * h}, -0.5, 0.5));
+          x.push_back(b.x({g * h}, -0.5, 0.5));
+          x.push_back(b.x({batch, h}));
+          if (lstm) x.push_back(b.x({batch, h}));
+        }
+        b.add(std::move(x), NoParams{}, note);
+      };
+      layer(5, 3, 4, 6, true, "biases and initial states");
+      layer(4, 2, 3, 5, false, "no biases, zero states");
+      layer(1, 1, 1, 1, true, "one step");
+      layer(8, 4, 64, 64, true, "hidden 64");
+      return;
+    }
     case Op::conv2d: {
       auto conv = [](std::array<std::int64_t, 2> s, std::array<std::int64_t, 2> pad,
                      std::array<std::int64_t, 2> dil, std::int64_t groups) {
@@ -800,6 +848,61 @@ std::vector<Result> run(const Options& options) {
           results.push_back(run_case(c, d, options.device));
           if (options.on_result) options.on_result(results.back());
         }
+  return results;
+}
+
+namespace {
+
+// f16 parameters of several sizes (one of 70000 elements: more than one chunk of the GPU's
+// multi-tensor kernel) on `device`, their optimizer with fp32 masters, three steps of
+// gradients from one seed. The parameters and the masters after them, on the host.
+std::vector<Tensor> train_steps(bool adamw, Device device) {
+  Generator gen(20261129);
+  optim::NamedParams named;
+  for (const Shape& s : {Shape{3}, Shape{64, 65}, Shape{70000}, Shape{1}})
+    named.emplace_back("p" + std::to_string(named.size()), Tensor::uniform(s, gen, -1, 1, DType::f16).to(device));
+  std::unique_ptr<optim::Optimizer> opt;
+  if (adamw) opt = std::make_unique<optim::AdamW>(named, 1e-3);
+  else opt = std::make_unique<optim::SGD>(named, 0.05, optim::SGD::Options{0.9, 0, 1e-4, true});
+  opt->enable_master_weights();
+  for (int step = 0; step < 3; ++step) {
+    for (auto& [name, p] : named) p.set_grad(Tensor::uniform(p.shape(), gen, -2, 2, DType::f16).to(device));
+    opt->step();
+  }
+  std::vector<Tensor> out;
+  for (std::size_t i = 0; i < named.size(); ++i) {
+    out.push_back(named[i].second.to(Device::cpu));
+    out.push_back(opt->master(i).to(Device::cpu));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<StepResult> run_steps(Device device) {
+  std::vector<StepResult> results;
+  for (const bool adamw : {false, true}) {
+    StepResult r;
+    r.step = std::string(adamw ? "AdamW" : "SGD (Nesterov, weight decay)") +
+             " step over every parameter (fp32 masters of 4 f16 parameters, 3 steps)";
+    try {
+      const std::vector<Tensor> ref = train_steps(adamw, Device::cpu), got = train_steps(adamw, device);
+      for (std::size_t k = 0; k < ref.size() && r.status == Status::pass; ++k) {
+        const std::vector<double> a = got[k].to_f64(), b = ref[k].to_f64();
+        for (std::size_t i = 0; i < a.size(); ++i)
+          if (std::memcmp(&a[i], &b[i], sizeof(double)) != 0) {
+            r.status = Status::fail;
+            r.reason = std::string(k % 2 ? "master" : "parameter") + " p" + std::to_string(k / 2) + " element " +
+                       std::to_string(i) + " is " + num(a[i]) + " where the CPU has " + num(b[i]);
+            break;
+          }
+      }
+    } catch (const std::exception& e) {
+      r.status = Status::fail;
+      r.reason = e.what();
+    }
+    results.push_back(std::move(r));
+  }
   return results;
 }
 

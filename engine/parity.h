@@ -134,6 +134,18 @@ struct Options {
 };
 std::vector<Result> run(const Options& options);
 
+// The training steps that are not ops, on `device` against the CPU: the optimizers' one
+// update over every parameter (SGD with Nesterov momentum and weight decay, AdamW), f16
+// parameters with fp32 masters written back in the same pass, one parameter larger than a
+// chunk of the GPU's multi-tensor kernel, three steps from one seed. Both devices run the
+// same update formulas (kernels/training_kernels.h): the bits must be equal.
+struct StepResult {
+  std::string step;  // "AdamW step (fp32 masters of 4 f16 parameters, 3 steps)"
+  Status status = Status::pass;
+  std::string reason;  // for fail: the first parameter and element that differ
+};
+std::vector<StepResult> run_steps(Device device);
+
 struct Summary {
   std::size_t cases = 0, passed = 0, failed = 0, skipped = 0;
 };

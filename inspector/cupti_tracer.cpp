@@ -25,14 +25,7 @@ std::string unavailable_reason() {
 }  // namespace
 
 CuptiTracer::CuptiTracer(CuptiTracerOptions options)
-    : options_(options),
-      why_unavailable_(unavailable_reason()),
-      correlator_([&] {
-        KernelCorrelatorOptions o = options.correlator;
-        o.ends_told = true;  // on_op_end tells each op's end
-        return o;
-      }()),
-      calls_before_(cupti::calls()) {}
+    : options_(options), why_unavailable_(unavailable_reason()), calls_before_(cupti::calls()) {}
 
 CuptiTracer::~CuptiTracer() { stop(); }
 
@@ -43,8 +36,13 @@ bool CuptiTracer::start() {
     why_unavailable_ = "another CUPTI tracer is running in this process";
     return false;
   }
-  if (std::string e = cupti::enable(options_.buffers); !e.empty()) {
+  KernelCorrelatorOptions correlator = options_.correlator;
+  correlator.ends_told = true;  // on_op_end tells each op's end
+  worker_ = std::make_unique<ActivityWorker>(correlator, options_.buffers,
+                                             ActivityWorkerHooks{cupti::flush, cupti::parse});
+  if (std::string e = cupti::enable(*worker_); !e.empty()) {
     why_unavailable_ = std::move(e);
+    worker_.reset();
     g_claimed = false;
     return false;
   }
@@ -56,16 +54,18 @@ void CuptiTracer::stop() {
   if (!running_) return;
   close_open_ops();
   note(cupti::disable());
-  note(cupti::flush(true));
-  drain();
-  if (KernelFlush last = correlator_.finish(); !last.empty()) flushes_.push_back(std::move(last));
+  worker_->finish();  // the forced flush, on the worker thread, and the last join
+  collect();
+  cupti::release_sink();
+  worker_.reset();
+  step_ticket_ = 0;  // the next start's worker counts its tickets from 1
   running_ = false;
   g_claimed = false;
 }
 
 void CuptiTracer::on_op_begin(const OpEvent& e) {
   if (!running_) return;
-  const std::uint64_t external = correlator_.begin_op(e);
+  const std::uint64_t external = worker_->begin_op(OpInstance::of(e));
   note(cupti::push(external));
   open_.push_back({e.sequence, external});
 }
@@ -77,7 +77,7 @@ void CuptiTracer::on_op_end(const OpEvent& e) {
   // Inner ops that never ended (an exception left them) go with it.
   for (bool done = false; !done;) {
     done = open_.back().sequence == e.sequence;
-    correlator_.end_op(open_.back().external);
+    worker_->end_op(open_.back().external);
     open_.pop_back();
     note(cupti::pop());
   }
@@ -86,7 +86,12 @@ void CuptiTracer::on_op_end(const OpEvent& e) {
 void CuptiTracer::on_step_end(std::int64_t step) {
   if (!running_) return;
   close_open_ops();  // the step is over: an op left open by an exception ends with it
-  flush(step);
+  // The worker lagging by more than a step would have records reach the op trace after
+  // it let go of their calls: wait for the join the previous step end asked for (done
+  // long since, unless joins are slower than steps).
+  const std::uint64_t ticket = worker_->ask(step);
+  worker_->wait(std::exchange(step_ticket_, ticket));
+  collect();
 }
 
 void CuptiTracer::push_observers() {
@@ -106,33 +111,32 @@ std::uint64_t CuptiTracer::timestamp_ns() const { return running_ ? cupti::times
 void CuptiTracer::flush(std::int64_t step) {
   if (!running_) return;
   // Buffers whose records are complete: kernels still running come back at a later
-  // flush, and the correlator waits for them (KernelCorrelatorOptions).
-  note(cupti::flush(false));
-  drain();
-  if (KernelFlush f = correlator_.flush(step); !f.empty()) flushes_.push_back(std::move(f));
+  // join, and the correlator waits for them (KernelCorrelatorOptions).
+  worker_->join_now(step);
+  collect();
 }
 
-std::vector<KernelFlush> CuptiTracer::take_flushes() { return std::exchange(flushes_, {}); }
+std::vector<KernelFlush> CuptiTracer::take_flushes() {
+  collect();
+  return std::exchange(flushes_, {});
+}
 
 void CuptiTracer::close_open_ops() {
   while (observers_pushed_ > 0) pop_observers();
   while (!open_.empty()) {
-    correlator_.end_op(open_.back().external);
+    worker_->end_op(open_.back().external);
     open_.pop_back();
     note(cupti::pop());
   }
 }
 
-void CuptiTracer::drain() {
-  for (ActivityBatch& batch : cupti::take_completed()) {
-    for (KernelRecord& k : batch.kernels) {
-      auto it = names_.find(k.name);
-      if (it == names_.end()) it = names_.emplace(k.name, demangle_kernel_name(k.name)).first;
-      k.name = it->second;
-    }
-    correlator_.add(std::move(batch));
-  }
-  for (std::string& e : cupti::take_errors()) note(std::move(e));
+void CuptiTracer::collect() {
+  if (!worker_) return;
+  ActivityResults r = worker_->take();
+  for (KernelFlush& f : r.flushes) flushes_.push_back(std::move(f));
+  stats_ = r.stats;
+  waiting_ = r.waiting;
+  for (std::string& e : r.errors) note(std::move(e));
 }
 
 void CuptiTracer::note(std::string error) {

@@ -48,7 +48,14 @@ void Inspector::Escalation::on_step_begin(std::int64_t step) {
 // ---- NumericsRecorder ----
 NumericsRecorder::NumericsRecorder(Sampler sampler) { table_.sampler = sampler; }
 
-void NumericsRecorder::on_step_begin(std::int64_t) { occurrences_.reset(); }
+// A step without an end (a loop that never calls end_step) leaves its statistics for the
+// next: they are merged before the new step's, so the slots do not pile up.
+void NumericsRecorder::on_step_begin(std::int64_t) {
+  flush();
+  occurrences_.reset();
+}
+
+void NumericsRecorder::on_step_end(std::int64_t) { flush(); }
 
 void NumericsRecorder::on_op_end(const OpEvent& e) {
   if (e.inserted_cast) return;  // the cast's output is the next op's input, seen there
@@ -56,11 +63,11 @@ void NumericsRecorder::on_op_end(const OpEvent& e) {
   if (!table_.sampler.take(e.step)) return;
   const std::string key = fmt::format("{}/{}#{}", e.module, op_name(e.op), k);
   if (e.phase == Phase::forward && e.output && e.output->defined() && is_floating(e.output->dtype())) {
-    table_.add(key + ":out", *e.output, e.step);
+    table_.queue(key + ":out", *e.output, e.step);
   } else if (e.phase == Phase::backward && e.grad_inputs) {
     for (std::size_t i = 0; i < e.grad_inputs->size(); ++i) {
       const Tensor& g = (*e.grad_inputs)[i];
-      if (g.defined() && is_floating(g.dtype())) table_.add(fmt::format("{}:grad{}", key, i), g, e.step);
+      if (g.defined() && is_floating(g.dtype())) table_.queue(fmt::format("{}:grad{}", key, i), g, e.step);
     }
   }
 }
@@ -68,10 +75,10 @@ void NumericsRecorder::on_op_end(const OpEvent& e) {
 void NumericsRecorder::on_param_update(const ParamUpdate& u) {
   const std::string name(u.name);
   if (table_.sampler.take(u.step)) {
-    if (u.after) table_.add("param:" + name, *u.after, u.step);
-    if (u.grad) table_.add("grad:" + name, *u.grad, u.step);
+    if (u.after) table_.queue("param:" + name, *u.after, u.step);
+    if (u.grad) table_.queue("grad:" + name, *u.grad, u.step);
     if (u.state)
-      for (const auto& [buf, t] : *u.state) table_.add("state:" + name + "." + buf, t, u.step);
+      for (const auto& [buf, t] : *u.state) table_.queue("state:" + name + "." + buf, t, u.step);
   }
   // Swamping matters where the low-precision value is what the optimizer updates (no
   // master): an element with a nonzero gradient whose stored value did not move lost

@@ -37,14 +37,26 @@ std::optional<Mode> parse_mode(std::string_view text);
 //   "<module>/<op>#<k>:grad<i>"     backward: gradient of input i (k: Occurrences)
 //   "param:<name>", "grad:<name>", "state:<name>.<buffer>"   at each optimizer update
 // and the update swamping of low-precision parameters updated without a master.
+// The statistics of a step are queued as the tensors come (NumericsTable::queue: on a GPU
+// nothing waits) and merged at its end, in the order they came; table() merges what is
+// still queued first, so a reader mid-step or after a run without a step end sees every
+// tensor so far.
 class NumericsRecorder : public Observer {
  public:
   explicit NumericsRecorder(Sampler sampler = {});
   void on_op_end(const OpEvent& e) override;
   void on_param_update(const ParamUpdate& u) override;
   void on_step_begin(std::int64_t step) override;
+  void on_step_end(std::int64_t step) override;
 
-  const NumericsTable& table() const { return table_; }
+  const NumericsTable& table() const {
+    flush();
+    return table_;
+  }
+  // Merges the queued statistics into table() (waits for the device).
+  void flush() const { table_.flush(); }
+  // Tensors queued and not yet merged.
+  std::size_t pending() const { return table_.pending.size(); }
   void also_take(std::int64_t first, std::int64_t last) { table_.sampler.also_take(first, last); }
   // Per parameter: updates seen, and the fraction of elements with a nonzero gradient
   // whose stored value did not change (w + dw rounded back to w), averaged over updates.
@@ -56,7 +68,7 @@ class NumericsRecorder : public Observer {
   const std::map<std::string, Swamping>& swamping() const { return swamping_; }
 
  private:
-  NumericsTable table_;
+  mutable NumericsTable table_;  // const readers merge what is queued (table())
   std::map<std::string, Swamping> swamping_;
   Occurrences occurrences_;
 };

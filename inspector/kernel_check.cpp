@@ -161,6 +161,19 @@ MatrixShape matrix_shape(Op op, const std::vector<Shape>& shapes, const Shape& o
       m.work *= static_cast<double>(batch);
       return m;
     }
+    case Op::scaled_dot_product_attention: {
+      // Q K^T [T_q, T_k] over E, then P V [T_q, E_v] over T_k, per batch-head.
+      if (shapes.size() < 3 || shapes[0].size() < 2 || shapes[1].size() < 2 || shapes[2].size() < 2) return m;
+      const Shape& q = shapes[0];
+      const std::int64_t tq = q[q.size() - 2], e = q.back(), tk = shapes[1][shapes[1].size() - 2];
+      const std::int64_t ev = shapes[2].back();
+      std::int64_t batch = 1;
+      for (std::size_t i = 0; i + 2 < q.size(); ++i) batch *= q[i];
+      gemm(tq, tk, e);
+      m.work = static_cast<double>(batch) * static_cast<double>(tq) * static_cast<double>(tk) *
+               static_cast<double>(e + ev);
+      return m;
+    }
     case Op::conv2d: {
       if (shapes.size() < 2 || shapes[0].size() != 4 || shapes[1].size() != 4) return m;
       const Shape& x = shapes[0];

@@ -78,10 +78,15 @@ bool KernelFlush::empty() const {
 KernelCorrelator::KernelCorrelator(KernelCorrelatorOptions options) : options_(options) {}
 
 std::uint64_t KernelCorrelator::begin_op(OpInstance instance) {
-  const std::uint64_t id = next_external_++;
-  instances_.emplace(id, Live{std::move(instance), flushes_});
-  ++stats_.op_instances;
+  const std::uint64_t id = next_external_;
+  begin_op_with(id, std::move(instance));
   return id;
+}
+
+void KernelCorrelator::begin_op_with(std::uint64_t external, OpInstance instance) {
+  instances_.emplace(external, Live{std::move(instance), flushes_});
+  next_external_ = std::max(next_external_, external + 1);
+  ++stats_.op_instances;
 }
 
 void KernelCorrelator::end_op(std::uint64_t external) {

@@ -1,7 +1,7 @@
 // What CUPTI tells about the GPU work of a run, as plain host values, and the join that
 // puts each kernel, copy and memset on the op instance that launched it. Pure host code,
-// in every build: inspector/cupti_tracer.cpp turns CUPTI's activity records into these
-// structs on a GPU, and the tests build them by hand.
+// in every build: on a GPU the CUPTI tracer's worker thread (inspector/cupti_worker.h)
+// turns CUPTI's activity records into these structs, and the tests build them by hand.
 //
 // The join is Kineto's (libkineto CuptiActivityApi / CuptiActivityProfiler): at op begin
 // the tracer pushes an external correlation id (CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0)
@@ -179,8 +179,9 @@ struct KernelCorrelatorOptions {
 inline constexpr std::uint64_t kObserversExternal = ~std::uint64_t{0};
 
 // The join. Not thread-safe: one thread begins ops, adds batches and flushes (the CUPTI
-// tracer queues the batches its callbacks complete and adds them at flush). The output
-// is the same whatever order the records of a flush arrived in.
+// tracer's worker thread, inspector/cupti_worker.h, which hears of op begins and ends
+// from the training thread). The output is the same whatever order the records of a
+// flush arrived in.
 class KernelCorrelator {
  public:
   explicit KernelCorrelator(KernelCorrelatorOptions options = {});
@@ -189,6 +190,10 @@ class KernelCorrelator {
   // 1 up; 0 is never handed out).
   std::uint64_t begin_op(OpInstance instance);
   std::uint64_t begin_op(const OpEvent& e) { return begin_op(OpInstance::of(e)); }
+  // As begin_op, with an id the caller handed out (the CUPTI tracer's worker: the
+  // training thread hands ids out and the worker tells them here later). Ids must rise
+  // from one call to the next; begin_op then continues above the last.
+  void begin_op_with(std::uint64_t external, OpInstance instance);
   // Op end: the late window of the instance counts from here (an op that flushes are
   // made inside, as a per-op flush does around its inserted casts, stays live until it
   // ends); an instance that never ends is let go at finish().

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <utility>  // exchange
 
 #include "engine/dispatch.h"           // dispatch, kernels_on, view_of
+#include "kernels/memory_kernels.h"    // the slots' memory (kernels::SummarySlots)
 #include "kernels/numerics_kernels.h"  // the pass over the elements, on the tensor's device
 
 namespace ampcheck::inspector {
@@ -56,17 +58,8 @@ double fraction(std::int64_t part, std::int64_t whole) {
   return whole > 0 ? static_cast<double>(part) / static_cast<double>(whole) : 0.0;
 }
 
-}  // namespace
-
-std::int64_t ExponentHistogram::total() const {
-  std::int64_t n = zero + nan + pos_inf + neg_inf + below + above;
-  for (const std::int64_t c : by_exponent) n += c;
-  return n;
-}
-
-TensorStats compute_stats(const Tensor& t) {
-  require_float(t, "the tensor", "compute_stats");
-  const NumericsSummary k = kernels_on<NumericsKernels>(t.device()).stats(view_of(t));
+// A tensor's statistics from its summary.
+TensorStats stats_of(const NumericsSummary& k) {
   TensorStats s;
   s.count = k.count;
   s.tensors = 1;
@@ -90,6 +83,43 @@ TensorStats compute_stats(const Tensor& t) {
   if (s.nonzero_finite() > 0) s.min_nonzero_abs = k.min_nonzero_abs;
   finish(s);
   return s;
+}
+
+}  // namespace
+
+std::int64_t ExponentHistogram::total() const {
+  std::int64_t n = zero + nan + pos_inf + neg_inf + below + above;
+  for (const std::int64_t c : by_exponent) n += c;
+  return n;
+}
+
+TensorStats compute_stats(const Tensor& t) {
+  require_float(t, "the tensor", "compute_stats");
+  return stats_of(kernels_on<NumericsKernels>(t.device()).stats(view_of(t)));
+}
+
+PendingStats::PendingStats() = default;
+PendingStats::~PendingStats() = default;
+PendingStats::PendingStats(PendingStats&&) noexcept = default;
+PendingStats& PendingStats::operator=(PendingStats&&) noexcept = default;
+
+void PendingStats::queue(const std::string& key, const Tensor& t) {
+  require_float(t, "the tensor", "PendingStats::queue");
+  const bool cuda = t.device() == Device::cuda;
+  std::unique_ptr<kernels::SummarySlots>& slots = cuda ? cuda_ : cpu_;
+  if (!slots)
+    slots = std::make_unique<kernels::SummarySlots>(kernels_on<NumericsKernels>(t.device()),
+                                                    kernels_on<kernels::MemoryKernels>(t.device()));
+  queued_.push_back({key, cuda, slots->add(view_of(t))});
+}
+
+void PendingStats::merge_into(std::map<std::string, TensorStats>& stats) {
+  if (queued_.empty()) return;
+  // Taken out first: should a read throw, no later call indexes slots already read.
+  const std::vector<Queued> queued = std::exchange(queued_, {});
+  const std::vector<NumericsSummary> cpu = cpu_ ? cpu_->read() : std::vector<NumericsSummary>();
+  const std::vector<NumericsSummary> cuda = cuda_ ? cuda_->read() : std::vector<NumericsSummary>();
+  for (const Queued& q : queued) merge(stats[q.key], stats_of((q.cuda ? cuda : cpu)[q.index]));
 }
 
 void merge(TensorStats& into, const TensorStats& more) {
@@ -164,7 +194,14 @@ bool Sampler::take(std::int64_t step) const {
 
 bool NumericsTable::add(const std::string& key, const Tensor& t, std::int64_t step) {
   if (!sampler.take(step)) return false;
+  flush();
   merge(stats[key], compute_stats(t));
+  return true;
+}
+
+bool NumericsTable::queue(const std::string& key, const Tensor& t, std::int64_t step) {
+  if (!sampler.take(step)) return false;
+  pending.queue(key, t);
   return true;
 }
 

@@ -23,11 +23,17 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "engine/tensor.h"
+
+namespace ampcheck::kernels {
+class SummarySlots;  // kernels/numerics_kernels.h
+}  // namespace ampcheck::kernels
 
 namespace ampcheck::inspector {
 
@@ -139,14 +145,51 @@ class Sampler {
   std::optional<std::pair<std::int64_t, std::int64_t>> window_;  // [first, last]
 };
 
+// Statistics taken now and merged later, so that a GPU is waited for once per step, not
+// once per tensor: queue() starts the pass over a tensor on its device into a slot
+// (kernels::SummarySlots; on CUDA nothing waits, and the tensor may be freed or written
+// afterwards, the pass being ahead of that on the one stream) and remembers its key;
+// merge_into() reads every slot back, one copy per device, and merges them in the order
+// they were queued. The summaries are compute_stats' bits and the merges come in the same
+// order as merging each at once, so the statistics are the same bits.
+class PendingStats {
+ public:
+  PendingStats();
+  ~PendingStats();
+  PendingStats(PendingStats&&) noexcept;
+  PendingStats& operator=(PendingStats&&) noexcept;
+
+  // Throws std::invalid_argument for an undefined or i64 tensor, as compute_stats.
+  void queue(const std::string& key, const Tensor& t);
+  std::size_t size() const { return queued_.size(); }
+  void merge_into(std::map<std::string, TensorStats>& stats);
+
+ private:
+  struct Queued {
+    std::string key;
+    bool cuda;          // whose slots
+    std::size_t index;  // in what they read back
+  };
+  std::vector<Queued> queued_;
+  // Made at the first tensor of each device.
+  std::unique_ptr<kernels::SummarySlots> cpu_, cuda_;
+};
+
 // Statistics aggregated by a caller-chosen key such as "fc1.linear#3/output".
 struct NumericsTable {
   Sampler sampler;
   std::map<std::string, TensorStats> stats;
+  PendingStats pending;  // queued, not yet in stats
 
   // Merges the statistics of t into stats[key] when the sampler takes `step`; returns
-  // whether it did (a skipped step costs no pass over the tensor).
+  // whether it did (a skipped step costs no pass over the tensor). What is queued is
+  // merged first, so the merges keep the order of the calls.
   bool add(const std::string& key, const Tensor& t, std::int64_t step);
+  // add() deferred: queues t's statistics for stats[key] when the sampler takes `step`,
+  // merged at the next flush() or add(); returns whether it did.
+  bool queue(const std::string& key, const Tensor& t, std::int64_t step);
+  // Merges what is queued into stats, in the order queued (waits for the device).
+  void flush() { pending.merge_into(stats); }
 };
 
 }  // namespace ampcheck::inspector

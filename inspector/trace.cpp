@@ -33,6 +33,7 @@ struct Slots {
 constexpr std::array kSlots{
     Slots{Op::matmul, {"X", "Y"}},
     Slots{Op::bmm, {"X", "Y"}},
+    Slots{Op::scaled_dot_product_attention, {"q", "k", "v", "attn_mask"}},  // flash_attn
     Slots{Op::linear, {"Input", "W", "Bias"}},
     Slots{Op::conv2d, {"Input", "Filter", "Bias"}},
     Slots{Op::batch_norm, {"X", "Scale", "Bias", "Mean", "Variance"}},

@@ -13,13 +13,19 @@
 // and maxima follow totalOrder (-0 below +0), which no order of the elements changes.
 #pragma once
 
+#include <algorithm>
 #include <cmath>  // llround, which element.h's store_element uses
+#include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "kernels/dtype.h"
-#include "kernels/element.h"  // load_element, store_element
-#include "kernels/fp_bits.h"  // AMPCHECK_HD, bits_of
+#include "kernels/element.h"        // load_element, store_element
+#include "kernels/fp_bits.h"        // AMPCHECK_HD, bits_of
+#include "kernels/memory_kernels.h"  // SummarySlots' blocks and their copy to the host
 #include "kernels/view.h"
 
 namespace ampcheck::kernels {
@@ -157,6 +163,10 @@ AMPCHECK_HD bool swamped_element(double w, double dw, DType param_dtype) {
 struct NumericsKernels {
   // Statistics of every element of a float tensor (one pass).
   NumericsSummary (*stats)(const View& v);
+  // stats' summary of v, the same bits, written to `slot`: memory of this device
+  // (SummarySlots below hands it out). On CUDA the pass is queued on the stream and nothing
+  // waits for it; on the CPU it runs now.
+  void (*stats_into)(const View& v, NumericsSummary* slot);
   ValueScan (*scan)(const View& v);
   // Whether every element of a float tensor is finite / any is not +-0 (a NaN counts as
   // nonzero), from the bits alone: the checks run on every op's output.
@@ -169,6 +179,79 @@ struct NumericsKernels {
 
   static const NumericsKernels& cpu();
   static const NumericsKernels& cuda();
+};
+
+// Summaries written where the tensors live and read back together: the inspector's
+// statistics of a step (inspector/numerics.h, PendingStats) take a slot per tensor and read
+// them after the step, one copy to the host instead of one wait per tensor. The slots lie
+// in blocks from the device's allocator (on CUDA, GPU 0's caching allocator); a step that
+// takes more slots than there are adds a block, and the next read() puts every slot into
+// one block, so a run whose steps see the same tensors reads one block, in one copy, per
+// step. The blocks may be written by queued work until read(), which waits for it.
+class SummarySlots {
+ public:
+  // Slots in the first block, each a NumericsSummary of about 2.4 KB.
+  static constexpr std::size_t kFirstBlock = 64;
+
+  SummarySlots(const NumericsKernels& numerics, const MemoryKernels& memory) : numerics_(&numerics), memory_(&memory) {}
+  ~SummarySlots() {
+    for (const Block& b : blocks_) memory_->free(b.slots);
+  }
+  SummarySlots(const SummarySlots&) = delete;
+  SummarySlots& operator=(const SummarySlots&) = delete;
+
+  // Queues the statistics of v (numerics.stats_into) into the next slot; returns its index
+  // in what read() returns.
+  std::size_t add(const View& v) {
+    if (taken_ == capacity_) grow(capacity_ == 0 ? kFirstBlock : capacity_);
+    const Block& last = blocks_.back();  // the blocks before it are full
+    numerics_->stats_into(v, last.slots + (taken_ - (capacity_ - last.capacity)));
+    return taken_++;
+  }
+  std::size_t taken() const { return taken_; }
+
+  // The summaries of the slots taken since the last read, in the order they were taken,
+  // one copy per block (to_host waits for the work queued before it); the slots are then
+  // free again.
+  std::vector<NumericsSummary> read() {
+    std::vector<NumericsSummary> out(taken_);
+    std::size_t at = 0;
+    for (const Block& b : blocks_) {
+      if (at == taken_) break;
+      const std::size_t n = std::min(b.capacity, taken_ - at);
+      memory_->to_host(out.data() + at, b.slots, n * sizeof(NumericsSummary));
+      at += n;
+    }
+    taken_ = 0;
+    if (blocks_.size() > 1) {  // the next step's slots in one block
+      const std::size_t total = capacity_;
+      for (const Block& b : blocks_) memory_->free(b.slots);
+      blocks_.clear();
+      capacity_ = 0;
+      grow(total);
+    }
+    return out;
+  }
+
+ private:
+  struct Block {
+    NumericsSummary* slots;
+    std::size_t capacity;
+  };
+  void grow(std::size_t slots) {
+    std::string why_not;
+    void* p = memory_->allocate(slots * sizeof(NumericsSummary), why_not);
+    if (p == nullptr)
+      throw std::runtime_error("numerics statistics: no memory for " + std::to_string(slots) + " summaries: " + why_not);
+    blocks_.push_back({static_cast<NumericsSummary*>(p), slots});
+    capacity_ += slots;
+  }
+
+  const NumericsKernels* numerics_;
+  const MemoryKernels* memory_;
+  std::vector<Block> blocks_;
+  std::size_t capacity_ = 0;  // slots in every block
+  std::size_t taken_ = 0;
 };
 
 }  // namespace ampcheck::kernels

@@ -157,6 +157,15 @@ AMPCHECK_HD T unscale_element(T g, T inv_scale, bool& bad) {
   return out;
 }
 
+// One parameter of an update over all parameters at once: the weights the update reads and
+// writes (the fp32 master copy, or the parameter itself), the gradient (any float dtype,
+// read exactly), the buffers (SGD: state0 the momentum, or a View without data; Adam:
+// state0 exp_avg and state1 exp_avg_sq), and `copy`: with master weights, the parameter,
+// into which the updated weights are written rounded once to its dtype (else no data).
+struct UpdateTensor {
+  View weights, grad, state0, state1, copy;
+};
+
 struct TrainingKernels {
   // One SGD step of a parameter in place. grad may have another float dtype (it is read
   // exactly); momentum is the buffer in the compute type's dtype (f32, f64 for f64
@@ -165,6 +174,13 @@ struct TrainingKernels {
   // One Adam/AdamW step of a parameter in place; exp_avg and exp_avg_sq as momentum above.
   void (*adam)(const View& param, const View& grad, const View& exp_avg, const View& exp_avg_sq,
                const AdamStep& step);
+  // The same steps over every parameter at once, each as sgd / adam above, then its
+  // weights written into its copy. On CUDA one launch for all of them (a device table of
+  // the tensors and of fixed-size chunks of them, as PyTorch's fused and foreach
+  // optimizers); on the CPU one parameter after another. The bits are those of the
+  // per-parameter entries followed by a conversion.
+  void (*sgd_all)(const std::vector<UpdateTensor>& tensors, const SgdStep& step);
+  void (*adam_all)(const std::vector<UpdateTensor>& tensors, const AdamStep& step);
   // out[i] = grads[i] * inv_scale for every gradient at once (on CUDA: one launch), in
   // the compute type of out[i]'s dtype (f32, or f64), the reciprocal rounded once to it.
   // Returns whether any value, before or after the multiplication, was not finite;

@@ -19,8 +19,10 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -139,6 +141,28 @@ std::optional<CastTarget> cast_target(std::int64_t to);
 
 // The builders below: op_* take tensors, and host arrays where the table gives them as the
 // host form too; host_* take host arrays (and read float data there).
+
+// ---- onnx_attention.cpp: F.scaled_dot_product_attention as PyTorch's exporters write it ----
+// The nodes of one such group (indices into the graph's nodes), the last being `out`, the
+// MatMul by V; `add` is absent (-1) without a mask, whose value is the Add's input
+// mask_input; K's Transpose is the Mul's input k_side.
+struct AttentionGroup {
+  std::size_t mul_q = static_cast<std::size_t>(-1), transpose_k = static_cast<std::size_t>(-1),
+              mul_k = static_cast<std::size_t>(-1), scores = static_cast<std::size_t>(-1),
+              add = static_cast<std::size_t>(-1), softmax = static_cast<std::size_t>(-1),
+              out = static_cast<std::size_t>(-1);
+  std::size_t mask_input = 1, k_side = 0;
+  std::vector<std::size_t> nodes() const;  // in the graph's order of the form
+};
+// Every group of the graph whose intermediate values only the group reads (none of them
+// one of `graph_outputs`).
+std::vector<AttentionGroup> find_attention(const Graph& g, const std::set<std::string>& graph_outputs);
+// The group's output as one scaled_dot_product_attention over the values `value` gives
+// (each of the group's inputs is computed by then), or nothing when the values do not
+// have the form's meaning: the caller runs the group's nodes instead.
+std::optional<Tensor> run_attention(const AttentionGroup& a, const Graph& g,
+                                    const std::function<Value(const std::string&)>& value, Device device,
+                                    ExecContext& model);
 
 // ---- onnx_elementwise.cpp ----
 void op_binary(Exec& e);       // Add, Sub, Mul, Div

@@ -259,7 +259,12 @@ class OnnxModel : public Scope, public ExecContext {
     const Node* node;
     const OpDef* def;
     Scope* scope;
+    // F.scaled_dot_product_attention's nodes, ending at this one (onnx_attention.cpp): run
+    // as one op where the values allow, else `members` one by one.
+    std::shared_ptr<const AttentionGroup> attention = nullptr;
+    std::vector<Step> members = {};
   };
+  Step step_of(const Node& n);
   Scope* scope_for(const std::string& path);
 
   std::shared_ptr<const Graph> g_;
@@ -643,7 +648,29 @@ OnnxModel::OnnxModel(std::shared_ptr<const Graph> g, std::string output, std::ui
     if (!is_floating(t.dtype())) continue;
     base_[name].t = role == InitializerRole::parameter ? s->add_parameter(leaf, t) : s->add_buffer(leaf, t);
   }
-  for (const Node& n : graph.nodes) steps_.push_back({&n, find_def(n.op_type), scope_for(module_path_of(graph, n))});
+  // Attention as F.scaled_dot_product_attention wrote it: one step at its last node.
+  std::set<std::string> outputs = {output_};
+  for (const auto& o : graph.outputs) outputs.insert(o.name);
+  std::map<std::size_t, AttentionGroup> attention_at;
+  std::set<std::size_t> in_attention;
+  for (const AttentionGroup& a : find_attention(graph, outputs)) {
+    attention_at.emplace(a.out, a);
+    for (std::size_t k : a.nodes()) in_attention.insert(k);
+  }
+  for (std::size_t k = 0; k < graph.nodes.size(); ++k) {
+    const auto a = attention_at.find(k);
+    if (a == attention_at.end() && in_attention.count(k)) continue;
+    Step step = step_of(graph.nodes[k]);
+    if (a != attention_at.end()) {
+      step.attention = std::make_shared<const AttentionGroup>(a->second);
+      for (std::size_t m : a->second.nodes()) step.members.push_back(step_of(graph.nodes[m]));
+    }
+    steps_.push_back(std::move(step));
+  }
+}
+
+OnnxModel::Step OnnxModel::step_of(const Node& n) {
+  return {&n, find_def(n.op_type), scope_for(module_path_of(*g_, n))};
 }
 
 Scope* OnnxModel::scope_for(const std::string& path) {
@@ -687,8 +714,28 @@ std::vector<Tensor> OnnxModel::run(const std::vector<Tensor>& inputs, const std:
     else values[g_->inputs[k].name].t = inputs[k];
   }
   const Device device = inputs.empty() ? Device::cpu : inputs[0].device();
-  for (const Step& step : steps_) {
+  const auto value = [&](const std::string& name) { return name.empty() ? Value{} : values.at(name); };
+  std::function<void(const Step&)> run_step = [&](const Step& step) {
     const Node& n = *step.node;
+    if (step.attention) {
+      std::optional<Tensor> fused;
+      try {
+        step.scope->call([&] {
+          fused = run_attention(*step.attention, *g_, value, device, *this);
+          return Tensor();
+        });
+      } catch (const std::exception& ex) {
+        throw OnnxError(g_->path + ": " + n.label() +
+                        " with the attention nodes before it (run as one scaled_dot_product_attention, as PyTorch "
+                        "exported it) fails: " + ex.what());
+      }
+      if (fused) {
+        values[n.outputs[0]].t = *fused;
+        return;
+      }
+      for (const Step& m : step.members) run_step(m);
+      return;
+    }
     Exec e{{n}, {}, {}, *this, device};
     bool all_host = true;
     for (const std::string& in : n.inputs) {
@@ -739,7 +786,8 @@ std::vector<Tensor> OnnxModel::run(const std::vector<Tensor>& inputs, const std:
       }
       values[n.outputs[k]] = std::move(e.out[k]);
     }
-  }
+  };
+  for (const Step& step : steps_) run_step(step);
   std::vector<Tensor> out;
   for (const std::string& name : outputs) {
     auto it = values.find(name);

@@ -88,6 +88,60 @@ Tensor reorder(const Exec& e, const Tensor& t, const std::vector<std::int64_t>& 
   return take_rows(e, t, rows, {static_cast<std::int64_t>(rows.size())});
 }
 
+// Whether every direction's activations are those of PyTorch's layer of this type: LSTM
+// Sigmoid, Tanh, Tanh; GRU Sigmoid, Tanh; RNN Tanh or Relu.
+bool standard_activations(const std::string& op, const std::vector<std::vector<Activation>>& acts) {
+  for (const auto& f : acts) {
+    if (op == "LSTM" && !(f[0].name == "Sigmoid" && f[1].name == "Tanh" && f[2].name == "Tanh")) return false;
+    if (op == "GRU" && !(f[0].name == "Sigmoid" && f[1].name == "Tanh")) return false;
+    if (op == "RNN" && f[0].name != "Tanh" && f[0].name != "Relu") return false;
+  }
+  for (const auto& f : acts)
+    if (op == "RNN" && f[0].name != acts[0][0].name) return false;
+  return true;
+}
+
+// ONNX's gate blocks of W, R and B (LSTM i, o, f, c; GRU z, r, h) in PyTorch's order
+// (LSTM i, f, g, o; GRU r, z, n): slices of the file's tensors, so the gradients reach them.
+Tensor pytorch_gates(const Tensor& m, const std::string& op, std::int64_t hidden) {
+  std::vector<std::int64_t> order;
+  if (op == "LSTM") order = {0, 2, 3, 1};
+  else if (op == "GRU") order = {1, 0, 2};
+  else return m;
+  std::vector<Tensor> blocks;
+  for (std::int64_t k : order) blocks.push_back(slice(m, 0, k * hidden, (k + 1) * hidden));
+  return concat(blocks, 0);
+}
+
+// One direction as one op: x [T, B, I] in time order, the direction's W [G*H, I], R, B
+// [2*G*H], h0, c0 [B, H] (absent: zeros); the reverse direction reads the steps backwards
+// and its outputs are put back in time order.
+Tensor whole_layer(const Exec& e, Tensor x, const Tensor& w, const Tensor& r, const Tensor& b, const Tensor& h0,
+                   const Tensor& c0, const std::vector<Activation>& f, bool reverse) {
+  const std::string& op = e.node.op_type;
+  const std::int64_t steps = x.size(0), batch = x.size(1), hidden = r.size(1);
+  std::vector<std::int64_t> backwards;
+  if (reverse) {
+    for (std::int64_t t = 0; t < steps; ++t)
+      for (std::int64_t s = 0; s < batch; ++s) backwards.push_back((steps - 1 - t) * batch + s);
+    x = reshape(reorder(e, reshape(x, {steps * batch, x.size(2)}), backwards), {steps, batch, x.size(2)});
+  }
+  RnnInputs in;
+  in.x = x;
+  in.w_ih = pytorch_gates(w, op, hidden);
+  in.w_hh = pytorch_gates(r, op, hidden);
+  if (b.defined()) {
+    const std::int64_t gh = b.size(0) / 2;
+    in.b_ih = pytorch_gates(slice(b, 0, 0, gh), op, hidden);
+    in.b_hh = pytorch_gates(slice(b, 0, gh, 2 * gh), op, hidden);
+  }
+  in.h0 = h0;
+  in.c0 = c0;
+  Tensor y = op == "LSTM" ? lstm(in) : op == "GRU" ? gru(in) : f[0].name == "Relu" ? rnn_relu(in) : rnn_tanh(in);
+  if (reverse) y = reshape(reorder(e, reshape(y, {steps * batch, hidden}), backwards), {steps, batch, hidden});
+  return y;
+}
+
 }  // namespace
 
 std::optional<OnnxRefusal> check_recurrent(const NodeAttrs& a) {
@@ -163,11 +217,25 @@ void op_recurrent(Exec& e) {
   const auto acts = activations_of(e, dirs);
   auto wants = [&](std::size_t k) { return e.has_output(k) && e.model.consumed(e.node.outputs[k]); };
 
+  // The layer as PyTorch's nn.LSTM / nn.GRU / nn.RNN is one op over the whole sequence
+  // (lstm, gru, rnn_tanh, rnn_relu: one cuDNN call per pass on a GPU, as PyTorch runs it)
+  // where the node is what those layers export: PyTorch's activations, no peepholes, the
+  // GRU's reset after the product (linear_before_reset), every sequence full length, and
+  // the LSTM's final cell not read. Anything else runs step by step below.
+  const bool whole = steps > 0 && !ragged && !peep.defined() && (!gru || before_reset) && !(lstm && wants(2)) &&
+                     standard_activations(e.node.op_type, acts);
   std::vector<Tensor> ys, hs, cs;
   for (std::int64_t d = 0; d < dirs; ++d) {
     const bool reverse = (dirs == 2 && d == 1) || (dirs == 1 && e.attr_s("direction", "forward") == "reverse");
     const std::vector<Activation>& f = acts[static_cast<std::size_t>(d)];
     const Tensor wd = part(w, d), rd = part(r, d);
+    if (whole) {
+      const Tensor y = whole_layer(e, x, wd, rd, b.defined() ? part(b, d) : Tensor(), h0.defined() ? part(h0, d) : Tensor(),
+                                   c0.defined() ? part(c0, d) : Tensor(), f, reverse);  // [T, B, H], time order
+      hs.push_back(reshape(part(y, reverse ? 0 : steps - 1), {1, batch, hidden}));
+      if (wants(0)) ys.push_back(reshape(y, {steps, 1, batch, hidden}));
+      continue;
+    }
     Tensor wb, rb;
     if (b.defined()) {
       const Tensor bd = part(b, d);

@@ -20,7 +20,9 @@
 #      small (batch 8, sequence 1024) and BERT-base (batch 32, sequence 512) built and
 #      exported to ONNX here by PyTorch, trained by ampcheck at O0, O2 fp16 and O2 bf16 and
 #      by PyTorch (eager fp32, autocast fp16 + GradScaler, autocast bf16, torch.compile):
-#      step time, peak device memory, GPU time per kernel family (CUPTI), the issue's aims.
+#      step time, peak device memory, GPU time per kernel family (CUPTI), the issue's aims;
+#  11. several processes on the GPU: data parallel with 2 and 4 ranks, the found_inf
+#      consensus and a planted divergence read as on the CPU.
 # Writes bench/results/DATE-gpu-<gpu name>.{md,json} (naming the GPU, driver and
 # versions, from `ampcheck doctor --json`) even when a check fails, then exits 1 if any
 # did. Without a GPU it exits 1 at once, saying so.
@@ -492,6 +494,34 @@ else:
         problems.append("real sizes: " + real["error"])
     print(f"real sizes: {time.time() - t0:.0f} s, exit {rc}", flush=True)
 
+# ---- 11. several processes on the GPU (issue 44): data parallel with 2 and 4 ranks and
+# --device cuda. The gradient average goes over NCCL where every rank has a GPU of its own
+# (NCCL takes one rank per GPU); ranks that share one GPU reduce over the host (MPI), and
+# the run's distributed line says which. The found_inf consensus and the planted
+# divergence (tests/data/dp/rank_overflow.json, --dp-no-inf-reduce: each rank acts on its
+# own overflow) must read as on the CPU (tests/e2e/data_parallel.sh).
+ranks = []
+planted = f"{root}/tests/data/dp/rank_overflow.json"
+for nproc in (2, 4):
+    for name, args, want_rc, want in (
+            ("cnn O2", ["run", "--model", "cnn", "--level", "O2", "--steps", "30"], 0, "all in agreement"),
+            ("rank-local overflow", ["run", "--model", planted], 1, "alone"),
+            ("found_inf not reduced", ["run", "--model", planted, "--dp-no-inf-reduce"], 1, "ranks disagreed at step 2")):
+        report = f"{work}/ranks-{nproc}-{len(ranks)}.json"
+        try:
+            r = run(args + ["--nproc", str(nproc), "--device", "cuda", "--report", report], timeout=600)
+            rc, out = r.returncode, r.stdout + r.stderr
+        except subprocess.TimeoutExpired:
+            rc, out = "timeout", "still running after 600 s"
+        row = {"case": f"{name}, {nproc} ranks", "rc": rc, "ok": rc == want_rc and want in out,
+               "line": next((l.strip() for l in out.splitlines() if "Data parallel" in l or "ranks disagreed" in l), "")}
+        if not row["ok"]:
+            row["tail"] = out.strip().splitlines()[-6:]
+            problems.append(f"ranks on the GPU, {row['case']}: exit {rc} (want {want_rc}), "
+                            f"{'found' if want in out else 'lacks'} '{want}'")
+        ranks.append(row)
+        print("ranks: " + json.dumps(row), flush=True)
+
 # ---- the results files
 doctor = json.load(open(f"{work}/doctor.json"))
 gpu = doctor["cuda"]["gpus"][0]
@@ -531,7 +561,7 @@ doc = {"ampcheck_gpu_check": 1, "date": date, "gpu": gpu, "cpu": doctor["cpu"]["
                  "torch_note": torch_note,
                  "rows": bench},
        "cupti": cupti, "fp8": fp8, "inspector_overhead": overhead, "onnx": onnx_rows, "recorder": recorder_rows,
-       "real_models": {k: v for k, v in real.items() if k != "markdown"}, "problems": problems}
+       "real_models": {k: v for k, v in real.items() if k != "markdown"}, "ranks": ranks, "problems": problems}
 
 
 def num(v):
@@ -603,6 +633,10 @@ if recorder_rows:
     md += [f"| {r['case']} | {r['rc']} | {'yes' if r.get('ok') else '**no**'} | {r.get('seconds', '-')} | "
            f"{r.get('verdict', '')[:160]} |" for r in recorder_rows if r["case"] != "overhead"]
     md += ["", str(next((r["table"] for r in recorder_rows if r["case"] == "overhead"), ""))]
+if ranks:
+    md += ["", "## Several processes on the GPU (`--nproc`, `--device cuda`)", "",
+           "| case | exit | as on the CPU | the run's line |", "|---|---:|---|---|"]
+    md += [f"| {r['case']} | {r['rc']} | {'yes' if r['ok'] else '**no**'} | {r['line'][:200]} |" for r in ranks]
 errors = [f"- {r['sample']} {k[:-6]}: {v}" for r in bench for k, v in r.items() if k.endswith("_error")]
 if errors:
     md += ["", "Errors:", ""] + errors

@@ -38,6 +38,29 @@ TEST(CliSelftest, CpuAgainstItselfPassesAndPrintsTheTable) {
   EXPECT_TRUE(has(r.out, " 0 failed")) << r.out;
 }
 
+TEST(CliSelftest, TheOptimizerStepsRunBesideTheOps) {
+  // Without --op the optimizers' step over every parameter (not an op) is checked too: on
+  // the CPU against itself, the harness (the same seed, the same bits twice over).
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "ampcheck-cli-selftest-steps";
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path file = dir / "selftest.json";
+  const testing::CliResult r = testing::run_cli({"selftest", "--device", "cpu", "--dtype", "f64", "--json", file.string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("step: SGD (Nesterov, weight decay) step over every parameter"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("step: AdamW step over every parameter (fp32 masters of 4 f16 parameters, 3 steps): equal to "
+                       "the CPU bit for bit"),
+            std::string::npos)
+      << r.out;
+  const std::string last = r.out.substr(r.out.rfind('\n', r.out.size() - 2) + 1);
+  EXPECT_EQ(last.rfind("selftest: ", 0), 0u) << "the summary comes last: " << last;
+  std::ifstream in(file);
+  const Json j = Json::parse(in);
+  ASSERT_EQ(j.at("steps").size(), 2u);
+  for (const Json& row : j.at("steps")) EXPECT_EQ(row.at("status"), "pass") << row;
+  EXPECT_NE(j.dump().find("scaled_dot_product_attention"), std::string::npos) << "the new ops are cases";
+  std::filesystem::remove_all(dir);
+}
+
 TEST(CliSelftest, JsonHoldsEveryResult) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "ampcheck-cli-selftest";
   std::filesystem::create_directories(dir);

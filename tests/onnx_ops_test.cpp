@@ -7,14 +7,17 @@
 // tests of these ops run in onnx_conformance_test.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
 #include "cli_harness.h"
 #include "engine/autograd.h"
+#include "engine/hooks.h"
 #include "models/arrays.h"
 #include "models/onnx_file.h"
 #include "models/onnx_model.h"
@@ -66,6 +69,96 @@ TEST(OnnxPytorchOps, ForwardMatchesPytorchsOutputs) {
     std::vector<Tensor> inputs;
     for (const auto& in : g->inputs) inputs.push_back(array_named(arrays, in.name).to_tensor());
     expect_close(run_onnx(*model, inputs, {"output"}).at(0), array_named(arrays, "output"), name);
+  }
+}
+
+// The ops a model's forward runs, by name, in order.
+struct OpsSeen : Observer {
+  std::vector<std::string> ops;
+  OpsSeen() { add_observer(this); }
+  ~OpsSeen() override { remove_observer(this); }
+  OpsSeen(const OpsSeen&) = delete;
+  OpsSeen& operator=(const OpsSeen&) = delete;
+  void on_op_begin(const OpEvent& e) override {
+    if (e.phase == Phase::forward && !e.inserted_cast) ops.emplace_back(op_name(e.op));
+  }
+  int count(const std::string& op) const { return static_cast<int>(std::count(ops.begin(), ops.end(), op)); }
+};
+
+TEST(OnnxPytorchOps, ScaledDotProductAttentionRunsAsOneOpAndAttentionByHandAsWritten) {
+  // attention.onnx (make_models.py): F.scaled_dot_product_attention with is_causal and
+  // with an additive mask, and attention written by hand, all over one projection. The two
+  // SDPA calls run as scaled_dot_product_attention (the causal one recognised from its
+  // constant -inf mask), the hand-written one as MatMul, Div, Softmax, MatMul; the output
+  // is PyTorch's.
+  const auto g = graph_of(kModels + "attention.onnx");
+  const auto arrays = read_npz(kModels + "attention.npz");
+  auto model = build_onnx(g, "", 0);
+  model->eval();
+  const Tensor x = array_named(arrays, "input").to_tensor();
+  Tensor y;
+  {
+    OpsSeen seen;
+    NoGradGuard no_grad;
+    y = run_onnx(*model, {x}, {"output"}).at(0);
+    EXPECT_EQ(seen.count("scaled_dot_product_attention"), 2);
+    EXPECT_EQ(seen.count("softmax"), 1);  // the hand-written one
+  }
+  expect_close(y, array_named(arrays, "output"), "attention");
+
+  // Trained: the gradient of the fused ops flows to the projection's weight, as the
+  // unfused graph's would (against central differences of the imported forward in f64).
+  auto f64 = build_onnx(g, "", 0);
+  f64->cast_parameters(DType::f64);
+  const Tensor x64 = x.to(DType::f64);
+  Tensor w;
+  for (auto& [name, p] : f64->named_parameters())
+    if (name.find("qkv") != std::string::npos && p.dim() == 2) w = p;
+  ASSERT_TRUE(w.defined());
+  sum(run_onnx(*f64, {x64}, {"output"}).at(0)).backward();
+  const std::vector<double> grad = w.grad().to_f64();
+  std::vector<double> values = w.to_f64();
+  NoGradGuard no_grad;
+  for (std::size_t i : {std::size_t{0}, std::size_t{37}, std::size_t{300}, std::size_t{700}}) {
+    const double h = 1e-6, keep = values[i];
+    auto loss_at = [&](double value) {
+      values[i] = value;
+      w.copy_from(Tensor::from(values, w.shape(), DType::f64));
+      return run_onnx(*f64, {x64}, {"output"}).at(0).to_f64();
+    };
+    const std::vector<double> up = loss_at(keep + h), down = loss_at(keep - h);
+    loss_at(keep);
+    double numeric = 0;
+    for (std::size_t k = 0; k < up.size(); ++k) numeric += (up[k] - down[k]) / (2 * h);
+    EXPECT_NEAR(grad[i], numeric, 1e-6 * (1 + std::fabs(numeric))) << "qkv.weight element " << i;
+  }
+}
+
+TEST(OnnxPytorchOps, RecurrentLayersRunAsOneOpPerLayerAndDirection) {
+  // PyTorch's nn.LSTM / nn.GRU / nn.RNN exports run as the framework runs them: one op per
+  // layer and direction over the whole sequence (one cuDNN call on a GPU), not one cell per
+  // step. lstm.onnx: 2 layers, bidirectional; gru.onnx: bidirectional; rnn_relu.onnx: one.
+  // Their outputs are PyTorch's (ForwardMatchesPytorchsOutputs); the step-by-step path
+  // keeps what the ops do not take (sequence lengths, peepholes: lstm_seq_lens.onnx).
+  const std::vector<std::tuple<std::string, std::string, int>> expected = {
+      {"lstm", "lstm", 4}, {"gru", "gru", 2}, {"rnn_relu", "rnn_relu", 1}, {"lstm_seq_lens", "lstm", 0}};
+  for (const auto& [file, op, count] : expected) {
+    const auto g = graph_of(kModels + file + ".onnx");
+    const auto arrays = read_npz(kModels + file + ".npz");
+    auto model = build_onnx(g, "", 0);
+    model->eval();
+    OpsSeen seen;
+    NoGradGuard no_grad;
+    std::vector<Tensor> inputs;
+    for (const auto& in : g->inputs) inputs.push_back(array_named(arrays, in.name).to_tensor());
+    run_onnx(*model, inputs, {g->outputs.at(0).name});
+    EXPECT_EQ(seen.count(op), count) << file;
+    const int cells = seen.count("sigmoid") + seen.count("tanh") + seen.count("relu");
+    if (count > 0) {
+      EXPECT_EQ(cells, 0) << file << ": no cell runs step by step";
+    } else {
+      EXPECT_GT(cells, 0) << file << " runs step by step";
+    }
   }
 }
 

@@ -213,6 +213,62 @@ TEST(Optimizers, LowPrecisionParametersUpdateInF32AndRoundOnce) {
     EXPECT_EQ(got[i], Tensor::from(std::vector<double>{static_cast<float>(want[i])}, {1}, DType::f16).item());
 }
 
+TEST(Optimizers, OneStepOverAllParametersKeepsEachOnesRule) {
+  // A step updates every parameter at once (one launch on a GPU). Each keeps its own rule:
+  // b's momentum buffer starts at its first gradient (step 2) while a's carries on, a
+  // parameter without a gradient is left alone, and parameters of different dtypes (f64,
+  // f32) update in their own compute types. Against the rule in f64 per parameter.
+  const double lr = 0.1, mu = 0.9;
+  Tensor a = Tensor::from(std::vector<double>{1.0, -2.0}, {2}, DType::f64).set_requires_grad();
+  Tensor b = Tensor::from(std::vector<double>{0.5, 0.25, -1.0}, {3}, DType::f64).set_requires_grad();
+  Tensor c = Tensor::from(std::vector<double>{3.0}, {1}, DType::f64).set_requires_grad();
+  optim::SGD opt({{"a", a}, {"b", b}, {"c", c}}, lr, {mu, 0, 0, false});
+  std::vector<double> pa = {1.0, -2.0}, pb = {0.5, 0.25, -1.0}, ba(2), bb(3);
+  const std::vector<std::vector<double>> ga = {{0.5, -1.0}, {0.25, 0.75}, {-0.5, 1.5}};
+  const std::vector<std::vector<double>> gb = {{}, {1.0, -0.5, 0.125}, {0.5, 0.5, -2.0}};
+  for (std::size_t step = 0; step < 3; ++step) {
+    opt.zero_grad();
+    a.set_grad(Tensor::from(ga[step], {2}, DType::f64));
+    if (!gb[step].empty()) b.set_grad(Tensor::from(gb[step], {3}, DType::f64));
+    opt.step();
+    for (std::size_t i = 0; i < 2; ++i) {
+      ba[i] = step == 0 ? ga[step][i] : mu * ba[i] + ga[step][i];
+      pa[i] -= lr * ba[i];
+    }
+    if (!gb[step].empty())
+      for (std::size_t i = 0; i < 3; ++i) {
+        bb[i] = step == 1 ? gb[step][i] : mu * bb[i] + gb[step][i];
+        pb[i] -= lr * bb[i];
+      }
+    const std::vector<double> got_a = a.to_f64(), got_b = b.to_f64();
+    for (std::size_t i = 0; i < 2; ++i) EXPECT_NEAR(got_a[i], pa[i], 1e-15) << "a, step " << step;
+    for (std::size_t i = 0; i < 3; ++i) EXPECT_NEAR(got_b[i], pb[i], 1e-15) << "b, step " << step;
+    EXPECT_EQ(c.item(), 3.0);
+  }
+}
+
+TEST(Optimizers, MasterWeightsAreWrittenIntoTheParametersRoundedOnce) {
+  // O2: every f16 parameter's f32 master takes the Adam step; the parameter becomes the
+  // master rounded once to f16, for all parameters of the step at once.
+  Tensor a = Tensor::from(std::vector<double>{1.0, -2.0, 0.5}, {3}, DType::f16).set_requires_grad();
+  Tensor b = Tensor::from(std::vector<double>{0.1, 7.0}, {2}, DType::f16).set_requires_grad();
+  optim::Adam opt({{"a", a}, {"b", b}}, 1e-3);
+  opt.enable_master_weights();
+  for (int step = 0; step < 3; ++step) {
+    a.set_grad(Tensor::from(std::vector<double>{0.5, -1.0, 2.0}, {3}, DType::f16));
+    b.set_grad(Tensor::from(std::vector<double>{-3.0, 0.25}, {2}, DType::f16));
+    opt.step();
+  }
+  for (std::size_t i = 0; i < 2; ++i) {
+    const Tensor& p = opt.params()[i].second;
+    const Tensor& m = opt.master(i);
+    EXPECT_EQ(m.dtype(), DType::f32);
+    EXPECT_EQ(p.dtype(), DType::f16);
+    EXPECT_EQ(p.to_f64(), m.to(DType::f16).to_f64()) << opt.params()[i].first;
+    EXPECT_NE(m.to_f64(), p.to_f64()) << "the master keeps what f16 cannot hold";
+  }
+}
+
 TEST(Optimizers, ClipGradNormScalesToTheLimit) {
   Tensor a = Tensor::zeros({1}, DType::f64).set_requires_grad(), b = Tensor::zeros({1}, DType::f64).set_requires_grad();
   a.set_grad(Tensor::from(std::vector<double>{3}, {1}, DType::f64));

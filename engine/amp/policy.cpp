@@ -30,6 +30,10 @@ const std::map<std::string_view, Op>& aliases() {
       {"swish", Op::silu},             {"masked_fill_", Op::masked_fill},
       {"transpose2", Op::permute},     {"reshape2", Op::reshape},
       {"square_error_cost", Op::mse_loss},
+      {"flash_attn", Op::scaled_dot_product_attention},
+      {"_scaled_dot_product_flash_attention", Op::scaled_dot_product_attention},
+      {"_scaled_dot_product_efficient_attention", Op::scaled_dot_product_attention},
+      {"_scaled_dot_product_cudnn_attention", Op::scaled_dot_product_attention},
   };
   return table;
 }
@@ -122,6 +126,11 @@ std::string_view paddle_op_name(Op op) {
     case Op::linear: return "matmul_v2";  // paddle.nn.Linear runs matmul_v2 + elementwise_add
     case Op::fp8_linear: return "fp8_fp8_half_gemm_fused";  // paddle.linalg's fp8 GEMM
     case Op::bmm: return "bmm";
+    case Op::scaled_dot_product_attention: return "flash_attn";  // paddle.nn.functional.scaled_dot_product_attention
+    case Op::lstm:
+    case Op::gru:
+    case Op::rnn_tanh:
+    case Op::rnn_relu: return "rnn";  // paddle.nn.LSTM / GRU / SimpleRNN run the rnn op (cuDNN)
     case Op::conv2d: return "conv2d";
     case Op::batch_norm: return "batch_norm";
     case Op::layer_norm: return "layer_norm";
@@ -188,6 +197,11 @@ std::string_view torch_op_name(Op op) {
     case Op::matmul:
     case Op::linear:
     case Op::bmm:
+    case Op::scaled_dot_product_attention:
+    case Op::lstm:
+    case Op::gru:
+    case Op::rnn_tanh:
+    case Op::rnn_relu:
     case Op::conv2d:
     case Op::batch_norm:
     case Op::layer_norm:

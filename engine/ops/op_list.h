@@ -17,6 +17,12 @@
   X(matmul, 2, lower)                \
   X(linear, -1, lower)               \
   X(bmm, 2, lower)                   \
+  X(scaled_dot_product_attention, -1, lower) \
+  /* recurrent layers: a whole sequence */ \
+  X(lstm, -1, lower)                 \
+  X(gru, -1, lower)                  \
+  X(rnn_tanh, -1, lower)             \
+  X(rnn_relu, -1, lower)             \
   X(fp8_linear, -1, follow)          \
   X(conv2d, -1, lower)               \
   /* normalisation */                \

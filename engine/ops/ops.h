@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "engine/ops/registry.h"
@@ -26,6 +27,25 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});  
 // meta's scales, the fp8 GEMM, the amaxes written back into the meta.
 Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, std::shared_ptr<Fp8LinearMeta> meta);
 Tensor bmm(const Tensor& a, const Tensor& b);  // [B,M,K] x [B,K,N]
+// PyTorch's F.scaled_dot_product_attention: softmax(scale Q K^T + mask) V over the last
+// two dims of Q [..., L, E], K [..., S, E], V [..., S, Ev] (the same leading dims); the
+// mask (optional) is additive and broadcasts to [..., L, S]; scale defaults to
+// 1 / sqrt(E); causal hides key j from query i where j > i. engine/ops/attention.cpp.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask = {},
+                                    std::optional<double> scale = std::nullopt, bool causal = false);
+
+// ---- recurrent layers: one layer, one direction, a whole time-major sequence ----
+// PyTorch's nn.LSTM / nn.GRU / nn.RNN gate order and equations (kernels/rnn_kernels.h):
+// x [T, B, I], w_ih [G*H, I], w_hh [G*H, H], optional b_ih, b_hh [G*H] (both or
+// neither), h0 and (LSTM) c0 [B, H]; the result is every step's h, [T, B, H].
+// engine/ops/rnn.cpp.
+struct RnnInputs {
+  Tensor x, w_ih, w_hh, b_ih, b_hh, h0, c0;
+};
+Tensor lstm(const RnnInputs& in);
+Tensor gru(const RnnInputs& in);
+Tensor rnn_tanh(const RnnInputs& in);
+Tensor rnn_relu(const RnnInputs& in);
 
 // ---- convolution and pooling, NCHW ----
 struct Conv2dOptions {

@@ -56,6 +56,13 @@ struct CrossEntropyParams { double label_smoothing = 0; };
 struct DropoutParams { double p = 0.5; bool training = true; std::uint64_t seed = 0, offset = 0; };
 struct FillParams { double value = 0; };            // masked_fill
 struct CastParams { DType dtype = DType::f32; };
+// scaled_dot_product_attention (PyTorch's F.scaled_dot_product_attention): the scale of
+// Q K^T (absent: 1 / sqrt(head_dim)) and whether a query sees only the keys up to its own
+// position (is_causal).
+struct AttentionParams {
+  std::optional<double> scale;
+  bool causal = false;
+};
 // An fp8 Linear's scaling state for one GEMM, as TransformerEngine keeps it in fp8_meta:
 // the formats and scales its casts use this step (set by the module from its recipe) and
 // the amaxes those casts measure (written by the op: the input's and the weight's in the
@@ -83,7 +90,7 @@ struct Fp8LinearParams { std::shared_ptr<Fp8LinearMeta> meta; };
 using Params = std::variant<NoParams, ScalarParams, ClampParams, GeluParams, ReduceParams,
                             DimParams, ShapeParams, PermuteParams, SliceParams, ConvParams,
                             PoolParams, BatchNormParams, LayerNormParams, CrossEntropyParams,
-                            DropoutParams, FillParams, CastParams, Fp8LinearParams>;
+                            DropoutParams, FillParams, CastParams, AttentionParams, Fp8LinearParams>;
 
 // Intermediate values a forward keeps for its backward (a mask, the batch statistics).
 struct Saved {

@@ -85,37 +85,55 @@ void Optimizer::step() {
   NoGradGuard no_grad;
   const PhaseScope phase(Phase::optimizer);
   const bool observe = observed();
+  std::vector<std::size_t> updated;
+  std::vector<Target> targets;
+  std::vector<Tensor> before;
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    const Tensor g = gradient(i);
+    Tensor g = gradient(i);
     if (!g.defined()) continue;
     auto& [name, p] = params_[i];
-    const Tensor before = observe ? p.clone() : Tensor();
-    update_one(i, g);
-    if (observe) {
-      ParamUpdate u;
-      u.name = name;
-      u.step = state_.step;
-      u.before = &before;
-      u.after = &p;
-      u.grad = &g;
-      u.master = masters_.empty() ? nullptr : &masters_[i];
-      u.state = &state_.buffers[name];
-      hooks::param_update(u);
-    }
+    if (observe) before.push_back(p.clone());
+    // The update kernels read a gradient of another float dtype exactly
+    // (training_kernels.h): no f32 copy of a low-precision gradient first.
+    if (masters_.empty()) targets.push_back({&p, g, &state_.buffers[name], nullptr});
+    else targets.push_back({&masters_[i], g, &state_.buffers[name], &p});
+    updated.push_back(i);
+  }
+  if (!targets.empty()) update(targets, state_.step);
+  if (!observe) return;
+  for (std::size_t k = 0; k < updated.size(); ++k) {
+    const std::size_t i = updated[k];
+    ParamUpdate u;
+    u.name = params_[i].first;
+    u.step = state_.step;
+    u.before = &before[k];
+    u.after = &params_[i].second;
+    u.grad = &targets[k].grad;
+    u.master = masters_.empty() ? nullptr : &masters_[i];
+    u.state = &state_.buffers[params_[i].first];
+    hooks::param_update(u);
   }
 }
 
-void Optimizer::update_one(std::size_t i, const Tensor& g) {
-  auto& [name, p] = params_[i];
-  if (masters_.empty()) {
-    update(p, g, state_.buffers[name], state_.step);
-    return;
-  }
-  Tensor& m = masters_[i];
-  // The update kernels read a gradient of another float dtype exactly (training_kernels.h):
-  // no f32 copy of a low-precision gradient first.
-  update(m, g, state_.buffers[name], state_.step);
-  p.copy_from(m);  // the low-precision copy, re-derived from the master
+kernels::UpdateTensor Optimizer::update_tensor(const Target& t, const Tensor* state0, const Tensor* state1,
+                                               const char* op) {
+  common_device(op, {t.weights, &t.grad, state0, state1, t.copy});
+  kernels::UpdateTensor u;
+  u.weights = view_of(*t.weights);
+  u.grad = view_of(t.grad);
+  if (state0 != nullptr) u.state0 = view_of(*state0);
+  if (state1 != nullptr) u.state1 = view_of(*state1);
+  if (t.copy != nullptr) u.copy = view_of(*t.copy);
+  return u;
+}
+
+void Optimizer::per_device(const std::vector<Target>& targets, const std::vector<kernels::UpdateTensor>& tensors,
+                           const std::function<void(const TrainingKernels&, const std::vector<kernels::UpdateTensor>&)>& run) {
+  std::vector<kernels::UpdateTensor> on_cpu, on_gpu;
+  for (std::size_t k = 0; k < tensors.size(); ++k)
+    (targets[k].weights->device() == Device::cuda ? on_gpu : on_cpu).push_back(tensors[k]);
+  if (!on_cpu.empty()) run(kernels_on<TrainingKernels>(Device::cpu), on_cpu);
+  if (!on_gpu.empty()) run(kernels_on<TrainingKernels>(Device::cuda), on_gpu);
 }
 
 void Optimizer::zero_grad() {
@@ -212,20 +230,33 @@ SGD::SGD(NamedParams params, double lr, Options o) : Optimizer(std::move(params)
     throw std::invalid_argument("SGD: Nesterov momentum needs momentum > 0 and dampening 0");
 }
 
-void SGD::update(Tensor& p, const Tensor& g, std::map<std::string, Tensor>& buffers, std::int64_t) {
+void SGD::update(const std::vector<Target>& targets, std::int64_t) {
   kernels::SgdStep step;
   step.lr = lr();
   step.weight_decay = o_.weight_decay;
   step.momentum = o_.momentum;
   step.one_minus_dampening = 1 - o_.dampening;
   step.nesterov = o_.nesterov;
-  if (o_.momentum == 0) {
-    dispatch<TrainingKernels>("SGD step", {&p, &g}).sgd(view_of(p), view_of(g), kernels::View{}, step);
-    return;
+  // The parameters whose momentum buffer starts now (it takes the gradient as it is), and
+  // the others: one call each.
+  std::vector<bool> starts;
+  for (const Target& t : targets)
+    starts.push_back(o_.momentum != 0 && t.buffers->find("momentum_buffer") == t.buffers->end());
+  for (const bool first : {true, false}) {
+    std::vector<Target> some;
+    std::vector<kernels::UpdateTensor> tensors;
+    for (std::size_t k = 0; k < targets.size(); ++k) {
+      if (starts[k] != first) continue;
+      const Target& t = targets[k];
+      Tensor* b = o_.momentum != 0 ? &buffer(*t.buffers, "momentum_buffer", *t.weights) : nullptr;
+      some.push_back(t);
+      tensors.push_back(update_tensor(t, b, nullptr, "SGD step"));
+    }
+    step.first = first;
+    per_device(some, tensors, [&](const TrainingKernels& k, const std::vector<kernels::UpdateTensor>& on) {
+      k.sgd_all(on, step);
+    });
   }
-  step.first = buffers.find("momentum_buffer") == buffers.end();
-  Tensor& b = buffer(buffers, "momentum_buffer", p);
-  dispatch<TrainingKernels>("SGD step", {&p, &g, &b}).sgd(view_of(p), view_of(g), view_of(b), step);
 }
 
 // ---- Adam (PyTorch): g += wd p (Adam) or p *= 1 - lr wd (AdamW);
@@ -237,9 +268,7 @@ Adam::Adam(NamedParams params, double lr, Options o) : Optimizer(std::move(param
                                 std::to_string(o.beta2));
 }
 
-void Adam::update(Tensor& p, const Tensor& g, std::map<std::string, Tensor>& buffers, std::int64_t step) {
-  Tensor& m = buffer(buffers, "exp_avg", p);
-  Tensor& v = buffer(buffers, "exp_avg_sq", p);
+void Adam::update(const std::vector<Target>& targets, std::int64_t step) {
   const double lr_d = lr(), b1 = o_.beta1, b2 = o_.beta2;
   kernels::AdamStep s;
   s.lr_over_bias1 = lr_d / (1 - std::pow(b1, static_cast<double>(step)));
@@ -252,7 +281,15 @@ void Adam::update(Tensor& p, const Tensor& g, std::map<std::string, Tensor>& buf
   s.weight_decay = o_.weight_decay;
   s.decay = 1 - lr_d * o_.weight_decay;
   s.decoupled = o_.decoupled;
-  dispatch<TrainingKernels>("Adam step", {&p, &g, &m, &v}).adam(view_of(p), view_of(g), view_of(m), view_of(v), s);
+  std::vector<kernels::UpdateTensor> tensors;
+  for (const Target& t : targets) {
+    Tensor& m = buffer(*t.buffers, "exp_avg", *t.weights);
+    Tensor& v = buffer(*t.buffers, "exp_avg_sq", *t.weights);
+    tensors.push_back(update_tensor(t, &m, &v, "Adam step"));
+  }
+  per_device(targets, tensors, [&](const TrainingKernels& k, const std::vector<kernels::UpdateTensor>& on) {
+    k.adam_all(on, s);
+  });
 }
 
 double clip_grad_norm(Optimizer& optimizer, double max_norm) {

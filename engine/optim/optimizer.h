@@ -2,16 +2,19 @@
 // rules; gradient clipping by global norm; state that can be saved and loaded.
 // Updates compute in f32 or f64 ("opmath") and round once into each parameter's dtype,
 // on the parameter's device (kernels/training_kernels.h), where its master weight and
-// its buffers live too.
+// its buffers live too. A step updates every parameter at once: on a GPU one launch for
+// all of them, the master weights written back into the parameters in the same pass.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "engine/tensor.h"
+#include "kernels/training_kernels.h"
 
 namespace ampcheck::optim {
 
@@ -56,12 +59,25 @@ class Optimizer {
   void load(const std::string& path);
 
  protected:
-  // Updates one parameter in place from its gradient; `buffers` persist across steps.
-  virtual void update(Tensor& param, const Tensor& grad, std::map<std::string, Tensor>& buffers,
-                      std::int64_t step) = 0;
-
- private:
-  void update_one(std::size_t i, const Tensor& g);  // through the master, if any
+  // One parameter of a step: the weights the update changes in place (its master, or the
+  // parameter itself), its gradient, its buffers (which persist across steps) and, with
+  // master weights, the parameter, into which the updated weights are written.
+  struct Target {
+    Tensor* weights;
+    Tensor grad;
+    std::map<std::string, Tensor>* buffers;
+    Tensor* copy;
+  };
+  // Updates every target at once (one kernel launch per device for all of them).
+  virtual void update(const std::vector<Target>& targets, std::int64_t step) = 0;
+  // The kernels' view of each target, checked to live on one device ("op" names the step).
+  static kernels::UpdateTensor update_tensor(const Target& t, const Tensor* state0, const Tensor* state1,
+                                             const char* op);
+  // Runs `run(kernels, tensors)` once for the tensors on the CPU and once for those on the
+  // GPU (targets[k] is the device's of tensors[k]).
+  static void per_device(const std::vector<Target>& targets, const std::vector<kernels::UpdateTensor>& tensors,
+                         const std::function<void(const kernels::TrainingKernels&,
+                                                  const std::vector<kernels::UpdateTensor>&)>& run);
 
   NamedParams params_;
   std::vector<Tensor> masters_;    // empty, or one f32/f64 copy per parameter
@@ -80,8 +96,7 @@ class SGD : public Optimizer {
   SGD(NamedParams params, double lr) : SGD(std::move(params), lr, Options{}) {}
 
  protected:
-  void update(Tensor& param, const Tensor& grad, std::map<std::string, Tensor>& buffers,
-              std::int64_t step) override;
+  void update(const std::vector<Target>& targets, std::int64_t step) override;
 
  private:
   Options o_;
@@ -97,8 +112,7 @@ class Adam : public Optimizer {
   Adam(NamedParams params, double lr) : Adam(std::move(params), lr, Options{}) {}
 
  protected:
-  void update(Tensor& param, const Tensor& grad, std::map<std::string, Tensor>& buffers,
-              std::int64_t step) override;
+  void update(const std::vector<Target>& targets, std::int64_t step) override;
 
  private:
   Options o_;

@@ -26,15 +26,12 @@ std::string check(CUptiResult result, std::string_view call) {
          std::to_string(static_cast<int>(result)) + ")";
 }
 
-// What the callbacks share with the tracer's thread. CUPTI may complete buffers on its
-// own thread, so everything here is under the mutex.
+// What the callbacks share with the tracer: the sink, set and let go under the mutex, so
+// that a callback on CUPTI's thread never uses a sink being destroyed.
 struct State {
   std::mutex mutex;
-  BufferSettings settings;
-  std::size_t outstanding = 0;  // buffers handed to CUPTI and not back yet
+  BufferSink* sink = nullptr;
   bool registered = false;
-  std::vector<ActivityBatch> completed;
-  std::vector<std::string> errors;
 };
 // Never destroyed: CUPTI may hand back a buffer while the process exits.
 State& state() {
@@ -42,60 +39,35 @@ State& state() {
   return *s;
 }
 
-// CUPTI wants 8-byte aligned buffers (ACTIVITY_RECORD_ALIGNMENT).
-constexpr std::size_t kAlign = 8;
-
 void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size, std::size_t* max_records) {
   *max_records = 0;  // as many as fit
   *buffer = nullptr;
   *size = 0;
   State& s = state();
   std::lock_guard lock(s.mutex);
-  if (s.outstanding >= s.settings.max_buffers) return;  // CUPTI drops records and counts them
-  const std::size_t bytes = (s.settings.bytes + kAlign - 1) / kAlign * kAlign;
-  auto* p = static_cast<std::uint8_t*>(std::aligned_alloc(kAlign, bytes));
-  if (p == nullptr) return;
-  ++s.outstanding;
-  *buffer = p;
-  *size = bytes;
+  if (s.sink == nullptr) return;  // CUPTI drops records and counts them
+  std::size_t bytes = 0;
+  *buffer = s.sink->lend(bytes);
+  if (*buffer != nullptr) *size = bytes;
 }
 
+// Only hands the buffer over: its records are walked on the tracer's worker thread.
 void CUPTIAPI buffer_completed(CUcontext context, std::uint32_t stream, std::uint8_t* buffer,
                                std::size_t /*size*/, std::size_t valid) {
-  ActivityBatch batch;
-  std::vector<std::string> errors;
-  if (buffer != nullptr && valid > 0) {
-    CUpti_Activity* record = nullptr;
-    for (;;) {
-      const CUptiResult r = cuptiActivityGetNextRecord(buffer, valid, &record);
-      g_calls.fetch_add(1, std::memory_order_relaxed);
-      if (r == CUPTI_SUCCESS) {
-        translate(record, batch);
-      } else if (r == CUPTI_ERROR_MAX_LIMIT_REACHED) {
-        break;  // the end of the buffer
-      } else if (r == CUPTI_ERROR_INVALID_KIND) {
-        ++batch.invalid;  // an incomplete or unreadable record: the rest cannot be walked
-        break;
-      } else {
-        ++batch.invalid;
-        errors.push_back(check(r, "cuptiActivityGetNextRecord"));
-        break;
-      }
-    }
-  }
+  CompletedBuffer done;
+  done.data = buffer;
+  done.valid = buffer != nullptr ? valid : 0;
   std::size_t dropped = 0;
-  if (std::string e = check(cuptiActivityGetNumDroppedRecords(context, stream, &dropped),
-                            "cuptiActivityGetNumDroppedRecords");
-      !e.empty())
-    errors.push_back(std::move(e));
-  batch.dropped = dropped;
-  std::free(buffer);
+  done.error = check(cuptiActivityGetNumDroppedRecords(context, stream, &dropped), "cuptiActivityGetNumDroppedRecords");
+  done.dropped = dropped;
 
   State& s = state();
   std::lock_guard lock(s.mutex);
-  if (buffer != nullptr && s.outstanding > 0) --s.outstanding;
-  if (!batch.empty()) s.completed.push_back(std::move(batch));
-  for (std::string& e : errors) s.errors.push_back(std::move(e));
+  if (s.sink != nullptr) {
+    s.sink->completed(std::move(done));
+  } else {
+    std::free(buffer);  // lent before the sink was let go (BufferSink::lend)
+  }
 }
 
 struct Kind {
@@ -193,21 +165,21 @@ void translate(const void* raw, ActivityBatch& batch) {
   ++batch.other;
 }
 
-std::string enable(const BufferSettings& settings) {
+std::string enable(BufferSink& sink) {
   State& s = state();
   bool register_now = false;
   {
     std::lock_guard lock(s.mutex);
-    s.settings = settings;
-    s.completed.clear();  // what a previous tracer left behind is not this one's
-    s.errors.clear();
+    s.sink = &sink;
     register_now = !s.registered;
   }
   if (register_now) {
     if (std::string e = check(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed),
                               "cuptiActivityRegisterCallbacks");
-        !e.empty())
+        !e.empty()) {
+      release_sink();
       return e;
+    }
     std::lock_guard lock(s.mutex);
     s.registered = true;
   }
@@ -215,6 +187,7 @@ std::string enable(const BufferSettings& settings) {
     if (std::string e = check(cuptiActivityEnable(kKinds[i].kind), kKinds[i].call); !e.empty()) {
       for (std::size_t j = 0; j < i; ++j)
         (void)check(cuptiActivityDisable(kKinds[j].kind), "cuptiActivityDisable");
+      release_sink();
       return e;
     }
   }
@@ -230,6 +203,12 @@ std::string disable() {
   return first;
 }
 
+void release_sink() {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  s.sink = nullptr;
+}
+
 std::string push(std::uint64_t external) {
   return check(cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, external),
                "cuptiActivityPushExternalCorrelationId(CUSTOM0)");
@@ -242,21 +221,32 @@ std::string pop() {
 }
 
 std::string flush(bool forced) {
-  // Not under the mutex: CUPTI may complete buffers on this thread, inside the call.
+  // Not under the mutex: CUPTI calls buffer_completed on this thread, inside the call.
   return check(cuptiActivityFlushAll(forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0),
                forced ? "cuptiActivityFlushAll(FLUSH_FORCED)" : "cuptiActivityFlushAll");
 }
 
-std::vector<ActivityBatch> take_completed() {
-  State& s = state();
-  std::lock_guard lock(s.mutex);
-  return std::exchange(s.completed, {});
-}
-
-std::vector<std::string> take_errors() {
-  State& s = state();
-  std::lock_guard lock(s.mutex);
-  return std::exchange(s.errors, {});
+ActivityBatch parse(std::uint8_t* buffer, std::size_t valid, std::vector<std::string>& errors) {
+  ActivityBatch batch;
+  if (buffer == nullptr || valid == 0) return batch;
+  CUpti_Activity* record = nullptr;
+  for (;;) {
+    const CUptiResult r = cuptiActivityGetNextRecord(buffer, valid, &record);
+    g_calls.fetch_add(1, std::memory_order_relaxed);
+    if (r == CUPTI_SUCCESS) {
+      translate(record, batch);
+    } else if (r == CUPTI_ERROR_MAX_LIMIT_REACHED) {
+      break;  // the end of the buffer
+    } else if (r == CUPTI_ERROR_INVALID_KIND) {
+      ++batch.invalid;  // an incomplete or unreadable record: the rest cannot be walked
+      break;
+    } else {
+      ++batch.invalid;
+      errors.push_back(check(r, "cuptiActivityGetNextRecord"));
+      break;
+    }
+  }
+  return batch;
 }
 
 std::uint64_t timestamp() {

@@ -11,13 +11,13 @@ std::string none() { return std::string(kNone); }
 }  // namespace
 
 std::string_view missing() { return kNone; }
-std::string enable(const BufferSettings&) { return none(); }
+std::string enable(BufferSink&) { return none(); }
 std::string disable() { return {}; }
+void release_sink() {}
 std::string push(std::uint64_t) { return none(); }
 std::string pop() { return none(); }
 std::string flush(bool) { return none(); }
-std::vector<ActivityBatch> take_completed() { return {}; }
-std::vector<std::string> take_errors() { return {}; }
+ActivityBatch parse(std::uint8_t*, std::size_t, std::vector<std::string>&) { return {}; }
 std::uint64_t timestamp() { return 0; }
 std::uint64_t calls() { return 0; }
 void translate(const void*, ActivityBatch& batch) { ++batch.other; }

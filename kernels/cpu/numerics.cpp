@@ -363,6 +363,8 @@ NumericsSummary stats(const View& v, GemmIsa isa) {
 namespace {
 
 NumericsSummary stats_on_active_path(const View& v) { return stats(v, active_gemm_isa()); }
+// The slot is host memory: the summary is there when the call returns.
+void stats_into(const View& v, NumericsSummary* slot) { *slot = stats_on_active_path(v); }
 
 // One thread, element order (the first of equal magnitudes is `largest`; min and max in
 // totalOrder): f64 and integer data.
@@ -548,7 +550,8 @@ SwampCounts swamped(const View& weight_before, const View& update, DType param_d
 namespace ampcheck::kernels {
 
 const NumericsKernels& NumericsKernels::cpu() {
-  static const NumericsKernels k{&cpu::stats_on_active_path, &cpu::scan, &cpu::all_finite, &cpu::any_nonzero, &cpu::swamped};
+  static const NumericsKernels k{&cpu::stats_on_active_path, &cpu::stats_into, &cpu::scan,
+                                 &cpu::all_finite,           &cpu::any_nonzero, &cpu::swamped};
   return k;
 }
 

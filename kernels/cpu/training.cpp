@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cpu/convert.h"  // convert: the master weights into the parameter
 #include "kernels/cpu/tensor_io.h"
 #include "kernels/cpu/vectorize.h"
 #include "kernels/training_kernels.h"
@@ -55,6 +56,26 @@ void sgd(const View& param, const View& grad, const View& momentum, const SgdSte
 void adam(const View& param, const View& grad, const View& exp_avg, const View& exp_avg_sq, const AdamStep& s) {
   for_each_element(param, grad, &exp_avg, &exp_avg_sq,
                    [&](auto& p, auto g, auto& m, auto& v) { adam_element(p, g, m, v, s); });
+}
+
+// The weights, rounded once into the parameter (master weights).
+void write_copy(const UpdateTensor& t) {
+  if (t.copy.data != nullptr) convert(t.weights.data, t.weights.dtype, t.copy.data, t.copy.dtype,
+                                      static_cast<std::size_t>(t.weights.numel()));
+}
+
+void sgd_all(const std::vector<UpdateTensor>& tensors, const SgdStep& s) {
+  for (const UpdateTensor& t : tensors) {
+    sgd(t.weights, t.grad, t.state0, s);
+    write_copy(t);
+  }
+}
+
+void adam_all(const std::vector<UpdateTensor>& tensors, const AdamStep& s) {
+  for (const UpdateTensor& t : tensors) {
+    adam(t.weights, t.grad, t.state0, t.state1, s);
+    write_copy(t);
+  }
 }
 
 // One gradient after another, each over the thread pool: on the CPU "one launch" buys
@@ -113,7 +134,8 @@ void scale(const View& v, double factor) {
 namespace ampcheck::kernels {
 
 const TrainingKernels& TrainingKernels::cpu() {
-  static const TrainingKernels k{&cpu::sgd, &cpu::adam, &cpu::unscale, &cpu::sum_squares, &cpu::scale};
+  static const TrainingKernels k{&cpu::sgd,     &cpu::adam,        &cpu::sgd_all, &cpu::adam_all,
+                                 &cpu::unscale, &cpu::sum_squares, &cpu::scale};
   return k;
 }
 

@@ -31,11 +31,11 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
-#include <string_view>
 
 #include "kernels/conv_pool_kernels.h"
-#include "kernels/cuda/runtime.h"  // check, stream, allocator, blocks_for
-#include "kernels/element.h"       // load_element, store_element
+#include "kernels/cuda/cudnn_handle.h"  // check_cudnn, cudnn_handle
+#include "kernels/cuda/runtime.h"       // check, stream, allocator, blocks_for
+#include "kernels/element.h"            // load_element, store_element
 #include "kernels/kernel_note.h"
 
 namespace ampcheck::kernels::cuda {
@@ -44,11 +44,6 @@ namespace {
 using i64 = std::int64_t;
 
 constexpr const char* kOp = "conv2d";
-
-void check_cudnn(cudnnStatus_t status, std::string_view call, std::string_view op) {
-  if (status == CUDNN_STATUS_SUCCESS) return;
-  throw std::runtime_error(std::string(op) + ": " + std::string(call) + " failed: " + cudnnGetErrorString(status));
-}
 
 const char* dtype_name(DType d) {
   switch (d) {
@@ -177,22 +172,6 @@ struct ConvDescs {
                              ", " + std::to_string(g.oh) + ", " + std::to_string(g.ow) + "]");
   }
 };
-
-// One handle per host thread (a handle must not be used by two threads at once), bound
-// to the engine's stream. Never destroyed: a thread may convolve until the process ends,
-// and destroying a handle after the CUDA runtime has shut down fails.
-cudnnHandle_t handle() {
-  thread_local cudnnHandle_t h = nullptr;
-  if (h == nullptr) {
-    cudnnHandle_t made = nullptr;
-    check_cudnn(cudnnCreate(&made), "cudnnCreate", kOp);
-    const cudnnStatus_t bound = cudnnSetStream(made, stream());
-    if (bound != CUDNN_STATUS_SUCCESS) cudnnDestroy(made);
-    check_cudnn(bound, "cudnnSetStream", kOp);
-    h = made;
-  }
-  return h;
-}
 
 // cuDNN's alpha and beta: double for double compute, float otherwise.
 class Scale {
@@ -437,7 +416,7 @@ void conv2d_forward(const ConvGeometry& g, const View& x, const View& weight, co
   if (total == 0) return;  // an empty batch
   const DType dtype = y.dtype;
   ConvDescs d(g, dtype);
-  const cudnnHandle_t h = handle();
+  const cudnnHandle_t h = cudnn_handle(kOp);
   const Choice c = choose(Pass::forward, g, dtype, h, d);
   const bool has_bias = bias.data != nullptr;
   if (has_bias) {
@@ -470,7 +449,7 @@ void conv2d_backward_data(const ConvGeometry& g, const View& grad_y, const View&
   if (grad_x.numel() == 0) return;
   const DType dtype = grad_x.dtype;
   ConvDescs d(g, dtype);
-  const cudnnHandle_t h = handle();
+  const cudnnHandle_t h = cudnn_handle(kOp);
   const Choice c = choose(Pass::backward_data, g, dtype, h, d);
   Scratch converted(grad_y.dtype == dtype ? 0 : static_cast<std::size_t>(grad_y.numel()) * element_size(dtype));
   const void* dy = grad_in_dtype(grad_y, dtype, converted);
@@ -491,7 +470,7 @@ void conv2d_backward_filter(const ConvGeometry& g, const View& x, const View& gr
   }
   const DType dtype = grad_weight.dtype;
   ConvDescs d(g, dtype);
-  const cudnnHandle_t h = handle();
+  const cudnnHandle_t h = cudnn_handle(kOp);
   const Choice c = choose(Pass::backward_filter, g, dtype, h, d);
   Scratch converted(grad_y.dtype == dtype ? 0 : static_cast<std::size_t>(grad_y.numel()) * element_size(dtype));
   const void* dy = grad_in_dtype(grad_y, dtype, converted);

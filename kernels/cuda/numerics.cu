@@ -1,5 +1,6 @@
 // The numerics family on GPU 0 (kernels/numerics_kernels.h): one pass over the
-// elements, and only the summary comes back to the host. Integer counts are exact:
+// elements, and only the summary comes back to the host (stats), or stays in a slot of
+// device memory for a later copy of many (stats_into). Integer counts are exact:
 // per-thread registers, then shared-memory counters (the exponent histogram's bins take
 // a shared atomicAdd per element), then one global atomicAdd per counter and block. The
 // double sums and extremes are reduced per block with cub::BlockReduce into a table of
@@ -53,11 +54,6 @@ struct CombineExtremes {
 };
 using BlockExtremes = cub::BlockReduce<Extremes, kThreads>;
 
-struct StatsResult {
-  unsigned long long counters[kCounters];
-  Extremes extremes;
-};
-
 __device__ void add_narrow(unsigned long long* shared, const NarrowCounts& c) {
   const std::int64_t v[4] = {c.overflow, c.rounds_to_max, c.underflow, c.subnormal};
   for (int k = 0; k < 4; ++k)
@@ -110,51 +106,65 @@ __global__ void stats_blocks(const void* p, DType d, std::int64_t n, NarrowBound
     if (shared[k] != 0) atomicAdd(&counters[k], shared[k]);
 }
 
-// The block results in a fixed order.
-__global__ void stats_finish(const Extremes* partials, unsigned int count, Extremes* out) {
+// The block results in a fixed order, and with the counters the summary, written to `out`
+// (device memory): what stats copies back and stats_into leaves in its slot.
+__global__ void stats_finish(const Extremes* partials, unsigned int count, const unsigned long long* counters,
+                             std::int64_t n, NumericsSummary* out) {
   __shared__ typename BlockExtremes::TempStorage temp;
   Extremes e = no_extremes();
   for (unsigned int k = threadIdx.x; k < count; k += blockDim.x) e = CombineExtremes{}(e, partials[k]);
   const Extremes total = BlockExtremes(temp).Reduce(e, CombineExtremes{});
-  if (threadIdx.x == 0) *out = total;
-}
-
-NumericsSummary stats(const View& v) {
-  NumericsSummary s;
-  const std::int64_t n = v.numel();
-  s.count = n;
-  if (n == 0) return s;
-  const unsigned int blocks = blocks_for(n, kThreads);
-  Scratch scratch(sizeof(StatsResult) + blocks * sizeof(Extremes));
-  auto* result = scratch.as<StatsResult>();
-  auto* partials = scratch.as<Extremes>(sizeof(StatsResult));
-  check(cudaMemsetAsync(result->counters, 0, sizeof result->counters, stream()), "cudaMemsetAsync", "numerics stats");
-  stats_blocks<<<blocks, kThreads, 0, stream()>>>(v.data, v.dtype, n, f16_bounds(), bf16_bounds(), partials,
-                                                  result->counters);
-  check_launch("stats_blocks", "numerics stats");
-  stats_finish<<<1, kThreads, 0, stream()>>>(partials, blocks, &result->extremes);
-  check_launch("stats_finish", "numerics stats");
-  StatsResult r;
-  fetch(&r, result, sizeof r, "numerics stats");
-
-  for (int k = 0; k < NumericsSummary::kBins; ++k) s.bins[k] = static_cast<std::int64_t>(r.counters[k]);
-  s.nan = static_cast<std::int64_t>(r.counters[kNanCounter]);
-  s.pos_inf = static_cast<std::int64_t>(r.counters[kNanCounter + 1]);
-  s.neg_inf = static_cast<std::int64_t>(r.counters[kNanCounter + 2]);
-  NarrowCounts* narrow[2] = {&s.f16, &s.bf16};
+  for (int k = static_cast<int>(threadIdx.x); k < NumericsSummary::kBins; k += static_cast<int>(blockDim.x))
+    out->bins[k] = static_cast<std::int64_t>(counters[k]);
+  if (threadIdx.x != 0) return;
+  out->count = n;
+  out->nan = static_cast<std::int64_t>(counters[kNanCounter]);
+  out->pos_inf = static_cast<std::int64_t>(counters[kNanCounter + 1]);
+  out->neg_inf = static_cast<std::int64_t>(counters[kNanCounter + 2]);
+  NarrowCounts* narrow[2] = {&out->f16, &out->bf16};
   for (int j = 0; j < 2; ++j) {
-    const unsigned long long* c = r.counters + (j == 0 ? kF16Counter : kBF16Counter);
+    const unsigned long long* c = counters + (j == 0 ? kF16Counter : kBF16Counter);
     narrow[j]->overflow = static_cast<std::int64_t>(c[0]);
     narrow[j]->rounds_to_max = static_cast<std::int64_t>(c[1]);
     narrow[j]->underflow = static_cast<std::int64_t>(c[2]);
     narrow[j]->subnormal = static_cast<std::int64_t>(c[3]);
   }
-  s.sum = r.extremes.sum;
-  s.sum_squares = r.extremes.sum_squares;
-  s.min = r.extremes.min;
-  s.max = r.extremes.max;
-  s.absmax = r.extremes.absmax;
-  s.min_nonzero_abs = r.extremes.min_nonzero;
+  out->sum = total.sum;
+  out->sum_squares = total.sum_squares;
+  out->min = total.min;
+  out->max = total.max;
+  out->absmax = total.absmax;
+  out->min_nonzero_abs = total.min_nonzero;
+}
+
+// Queues the pass over v and its summary into `slot` (device memory); nothing waits. The
+// scratch goes back to the allocator at once: its reuse is stream-ordered (runtime.h). An
+// empty v gets the empty summary (no block results, every counter 0).
+void stats_into(const View& v, NumericsSummary* slot) {
+  const std::int64_t n = v.numel();
+  const unsigned int blocks = n == 0 ? 0 : blocks_for(n, kThreads);
+  constexpr std::size_t kCounterBytes = kCounters * sizeof(unsigned long long);
+  Scratch scratch(kCounterBytes + blocks * sizeof(Extremes));
+  auto* counters = scratch.as<unsigned long long>();
+  auto* partials = scratch.as<Extremes>(kCounterBytes);
+  check(cudaMemsetAsync(counters, 0, kCounterBytes, stream()), "cudaMemsetAsync", "numerics stats");
+  if (blocks > 0) {
+    stats_blocks<<<blocks, kThreads, 0, stream()>>>(v.data, v.dtype, n, f16_bounds(), bf16_bounds(), partials,
+                                                    counters);
+    check_launch("stats_blocks", "numerics stats");
+  }
+  stats_finish<<<1, kThreads, 0, stream()>>>(partials, blocks, counters, n, slot);
+  check_launch("stats_finish", "numerics stats");
+}
+
+// stats_into a slot of its own, copied back at once.
+NumericsSummary stats(const View& v) {
+  NumericsSummary s;
+  s.count = v.numel();
+  if (s.count == 0) return s;
+  Scratch slot(sizeof(NumericsSummary));
+  stats_into(v, slot.as<NumericsSummary>());
+  fetch(&s, slot.get(), sizeof s, "numerics stats");
   return s;
 }
 
@@ -351,7 +361,8 @@ SwampCounts swamped(const View& weight_before, const View& update, DType param_d
 namespace ampcheck::kernels {
 
 const NumericsKernels& NumericsKernels::cuda() {
-  static const NumericsKernels k{&cuda::stats, &cuda::scan, &cuda::all_finite, &cuda::any_nonzero, &cuda::swamped};
+  static const NumericsKernels k{&cuda::stats,      &cuda::stats_into,  &cuda::scan,
+                                 &cuda::all_finite, &cuda::any_nonzero, &cuda::swamped};
   return k;
 }
 

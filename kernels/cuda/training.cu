@@ -1,6 +1,7 @@
-// The training family on GPU 0 (kernels/training_kernels.h): the optimizer updates one
-// launch per parameter through the shared element formulas (so a CUDA step computes the
-// CPU's bits); the loss scaler's unscale and Inf/NaN check over every gradient in one
+// The training family on GPU 0 (kernels/training_kernels.h): the optimizer updates
+// through the shared element formulas (so a CUDA step computes the CPU's bits), one launch
+// per parameter or one for all of them (each parameter's master weights written back into
+// it in the same pass); the loss scaler's unscale and Inf/NaN check over every gradient in one
 // launch (a device table of the gradients and of fixed-size chunks of them, one block
 // per chunk, in the manner of PyTorch's multi_tensor_apply); the clipping norm as block
 // sums (CUB) reduced by a second one-block pass in a fixed order, so it does not change
@@ -76,9 +77,98 @@ void adam(const View& param, const View& grad, const View& exp_avg, const View& 
   check_launch("adam_kernel", "Adam step");
 }
 
-// ---- unscale + Inf/NaN check over every gradient --------------------------------------
+// Elements per block of the multi-tensor kernels: 64 per thread.
+constexpr std::int64_t kUnscaleChunk = 16 * kThreads * 4;
 
-constexpr std::int64_t kUnscaleChunk = 16 * kThreads * 4;  // elements per block: 64 per thread
+std::size_t round_up(std::size_t bytes) { return (bytes + 15) / 16 * 16; }
+
+// ---- every parameter's update at once ---------------------------------------------------
+
+// UpdateTensor as the device reads it.
+struct DeviceUpdate {
+  void* weights;
+  const void* grad;
+  void* state0;
+  void* state1;
+  void* copy;
+  std::int64_t numel;
+  DType weights_dtype, grad_dtype, state0_dtype, state1_dtype, copy_dtype;
+};
+struct UpdateChunk {
+  std::int64_t tensor;
+  std::int64_t begin;
+};
+
+template <typename T>
+__device__ void update_element(const DeviceUpdate& t, std::int64_t i, const SgdStep& s) {
+  T p = load_element<T>(t.weights, t.weights_dtype, i);
+  const T g = load_element<T>(t.grad, t.grad_dtype, i);
+  if (t.state0 != nullptr) {
+    T b = load_element<T>(t.state0, t.state0_dtype, i);
+    sgd_momentum_element(p, g, b, s);
+    store_element(t.state0, t.state0_dtype, i, b);
+  } else {
+    sgd_element(p, g, s);
+  }
+  store_element(t.weights, t.weights_dtype, i, p);
+  if (t.copy != nullptr) store_element(t.copy, t.copy_dtype, i, p);
+}
+
+template <typename T>
+__device__ void update_element(const DeviceUpdate& t, std::int64_t i, const AdamStep& s) {
+  T p = load_element<T>(t.weights, t.weights_dtype, i);
+  T m = load_element<T>(t.state0, t.state0_dtype, i);
+  T v = load_element<T>(t.state1, t.state1_dtype, i);
+  adam_element(p, load_element<T>(t.grad, t.grad_dtype, i), m, v, s);
+  store_element(t.weights, t.weights_dtype, i, p);
+  store_element(t.state0, t.state0_dtype, i, m);
+  store_element(t.state1, t.state1_dtype, i, v);
+  if (t.copy != nullptr) store_element(t.copy, t.copy_dtype, i, p);
+}
+
+// One block per chunk of one parameter, in that parameter's compute type.
+template <class Step>
+__global__ void update_all_kernel(const DeviceUpdate* tensors, const UpdateChunk* chunks, Step s) {
+  const UpdateChunk c = chunks[blockIdx.x];
+  const DeviceUpdate t = tensors[c.tensor];
+  const std::int64_t end = c.begin + kUnscaleChunk < t.numel ? c.begin + kUnscaleChunk : t.numel;
+  for (std::int64_t i = c.begin + threadIdx.x; i < end; i += blockDim.x) {
+    if (t.weights_dtype == DType::f64) update_element<double>(t, i, s);
+    else update_element<float>(t, i, s);
+  }
+}
+
+template <class Step>
+void update_all(const std::vector<UpdateTensor>& in, const Step& s, const char* op) {
+  std::vector<DeviceUpdate> tensors;
+  std::vector<UpdateChunk> chunks;
+  for (const UpdateTensor& u : in) {
+    const DeviceUpdate t{u.weights.data,   u.grad.data,      u.state0.data,    u.state1.data,
+                         u.copy.data,      u.weights.numel(), u.weights.dtype, u.grad.dtype,
+                         u.state0.dtype,   u.state1.dtype,    u.copy.dtype};
+    for (std::int64_t b = 0; b < t.numel; b += kUnscaleChunk)
+      chunks.push_back({static_cast<std::int64_t>(tensors.size()), b});
+    tensors.push_back(t);
+  }
+  if (chunks.empty()) return;
+  // One upload of both tables.
+  const std::size_t tensors_bytes = round_up(tensors.size() * sizeof(DeviceUpdate));
+  const std::size_t chunks_bytes = chunks.size() * sizeof(UpdateChunk);
+  std::vector<unsigned char> host(tensors_bytes + chunks_bytes, 0);
+  std::memcpy(host.data(), tensors.data(), tensors.size() * sizeof(DeviceUpdate));
+  std::memcpy(host.data() + tensors_bytes, chunks.data(), chunks_bytes);
+  Scratch scratch(host.size());
+  check(cudaMemcpyAsync(scratch.get(), host.data(), host.size(), cudaMemcpyHostToDevice, stream()),
+        "cudaMemcpyAsync(parameter table)", op);
+  update_all_kernel<<<static_cast<unsigned int>(chunks.size()), kThreads, 0, stream()>>>(
+      scratch.as<const DeviceUpdate>(), scratch.as<const UpdateChunk>(tensors_bytes), s);
+  check_launch("update_all_kernel", op);
+}
+
+void sgd_all(const std::vector<UpdateTensor>& tensors, const SgdStep& s) { update_all(tensors, s, "SGD step"); }
+void adam_all(const std::vector<UpdateTensor>& tensors, const AdamStep& s) { update_all(tensors, s, "Adam step"); }
+
+// ---- unscale + Inf/NaN check over every gradient --------------------------------------
 
 struct UnscaleTensor {
   const void* in;
@@ -114,8 +204,6 @@ __global__ void unscale_kernel(const UnscaleTensor* tensors, const UnscaleChunk*
     atomicOr(&flags[1 + c.tensor], 1u);
   }
 }
-
-std::size_t round_up(std::size_t bytes) { return (bytes + 15) / 16 * 16; }
 
 bool unscale(const std::vector<View>& grads, const std::vector<View>& out, double inv_scale,
              std::uint8_t* per_tensor) {
@@ -219,7 +307,8 @@ void scale(const View& v, double factor) {
 namespace ampcheck::kernels {
 
 const TrainingKernels& TrainingKernels::cuda() {
-  static const TrainingKernels k{&cuda::sgd, &cuda::adam, &cuda::unscale, &cuda::sum_squares, &cuda::scale};
+  static const TrainingKernels k{&cuda::sgd,     &cuda::adam,        &cuda::sgd_all, &cuda::adam_all,
+                                 &cuda::unscale, &cuda::sum_squares, &cuda::scale};
   return k;
 }
 

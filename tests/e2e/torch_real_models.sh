@@ -57,9 +57,13 @@ for name in rm.MODELS:
         check(rep["run"]["parameters"] == want and rep["summary"]["verdict"] == "healthy",
               f"{name}: ampcheck trains {rep['run']['parameters']:,} parameters (want {want:,}), "
               f"verdict {rep['summary']['verdict']}")
-    # Its forward is PyTorch's (the written-out attention the export holds; eval mode).
+        # The exported F.scaled_dot_product_attention runs as one op, as PyTorch runs it.
+        if name != "resnet50":
+            check('"scaled_dot_product_attention"' in open(f"{work}/{name}.json").read(),
+                  f"{name}: its attention runs as scaled_dot_product_attention")
+    # Its forward is PyTorch's (eval mode).
     torch.manual_seed(0)
-    model = rm.build(name, tiny[name], attention="explicit").eval()
+    model = rm.build(name, tiny[name], attention="sdpa").eval()
     inputs, _ = rm.make_inputs(name, tiny[name])
     with torch.no_grad():
         ref = model(*inputs.values()).double().numpy()

@@ -1,7 +1,7 @@
 """Small models PyTorch exports, with PyTorch's own outputs, for ampcheck_onnx_tests
 (OnnxPytorchOps.*): recurrent layers, pooling with ceil_mode / dilation / asymmetric
 padding, transposed convolutions, a sequence-classification head that picks the last real token (ArgMax on token
-ids), TopK, Einsum, gather and scatter.
+ids), TopK, Einsum, gather and scatter, and attention through F.scaled_dot_product_attention.
 
     python tests/data/onnx/make_models.py   # torch 2.x, onnx; writes next to this file
 
@@ -163,6 +163,32 @@ def lstm_seq_lens():
                         Y_c=c.numpy())
 
 
+class Attention(torch.nn.Module):
+    """Three attentions over the heads of one projection: F.scaled_dot_product_attention
+    with is_causal, the same with an additive float mask (a buffer), and attention written
+    by hand as nanoGPT's slow path writes it ((q @ k^T) / sqrt(d), softmax, @ v). The
+    exporter writes the first two in the SDPA form ampcheck runs as one op; the third stays
+    as written."""
+
+    def __init__(self, dim=16, heads=2, length=6):
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.proj = torch.nn.Linear(dim, dim)
+        self.register_buffer("bias", torch.randn(length, length))
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        causal = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        masked = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=self.bias[:t, :t])
+        scores = (q @ k.transpose(-2, -1)) / (k.size(-1) ** 0.5)
+        by_hand = torch.softmax(scores, dim=-1) @ v
+        y = (causal + 2 * masked + by_hand).transpose(1, 2).contiguous().view(b, t, c)
+        return self.proj(y)
+
+
 if __name__ == "__main__":
     x = torch.randn(2, 5, 3)
     export("lstm", Recurrent("LSTM", num_layers=2, batch_first=True, bidirectional=True), [x], ["input"])
@@ -176,3 +202,4 @@ if __name__ == "__main__":
     export("indexing", Indexing(), [torch.randn(2, 3, 4)], ["input"])
     lstm_seq_lens()
     export("upsampler", Upsampler(), [torch.randn(2, 4, 3, 4)], ["input"])
+    export("attention", Attention(), [torch.randn(2, 6, 16)], ["input"])

@@ -1,0 +1,21 @@
+// What every cuDNN call of the CUDA kernels shares (conv.cu, attention.cu): a status turned
+// into an error that names the op and the call, and the calling thread's handle.
+#pragma once
+
+#include <cudnn.h>
+
+#include <string_view>
+
+namespace ampcheck::kernels::cuda {
+
+// Throws std::runtime_error "<op>: <call> failed: <cuDNN's status text>". Success returns.
+void check_cudnn(cudnnStatus_t status, std::string_view call, std::string_view op);
+
+// The calling thread's cuDNN handle (a handle must not be used by two threads at once),
+// bound to the engine's stream (kernels/cuda/runtime.h), made on the thread's first call;
+// `op` names the op in the error when making it fails. Never destroyed: a thread may call
+// cuDNN until the process ends, and destroying a handle after the CUDA runtime has shut
+// down fails.
+cudnnHandle_t cudnn_handle(std::string_view op);
+
+}  // namespace ampcheck::kernels::cuda
