@@ -451,6 +451,7 @@ void build(Op op, Builder& b) {
       layer(5, 3, 4, 6, true, "biases and initial states");
       layer(4, 2, 3, 5, false, "no biases, zero states");
       layer(1, 1, 1, 1, true, "one step");
+      layer(0, 2, 3, 4, true, "no steps");
       layer(8, 4, 64, 64, true, "hidden 64");
       return;
     }

@@ -848,7 +848,7 @@ const std::vector<WordClass>& vocabulary() {
   static const std::vector<WordClass> kClasses = {
       {K::layout,
        "data movement",
-       {"transpose", "permute", "copy", "scatter", "gather", "embedding", "reformat", "reorder"}},
+       {"transpose", "permute", "copy", "scatter", "gather", "embedding", "reformat", "reorder", "pack"}},
       {K::other, "pooling", {"pool", "pooling"}},
       {K::other, "normalization or loss", {"norm", "bn", "softmax", "entropy", "mse", "loss"}},
       // "<x>_blocks": per-block partial results (this project's naming).
@@ -860,8 +860,8 @@ const std::vector<WordClass>& vocabulary() {
       {K::other, "helper around a conv or sort, or an FFT", {"offsets", "sort", "fft"}},
       {K::elementwise,
        "elementwise",
-       {"map", "elementwise", "fill", "convert", "cast", "scale", "unscale", "sgd", "adam", "dropout", "broadcast",
-        "iota", "finish"}}};
+       {"map", "elementwise", "fill", "convert", "cast", "scale", "unscale", "sgd", "adam", "update", "dropout",
+        "broadcast", "iota", "finish", "cell"}}};
   return kClasses;
 }
 

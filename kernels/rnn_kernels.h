@@ -101,14 +101,15 @@ AMPCHECK_HD void gru_cell_backward(const T act[3], T gh_n, T h, T dh, T dgi[3], 
   dh_direct = dh * act[1];
 }
 
-// Elman: h' = tanh or relu of pre; its backward from h' alone.
+// Elman: h' = tanh or relu of pre; its backward from h' alone. relu as PyTorch's
+// (clamp_min, and threshold_backward's selection): a NaN passes through both ways.
 template <typename T>
 AMPCHECK_HD T rnn_cell(RnnMode m, T pre) {
-  return m == RnnMode::rnn_tanh ? rnn_tanh(pre) : (pre > T(0) ? pre : T(0));
+  return m == RnnMode::rnn_tanh ? rnn_tanh(pre) : (pre < T(0) ? T(0) : pre);
 }
 template <typename T>
 AMPCHECK_HD T rnn_cell_backward(RnnMode m, T h_new, T dh) {
-  return m == RnnMode::rnn_tanh ? dh * (T(1) - h_new * h_new) : (h_new > T(0) ? dh : T(0));
+  return m == RnnMode::rnn_tanh ? dh * (T(1) - h_new * h_new) : (h_new <= T(0) ? T(0) : dh);
 }
 
 // One step of the composed path for the whole batch. Layouts, all [batch, G*hidden] or

@@ -31,7 +31,8 @@ amp::AmpOptions opts(Level level, DType dtype) {
 // our table: GEMM-like ops run low at O1 (PyTorch lower_precision_fp, Paddle white
 // list); these numerically sensitive ones stay fp32 at every level but O3 (PyTorch fp32
 // and fp32_set_opt_dtype, Paddle black list).
-const std::set<Op> kWhite = {Op::matmul, Op::linear, Op::bmm, Op::conv2d};
+const std::set<Op> kWhite = {Op::matmul,   Op::linear, Op::bmm,      Op::conv2d,  Op::scaled_dot_product_attention,
+                             Op::lstm,     Op::gru,    Op::rnn_tanh, Op::rnn_relu};  // and its RNN cells
 const std::set<Op> kBlack = {Op::layer_norm, Op::exp,     Op::log,       Op::rsqrt,
                              Op::pow,        Op::reciprocal, Op::sum,    Op::mean,
                              Op::softmax,    Op::log_softmax, Op::cross_entropy, Op::mse_loss};

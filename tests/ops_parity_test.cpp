@@ -39,6 +39,8 @@ struct Family {
 const std::vector<Family>& families() {
   static const std::vector<Family> f = {
       {"gemm", {Op::matmul, Op::linear, Op::bmm, Op::fp8_linear}},
+      {"attention", {Op::scaled_dot_product_attention}},
+      {"recurrent", {Op::lstm, Op::gru, Op::rnn_tanh, Op::rnn_relu}},
       {"conv_pool", {Op::conv2d, Op::max_pool2d, Op::avg_pool2d, Op::adaptive_avg_pool2d}},
       {"norm", {Op::batch_norm, Op::layer_norm}},
       {"activation", {Op::relu, Op::gelu, Op::silu, Op::sigmoid, Op::tanh, Op::hardswish, Op::hardsigmoid}},
@@ -364,6 +366,8 @@ class ParityCuda : public ::testing::Test {
   TEST(ParityCpu, fam) { expect_parity(Device::cpu, family(#fam)); }             \
   TEST_F(ParityCuda, fam) { expect_parity(Device::cuda, family(#fam)); }
 AMPCHECK_PARITY_FAMILY(gemm)
+AMPCHECK_PARITY_FAMILY(attention)
+AMPCHECK_PARITY_FAMILY(recurrent)
 AMPCHECK_PARITY_FAMILY(conv_pool)
 AMPCHECK_PARITY_FAMILY(norm)
 AMPCHECK_PARITY_FAMILY(activation)

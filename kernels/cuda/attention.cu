@@ -56,27 +56,6 @@ using i64 = std::int64_t;
 
 constexpr const char* kOp = "scaled_dot_product_attention";
 
-const char* dtype_name(DType d) {
-  switch (d) {
-    case DType::f64: return "f64";
-    case DType::f32: return "f32";
-    case DType::f16: return "f16";
-    case DType::bf16: return "bf16";
-    case DType::i64: return "i64";
-  }
-  return "?";
-}
-
-cudnnDataType_t cudnn_type(DType d) {
-  switch (d) {
-    case DType::f32: return CUDNN_DATA_FLOAT;
-    case DType::f16: return CUDNN_DATA_HALF;
-    case DType::bf16: return CUDNN_DATA_BFLOAT16;
-    default: break;
-  }
-  throw std::logic_error(std::string(kOp) + ": cuDNN's attention takes no " + dtype_name(d) + " tensor");
-}
-
 enum class Pass { forward, backward };
 const char* pass_name(Pass p) { return p == Pass::forward ? "fprop" : "bprop"; }
 
@@ -316,7 +295,7 @@ cudnnBackendDescriptor_t scores(Graph& g, const Problem& p, cudnnBackendDescript
   if (p.has_mask) {
     const BiasShape bs = bias_shape(s);
     const cudnnBackendDescriptor_t bias =
-        g.tensor(kBias, cudnn_type(p.mask_dtype), packed(bs.batch, bs.heads, s.q_len, s.kv_len), false);
+        g.tensor(kBias, cudnn_type(p.mask_dtype, kOp), packed(bs.batch, bs.heads, s.q_len, s.kv_len), false);
     cudnnBackendDescriptor_t biased = g.virt(score);
     g.pointwise(CUDNN_POINTWISE_ADD, x, biased, bias);
     x = biased;
@@ -346,14 +325,14 @@ struct Inputs {
 };
 Inputs inputs(Graph& g, const Problem& p) {
   const AttentionShape& s = p.shape;
-  const cudnnDataType_t t = cudnn_type(p.dtype);
+  const cudnnDataType_t t = cudnn_type(p.dtype, kOp);
   return {g.tensor(kQ, t, packed(s.batch, s.heads, s.q_len, s.head_dim), false),
           g.tensor(kK, t, transposed(s.batch, s.heads, s.kv_len, s.head_dim), false), g.scalar(kScale)};
 }
 
 void forward_graph(Graph& g, const Problem& p) {
   const AttentionShape& s = p.shape;
-  const cudnnDataType_t t = cudnn_type(p.dtype);
+  const cudnnDataType_t t = cudnn_type(p.dtype, kOp);
   const Layout score = packed(s.batch, s.heads, s.q_len, s.kv_len), row = packed(s.batch, s.heads, s.q_len, 1);
   const Inputs in = inputs(g, p);
   const cudnnBackendDescriptor_t x = scores(g, p, in.q, in.kt, in.scale, nullptr);
@@ -375,7 +354,7 @@ void forward_graph(Graph& g, const Problem& p) {
 void backward_graph(Graph& g, const Problem& p) {
   const AttentionShape& s = p.shape;
   const i64 b = s.batch, h = s.heads, sq = s.q_len, skv = s.kv_len, d = s.head_dim, dv = s.value_dim;
-  const cudnnDataType_t t = cudnn_type(p.dtype);
+  const cudnnDataType_t t = cudnn_type(p.dtype, kOp);
   const Layout score = packed(b, h, sq, skv), score_t = transposed(b, h, sq, skv), row = packed(b, h, sq, 1);
   const Inputs in = inputs(g, p);
   const cudnnBackendDescriptor_t o = g.tensor(kO, t, packed(b, h, sq, dv), false),
@@ -606,12 +585,12 @@ class Pack {
 void note(const Plan& plan, const Problem& p, bool gathered) {
   if (!noting()) return;
   std::string text = std::string("cudnn sdpa ") + pass_name(p.pass) + ": engine " + std::to_string(plan.engine) + ", " +
-                     dtype_name(p.dtype) + " data, f32 compute";
+                     dtype_text(p.dtype) + " data, f32 compute";
   if (p.shape.causal) text += ", causal";
   if (p.has_mask) {
     const BiasShape bs = bias_shape(p.shape);
     text += std::string(", additive mask [") + (bs.batch == 1 ? "1" : "B") + ", " + (bs.heads == 1 ? "1" : "H") +
-            ", Sq, Skv] " + dtype_name(p.mask_dtype) + (gathered ? " (gathered into a packed copy)" : "");
+            ", Sq, Skv] " + dtype_text(p.mask_dtype) + (gathered ? " (gathered into a packed copy)" : "");
   }
   if (plan.nondeterministic) text += ", nondeterministic";
   note_kernel(text);
@@ -634,11 +613,11 @@ void add_masks(Pack& pack, const Problem& p, const View& mask, Scratch& bias_cop
 
 std::string static_problem(DType dtype, const AttentionShape& s, bool has_mask, DType mask_dtype) {
   if (dtype != DType::f16 && dtype != DType::bf16)
-    return std::string("cuDNN's fused attention takes fp16 and bf16 only, not ") + dtype_name(dtype);
+    return std::string("cuDNN's fused attention takes fp16 and bf16 only, not ") + dtype_text(dtype);
   if (s.batch * s.heads * s.q_len * s.kv_len == 0) return "an empty attention (a dim of size 0)";
   if (has_mask && mask_dtype != dtype && mask_dtype != DType::f32)
     return std::string("cuDNN's fused attention takes a mask of the inputs' dtype or f32, not ") +
-           dtype_name(mask_dtype);
+           dtype_text(mask_dtype);
   const Probe& gpu = probe();
   if (gpu.device_count == 0) return "no GPU: " + gpu.why_none;
   if (gpu.compute_capability < 80) return "the GPU is older than Ampere (sm_80)";
@@ -695,8 +674,8 @@ void backward(const View& grad_out, const View& q, const View& k, const View& v,
   const float scale = static_cast<float>(shape.scale), neg_inf = masked_score(), one = 1.0f;
   const AttentionShape& s = shape;
   if (grad_out.dtype != q.dtype)
-    throw std::logic_error(std::string(kOp) + ": the output's gradient is " + dtype_name(grad_out.dtype) +
-                           ", the graph's dO " + dtype_name(q.dtype));
+    throw std::logic_error(std::string(kOp) + ": the output's gradient is " + dtype_text(grad_out.dtype) +
+                           ", the graph's dO " + dtype_text(q.dtype));
   // D and the dQ accumulator: f32 of our own; the accumulator starts at zero (cuDNN from
   // 9.6 on clears it itself, earlier versions leave that to the caller).
   Scratch row_dot(static_cast<std::size_t>(s.batch * s.heads * s.q_len) * sizeof(float));

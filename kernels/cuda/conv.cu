@@ -45,27 +45,6 @@ using i64 = std::int64_t;
 
 constexpr const char* kOp = "conv2d";
 
-const char* dtype_name(DType d) {
-  switch (d) {
-    case DType::f64: return "f64";
-    case DType::f32: return "f32";
-    case DType::f16: return "f16";
-    case DType::bf16: return "bf16";
-    case DType::i64: return "i64";
-  }
-  return "?";
-}
-
-cudnnDataType_t cudnn_type(DType d) {
-  switch (d) {
-    case DType::f64: return CUDNN_DATA_DOUBLE;
-    case DType::f32: return CUDNN_DATA_FLOAT;
-    case DType::f16: return CUDNN_DATA_HALF;
-    case DType::bf16: return CUDNN_DATA_BFLOAT16;
-    case DType::i64: break;
-  }
-  throw std::logic_error(std::string(kOp) + ": cuDNN convolves float tensors only, got i64");
-}
 cudnnDataType_t compute_type(DType d) { return d == DType::f64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT; }
 cudnnMathType_t requested_math(DType d) {
   if (d == DType::f16 || d == DType::bf16) return CUDNN_TENSOR_OP_MATH;
@@ -103,7 +82,7 @@ class TensorDesc {
   TensorDesc& operator=(const TensorDesc&) = delete;
   void set(DType dtype, i64 n, i64 c, i64 h, i64 w, const char* what) {
     to_int(n * c * h * w, what);
-    check_cudnn(cudnnSetTensor4dDescriptor(d_, CUDNN_TENSOR_NCHW, cudnn_type(dtype), to_int(n, what), to_int(c, what),
+    check_cudnn(cudnnSetTensor4dDescriptor(d_, CUDNN_TENSOR_NCHW, cudnn_type(dtype, kOp), to_int(n, what), to_int(c, what),
                                            to_int(h, what), to_int(w, what)),
                 std::string("cudnnSetTensor4dDescriptor(") + what + ")", kOp);
   }
@@ -150,7 +129,7 @@ struct ConvDescs {
     x.set(dtype, g.n, g.c_in, g.h, g.w, "x");
     y.set(dtype, g.n, g.c_out, g.oh, g.ow, "y");
     to_int(g.c_out * g.cin_g() * g.kh * g.kw, "weight");
-    check_cudnn(cudnnSetFilter4dDescriptor(w.get(), cudnn_type(dtype), CUDNN_TENSOR_NCHW, to_int(g.c_out, "C_out"),
+    check_cudnn(cudnnSetFilter4dDescriptor(w.get(), cudnn_type(dtype, kOp), CUDNN_TENSOR_NCHW, to_int(g.c_out, "C_out"),
                                            to_int(g.cin_g(), "C_in/groups"), to_int(g.kh, "kH"), to_int(g.kw, "kW")),
                 "cudnnSetFilter4dDescriptor", kOp);
     // PyTorch's conv2d is a cross-correlation (the kernel is not flipped), as the CPU's.
@@ -290,7 +269,7 @@ Choice choose_from(Pass p, const Perf* perfs, int count, DType dtype, cudnnHandl
       pick(p, perfs, count, dtype, h, d, /*deterministic_only=*/false, c))
     return c;
   throw std::runtime_error(std::string(kOp) + ": cuDNN offers no " + pass_name(p) + " algorithm for " +
-                           dtype_name(dtype) + " with " + math_name(requested_math(dtype)) +
+                           dtype_text(dtype) + " with " + math_name(requested_math(dtype)) +
                            " whose workspace fits in GPU memory (" + std::to_string(count) + " candidates)");
 }
 
@@ -349,7 +328,7 @@ Choice choose(Pass p, const ConvGeometry& g, DType dtype, cudnnHandle_t h, ConvD
 
 void note(Pass p, const Choice& c, DType dtype, const char* extra = "") {
   std::string text = std::string("cuDNN ") + pass_name(p) + ": " + algo_name(p, c.algo) + ", " + math_name(c.math) +
-                     ", " + dtype_name(dtype) + " data, " + (dtype == DType::f64 ? "f64" : "f32") + " compute";
+                     ", " + dtype_text(dtype) + " data, " + (dtype == DType::f64 ? "f64" : "f32") + " compute";
   if (!c.deterministic) text += ", nondeterministic";
   text += extra;
   note_kernel(text);

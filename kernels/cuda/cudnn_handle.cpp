@@ -13,6 +13,17 @@ void check_cudnn(cudnnStatus_t status, std::string_view call, std::string_view o
   throw std::runtime_error(std::string(op) + ": " + std::string(call) + " failed: " + cudnnGetErrorString(status));
 }
 
+cudnnDataType_t cudnn_type(DType d, std::string_view op) {
+  switch (d) {
+    case DType::f64: return CUDNN_DATA_DOUBLE;
+    case DType::f32: return CUDNN_DATA_FLOAT;
+    case DType::f16: return CUDNN_DATA_HALF;
+    case DType::bf16: return CUDNN_DATA_BFLOAT16;
+    case DType::i64: break;
+  }
+  throw std::logic_error(std::string(op) + ": cuDNN takes float tensors only, got i64");
+}
+
 cudnnHandle_t cudnn_handle(std::string_view op) {
   thread_local cudnnHandle_t h = nullptr;
   if (h == nullptr) {

@@ -38,17 +38,6 @@ namespace ampcheck::kernels::cuda {
 namespace {
 
 
-const char* dtype_text(DType d) {
-  switch (d) {
-    case DType::f64: return "f64";
-    case DType::f32: return "f32";
-    case DType::f16: return "f16";
-    case DType::bf16: return "bf16";
-    case DType::i64: return "i64";
-  }
-  return "?";
-}
-
 cudaDataType_t cuda_type(DType d) {
   switch (d) {
     case DType::f64: return CUDA_R_64F;

@@ -71,17 +71,6 @@ const char* op_name(RnnMode m) {
   return "rnn";
 }
 
-const char* dtype_name(DType d) {
-  switch (d) {
-    case DType::f64: return "f64";
-    case DType::f32: return "f32";
-    case DType::f16: return "f16";
-    case DType::bf16: return "bf16";
-    case DType::i64: return "i64";
-  }
-  return "?";
-}
-
 // A View's data and dtype as a kernel takes them; no data: absent (reads as 0, not written).
 struct Buf {
   void* p;
@@ -207,15 +196,6 @@ void cell_backward(const RnnStep& s, const View& act, const View& gh, const View
 // ---------------------------------------------------------------------------------
 // cuDNN's descriptors
 
-cudnnDataType_t data_type(DType d) {
-  switch (d) {
-    case DType::f32: return CUDNN_DATA_FLOAT;
-    case DType::f16: return CUDNN_DATA_HALF;
-    case DType::bf16: return CUDNN_DATA_BFLOAT16;
-    default: break;
-  }
-  throw std::logic_error(std::string("cuDNN's RNN here takes no ") + dtype_name(d) + " data");
-}
 cudnnMathType_t math_type(DType d) { return d == DType::f32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH; }
 
 cudnnRNNMode_t cell_mode(RnnMode m) {
@@ -262,7 +242,7 @@ struct Descs {
         y("cudnnCreateRNNDataDescriptor", op),
         h("cudnnCreateTensorDescriptor", op) {
     const cudnnHandle_t handle = cudnn_handle(op);
-    const cudnnDataType_t type = data_type(dtype);
+    const cudnnDataType_t type = cudnn_type(dtype, op);
     const int steps = to_int(s.steps), batch = to_int(s.batch), input = to_int(s.input), hidden = to_int(s.hidden);
     check_cudnn(cudnnSetDropoutDescriptor(dropout.get(), handle, 0.0f, nullptr, 0, 0), "cudnnSetDropoutDescriptor",
                 op);
@@ -375,9 +355,9 @@ Layout weight_layout(const Descs& d, DType dtype, const RnnShape& s, void* space
                                           bias.get(), &b_addr),
                   "cudnnGetRNNWeightParams(linLayerID " + std::to_string(id) + ")", op);
       l.block[side][k] =
-          offset_of(matrix, m_addr, space, data_type(dtype), dtype, s.hidden, l.cols[side], id, "matrix", op);
+          offset_of(matrix, m_addr, space, cudnn_type(dtype, op), dtype, s.hidden, l.cols[side], id, "matrix", op);
       if (s.bias)
-        l.block[2 + side][k] = offset_of(bias, b_addr, space, data_type(dtype), dtype, s.hidden, 1, id, "bias", op);
+        l.block[2 + side][k] = offset_of(bias, b_addr, space, cudnn_type(dtype, op), dtype, s.hidden, 1, id, "bias", op);
     }
   return l;
 }
@@ -455,8 +435,8 @@ const void* in_dtype(const View& v, DType dtype, Scratch& scratch, const char* o
 // An output cuDNN writes: of the data's dtype (null where not wanted).
 void* out_in_dtype(const View& v, DType dtype, const char* what, const char* op) {
   if (v.data != nullptr && v.dtype != dtype)
-    throw std::logic_error(std::string(op) + ": " + what + " is " + dtype_name(v.dtype) + ", cuDNN's RNN writes " +
-                           dtype_name(dtype));
+    throw std::logic_error(std::string(op) + ": " + what + " is " + dtype_text(v.dtype) + ", cuDNN's RNN writes " +
+                           dtype_text(dtype));
   return v.data;
 }
 
@@ -468,7 +448,7 @@ void check_reserve(const View& reserve, const Descs& d, const char* op) {
 
 void note(const RnnShape& s, DType dtype, const char* pass) {
   if (!noting()) return;
-  note_kernel(std::string("cudnn rnn ") + op_name(s.mode) + " " + pass + ": " + dtype_name(dtype) +
+  note_kernel(std::string("cudnn rnn ") + op_name(s.mode) + " " + pass + ": " + dtype_text(dtype) +
               " data, f32 math precision, " + (dtype == DType::f32 ? "FMA math (no TF32)" : "tensor-op math") +
               (s.bias ? "" : ", no bias"));
 }
@@ -478,7 +458,7 @@ void note(const RnnShape& s, DType dtype, const char* pass) {
 
 std::string static_problem(DType dtype, const RnnShape& s) {
   if (dtype != DType::f16 && dtype != DType::bf16 && dtype != DType::f32)
-    return std::string("cuDNN's RNN here takes fp16, bf16 and fp32, not ") + dtype_name(dtype);
+    return std::string("cuDNN's RNN here takes fp16, bf16 and fp32, not ") + dtype_text(dtype);
   if (s.steps == 0 || s.batch == 0 || s.input == 0 || s.hidden == 0)
     return "an empty sequence, batch, input or hidden size (a dim of size 0)";
   for (const i64 dim : {s.steps, s.batch, s.input, s.hidden * rnn_gates(s.mode), s.batch * s.hidden})
