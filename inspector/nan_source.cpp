@@ -211,6 +211,9 @@ std::string IntendedInf::reason() const {
   if (readers.empty()) return "-inf mask: no op read it";
   if (std::all_of(readers.begin(), readers.end(), [](Op o) { return o == Op::softmax; }))
     return "-inf mask: softmax maps it to 0";
+  if (std::all_of(readers.begin(), readers.end(),
+                  [](Op o) { return o == Op::softmax || o == Op::scaled_dot_product_attention; }))
+    return "-inf mask: the attention's softmax maps it to 0";
   std::string names;
   for (std::size_t i = 0; i < readers.size(); ++i) names += (i ? ", " : "") + std::string(op_name(readers[i]));
   return "-inf mask: " + names + (readers.size() == 1 ? " maps" : " map") + " it to finite values";
@@ -522,11 +525,12 @@ void NanWatch::on_op_end(const OpEvent& e) {
   if (!produced.any()) {
     // A finite result of a -Inf mask: softmax is the reader a mask is meant for; another
     // op that reads it (exp, max) may be right or not, which only the user can say.
+    // scaled_dot_product_attention's mask (input 3) is read by its softmax.
     if (forward && !mask_values_.empty() && e.inputs != nullptr)
-      for (const Tensor& in : *e.inputs) {
-        const std::vector<std::size_t> roots = mask_roots_of(in);
+      for (std::size_t k = 0; k < e.inputs->size(); ++k) {
+        const std::vector<std::size_t> roots = mask_roots_of((*e.inputs)[k]);
         if (roots.empty()) continue;
-        if (e.op == Op::softmax) {
+        if (e.op == Op::softmax || (e.op == Op::scaled_dot_product_attention && k == 3)) {
           for (const std::size_t root : roots) add_reader(roots_[root].readers, e.op);
         } else {
           spread_masks(roots, e, false, "; its -Inf reached " + std::string(op_name(e.op)) + " in module '" + e.module +

@@ -294,6 +294,15 @@ AMPCHECK_HD T masked_fill_backward(T g, T m) {
   return m != T(0) ? T(0) : g;
 }
 
+// safe_softmax(p, s): 0 where the softmax's input s is -Inf and its output p is NaN (a row
+// every score of which is -Inf: a fully masked query), else p, as PyTorch's _safe_softmax
+// (scaled_dot_product_attention's math path). A NaN score stays NaN.
+template <typename T>
+AMPCHECK_HD T safe_softmax(T p, T s) {
+  // s is -Inf: negative, and s - s is NaN (no infinity constant needed on the device).
+  return (p != p && s < T(0) && s - s != s - s) ? T(0) : p;
+}
+
 // ---- MapFn: the name of each function an elementwise kernel applies ----
 // One list; the enum, the names, the arities and the CPU and CUDA kernel tables are all
 // generated from it, so an entry without its Map<> below fails the build. Inputs are x,
@@ -353,7 +362,8 @@ AMPCHECK_HD T masked_fill_backward(T g, T m) {
   X(where_backward_taken) /* c, g: d of where's x */                                         \
   X(where_backward_other) /* c, g: d of where's y */                                         \
   X(masked_fill)          /* x, m; a = value */                                              \
-  X(masked_fill_backward) /* g, m */
+  X(masked_fill_backward) /* g, m */                                                         \
+  X(safe_softmax)         /* p, s */
 
 enum class MapFn : int {
 #define AMPCHECK_MAP_ENUM(id) id,
@@ -445,6 +455,7 @@ AMPCHECK_MAP2(where_backward_taken, where_backward_taken(x, y))
 AMPCHECK_MAP2(where_backward_other, where_backward_other(x, y))
 AMPCHECK_MAP2(masked_fill, masked_fill(x, y, a))
 AMPCHECK_MAP2(masked_fill_backward, masked_fill_backward(x, y))
+AMPCHECK_MAP2(safe_softmax, safe_softmax(x, y))
 
 #undef AMPCHECK_MAP1
 #undef AMPCHECK_MAP2

@@ -31,6 +31,17 @@ namespace ampcheck::kernels {
 
 enum class RnnMode : std::uint8_t { lstm, gru, rnn_tanh, rnn_relu };
 
+// The op of each mode: "lstm", "gru", "rnn_tanh", "rnn_relu" (engine/ops/op_list.h).
+inline const char* rnn_op_name(RnnMode m) {
+  switch (m) {
+    case RnnMode::lstm: return "lstm";
+    case RnnMode::gru: return "gru";
+    case RnnMode::rnn_tanh: return "rnn_tanh";
+    case RnnMode::rnn_relu: return "rnn_relu";
+  }
+  return "rnn";
+}
+
 // Gates per step: 4 (LSTM), 3 (GRU), 1.
 AMPCHECK_HD int rnn_gates(RnnMode m) { return m == RnnMode::lstm ? 4 : m == RnnMode::gru ? 3 : 1; }
 

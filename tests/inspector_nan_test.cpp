@@ -199,6 +199,34 @@ TEST(InspectorNan, CausalMaskSoftmaxMapsToZeroIsIntendedByDefault) {
   EXPECT_EQ(i.reason(), "-inf mask: softmax maps it to 0");
 }
 
+TEST(InspectorNan, AMaskScaledDotProductAttentionReadsIsIntended) {
+  // The mask input of scaled_dot_product_attention (its softmax reads it, as PyTorch's
+  // F.scaled_dot_product_attention's attn_mask) is where a -Inf mask is meant to go; the
+  // same -Inf given to it as the query is not.
+  auto report = [](bool as_mask) {
+    NanWatch watch;
+    Attach on(watch);
+    const ModuleScope scope("attn");
+    Generator gen(3);
+    const Tensor q = Tensor::uniform({1, 2, 4, 4}, gen, -1, 1), k = Tensor::uniform({1, 2, 4, 4}, gen, -1, 1),
+                 v = Tensor::uniform({1, 2, 4, 4}, gen, -1, 1);
+    std::vector<double> above(16, 0.0);
+    for (int i = 0; i < 4; ++i)
+      for (int j = i + 1; j < 4; ++j) above[static_cast<std::size_t>(i * 4 + j)] = 1;
+    const Tensor mask = masked_fill(Tensor::zeros({4, 4}), Tensor::from(above, {4, 4}),
+                                    -std::numeric_limits<double>::infinity());
+    if (as_mask) sum(scaled_dot_product_attention(q, k, v, mask));
+    else sum(scaled_dot_product_attention(add(q, reshape(mask, {1, 1, 4, 4})), k, v));
+    return watch.report();
+  };
+  const NanReport intended = report(true);
+  EXPECT_FALSE(intended.failed()) << describe(intended);
+  ASSERT_EQ(intended.intended.size(), 1u) << describe(intended);
+  EXPECT_EQ(intended.intended.front().readers, std::vector<Op>{Op::scaled_dot_product_attention});
+  EXPECT_EQ(intended.intended.front().reason(), "-inf mask: the attention's softmax maps it to 0");
+  EXPECT_TRUE(report(false).failed());
+}
+
 TEST(InspectorNan, MaskWithIntendedMasksOffIsTheProducer) {
   NanWatchOptions off;
   off.intended_masks = false;

@@ -186,6 +186,38 @@ TEST(Attention, GradientsMatchTheSameFunctionOfBasicOps) {
   }
 }
 
+TEST(Attention, AQueryTheMaskHidesEveryKeyFromGetsZeros) {
+  // PyTorch's math path (_safe_softmax): a row of scores that are all -Inf gives
+  // probabilities 0, so the output row is 0 and its query's gradient is 0; the other rows
+  // are as without it.
+  Inputs in = random_inputs({1, 2}, 3, 4, 4, 2, {}, DType::f64, 41);
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<double> m(12, 0.0);
+  for (int j = 0; j < 4; ++j) m[static_cast<std::size_t>(j)] = -inf;  // query 0 sees no key
+  m[5] = -inf;                                                        // query 1 loses key 1
+  in.mask = Tensor::from(m, {1, 1, 3, 4}, DType::f64);
+  in.q.set_requires_grad(true);
+  const Tensor out = scaled_dot_product_attention(in.q, in.k, in.v, in.mask);
+  const std::vector<double> got = out.to_f64(), want = reference(in, 0.5, false);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const bool row0 = (i / 2) % 3 == 0;  // [head, query, value]: query 0 of either head
+    if (row0) {
+      EXPECT_EQ(got[i], 0.0) << i;
+    } else {
+      EXPECT_NEAR(got[i], want[i], 1e-12) << i;
+    }
+  }
+  sum(out).backward();
+  const std::vector<double> dq = in.q.grad().to_f64();
+  for (std::size_t i = 0; i < dq.size(); ++i) {
+    if ((i / 4) % 3 == 0) {
+      EXPECT_EQ(dq[i], 0.0) << i;
+    } else {
+      EXPECT_TRUE(std::isfinite(dq[i])) << i;
+    }
+  }
+}
+
 TEST(Attention, TheMaskTakesNoGradient) {
   Inputs in = random_inputs({1, 2}, 3, 3, 4, 4, {1, 1, 3, 3}, DType::f64, 23);
   in.mask.set_requires_grad(true);

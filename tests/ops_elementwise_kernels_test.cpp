@@ -117,7 +117,8 @@ TEST(ElementwiseKernels, AWrongNumberOfInputsNamesTheFunction) {
 
 // How a case draws each input: 'r' real in [-3.5, 3.5) (past hardswish's and
 // hardsigmoid's kinks), 'p' positive in [0.25, 4), 'c' a condition or mask (0, 1, -2,
-// 0.5, 0, ...: zeros and nonzeros of either sign).
+// 0.5, 0, ...: zeros and nonzeros of either sign), 'n' and 'i' a softmax's output and
+// input (NaN against -Inf and against a finite score, finite values against -Inf).
 struct MapCase {
   MapFn fn;
   std::string inputs;
@@ -215,13 +216,23 @@ std::vector<MapCase> map_cases() {
       {MapFn::where_backward_other, "cr", {}, [](const double* v, double, double) { return v[0] != 0 ? 0.0 : v[1]; }},
       {MapFn::masked_fill, "rc", {-7.25}, [](const double* v, double a, double) { return v[1] != 0 ? a : v[0]; }},
       {MapFn::masked_fill_backward, "rc", {}, [](const double* v, double, double) { return v[1] != 0 ? 0.0 : v[0]; }},
+      {MapFn::safe_softmax, "ni", {}, [](const double* v, double, double) {
+         return std::isnan(v[0]) && v[1] == -std::numeric_limits<double>::infinity() ? 0.0 : v[0];
+       }},
   };
 }
 
 std::vector<Tensor> draw_inputs(const MapCase& c, const Shape& shape, Generator& gen) {
   std::vector<Tensor> in;
   for (char kind : c.inputs) {
-    if (kind == 'c') {
+    if (kind == 'n' || kind == 'i') {
+      // A softmax's output and input: NaN and -Inf, NaN and finite, finite and -Inf, both finite.
+      const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+      const double p[] = {nan, nan, 0.25, 0.5}, s[] = {-inf, 1.5, -inf, -2};
+      std::vector<double> v(static_cast<std::size_t>(numel(shape)));
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = kind == 'n' ? p[i % 4] : s[i % 4];
+      in.push_back(Tensor::from(v, shape, DType::f64));
+    } else if (kind == 'c') {
       const double pattern[] = {0, 1, -2, 0.5, 0};
       std::vector<double> v(static_cast<std::size_t>(numel(shape)));
       for (std::size_t i = 0; i < v.size(); ++i) v[i] = pattern[i % 5];

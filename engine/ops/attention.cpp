@@ -4,7 +4,8 @@
 // What it computes is defined here once, as a composition of the other families' kernels
 // on the inputs' device (kernels/attention_kernels.h gives the arithmetic): the scores
 // S = Q K^T in the compute type (f32 for f16/bf16/f32, f64 for f64), scaled, the additive
-// mask added and the causal positions set to -inf, the softmax in the compute type, the
+// mask added and the causal positions set to -inf, the softmax in the compute type (a
+// query the mask hides every key from gets 0, as PyTorch's _safe_softmax), the
 // probabilities rounded to the inputs' dtype and multiplied by V with the GEMM's
 // accumulation. The backward recomputes S and P from Q and K (nothing of size
 // [T_q, T_k] is kept between the passes), then dV = P^T dO, dP = dO V^T, dS = the softmax
@@ -171,7 +172,7 @@ kernels::AttentionShape fused_shape(const Attention& a, bool& folds) {
 kernels::SoftmaxLines lines_of(const Attention& a) { return {a.bh * a.tq, a.tk, 1}; }
 
 // S = Q K^T in the compute type (not rounded to the dtype), then scaled, masked and
-// softmaxed: P in the compute type, [..., T_q, T_k].
+// softmaxed: P in the compute type, [..., T_q, T_k]; a fully masked query's row 0.
 Tensor probabilities(const Attention& a) {
   const Device dev = a.q.device();
   const Shape shape = a.scores_shape();
@@ -212,7 +213,13 @@ Tensor probabilities(const Attention& a) {
     std::swap(s, t);
   }
   dispatch<kernels::NormLossKernels>(kOp, {&s}).softmax(view_of(s), lines_of(a), false, view_of(t));
-  return t;
+  if (!a.mask.defined()) return t;  // causal alone leaves every query its own key
+  // A query whose every score the mask made -Inf attends to nothing: 0, not NaN (PyTorch's
+  // _safe_softmax).
+  Tensor p = Tensor::empty(shape, a.acc, dev);
+  kernels::View both[2] = {view_of(t), view_of(s)};
+  ew.map(kernels::MapFn::safe_softmax, {}, both, 2, view_of(p));
+  return p;
 }
 
 // x in `dtype` (itself when it has it already).

@@ -39,16 +39,6 @@ using kernels::RnnKernels;
 using kernels::RnnMode;
 using kernels::View;
 
-const char* op_of(RnnMode m) {
-  switch (m) {
-    case RnnMode::lstm: return "lstm";
-    case RnnMode::gru: return "gru";
-    case RnnMode::rnn_tanh: return "rnn_tanh";
-    case RnnMode::rnn_relu: return "rnn_relu";
-  }
-  return "rnn";
-}
-
 struct Layer {
   RnnMode mode = RnnMode::lstm;
   const char* op = "lstm";
@@ -64,7 +54,7 @@ Tensor input(const std::vector<Tensor>& in, std::size_t k) { return k < in.size(
 Layer read(RnnMode mode, const std::vector<Tensor>& in) {
   Layer l;
   l.mode = mode;
-  l.op = op_of(mode);
+  l.op = rnn_op_name(mode);
   const std::string op = l.op;
   auto fail = [&](const std::string& what) { throw std::invalid_argument(op + ": " + what); };
   if (mode != RnnMode::lstm && in.size() == 7 && in[6].defined()) fail("only an LSTM takes c0");

@@ -61,16 +61,6 @@ using i64 = std::int64_t;
 
 constexpr unsigned int kThreads = 256;
 
-const char* op_name(RnnMode m) {
-  switch (m) {
-    case RnnMode::lstm: return "lstm";
-    case RnnMode::gru: return "gru";
-    case RnnMode::rnn_tanh: return "rnn_tanh";
-    case RnnMode::rnn_relu: return "rnn_relu";
-  }
-  return "rnn";
-}
-
 // A View's data and dtype as a kernel takes them; no data: absent (reads as 0, not written).
 struct Buf {
   void* p;
@@ -177,7 +167,7 @@ void cell(const RnnStep& s, const View& gi, const View& gh, const View& h, const
   with_compute_type(act.dtype, [&](auto zero) {
     cell_kernel<decltype(zero)><<<blocks_for(n, kThreads), kThreads, 0, stream()>>>(args);
   });
-  check_launch("cell_kernel", op_name(s.mode));
+  check_launch("cell_kernel", rnn_op_name(s.mode));
 }
 
 void cell_backward(const RnnStep& s, const View& act, const View& gh, const View& h, const View& c,
@@ -190,7 +180,7 @@ void cell_backward(const RnnStep& s, const View& act, const View& gh, const View
   with_compute_type(act.dtype, [&](auto zero) {
     cell_backward_kernel<decltype(zero)><<<blocks_for(n, kThreads), kThreads, 0, stream()>>>(args);
   });
-  check_launch("cell_backward_kernel", op_name(s.mode));
+  check_launch("cell_backward_kernel", rnn_op_name(s.mode));
 }
 
 // ---------------------------------------------------------------------------------
@@ -293,7 +283,7 @@ Outcome outcome(DType dtype, const RnnShape& s) {
   if (it != cache.end()) return it->second;
   Outcome o;
   try {
-    o.descs = std::make_shared<const Descs>(dtype, s, op_name(s.mode));
+    o.descs = std::make_shared<const Descs>(dtype, s, rnn_op_name(s.mode));
   } catch (const std::exception& e) {
     o.problem = e.what();
   }
@@ -338,7 +328,7 @@ i64 offset_of(const TensorDesc& desc, const void* addr, const void* space, cudnn
 // The layout, asked of cuDNN for the weight space at `space` (its offsets hold for any
 // space of the descriptors' size).
 Layout weight_layout(const Descs& d, DType dtype, const RnnShape& s, void* space) {
-  const char* op = op_name(s.mode);
+  const char* op = rnn_op_name(s.mode);
   const int gates = rnn_gates(s.mode);
   const cudnnHandle_t handle = cudnn_handle(op);
   TensorDesc matrix("cudnnCreateTensorDescriptor", op), bias("cudnnCreateTensorDescriptor", op);
@@ -398,7 +388,7 @@ void run_packing(const View& w_ih, const View& w_hh, const View& b_ih, const Vie
   p.end[2] = p.end[1] + biases;
   p.end[3] = p.end[2] + biases;
   pack_kernel<<<blocks_for(p.end[3], kThreads), kThreads, 0, stream()>>>(p);
-  check_launch("pack_kernel", op_name(s.mode));
+  check_launch("pack_kernel", rnn_op_name(s.mode));
 }
 
 // ---------------------------------------------------------------------------------
@@ -412,7 +402,7 @@ __global__ void fill_kernel(int* p, i64 n, int v) {
 const int* device_lengths(const RnnShape& s, Scratch& scratch) {
   scratch.reserve(static_cast<std::size_t>(s.batch) * sizeof(int));
   fill_kernel<<<blocks_for(s.batch, kThreads), kThreads, 0, stream()>>>(scratch.as<int>(), s.batch, to_int(s.steps));
-  check_launch("fill_kernel", op_name(s.mode));
+  check_launch("fill_kernel", rnn_op_name(s.mode));
   return scratch.as<int>();
 }
 
@@ -448,7 +438,7 @@ void check_reserve(const View& reserve, const Descs& d, const char* op) {
 
 void note(const RnnShape& s, DType dtype, const char* pass) {
   if (!noting()) return;
-  note_kernel(std::string("cudnn rnn ") + op_name(s.mode) + " " + pass + ": " + dtype_text(dtype) +
+  note_kernel(std::string("cudnn rnn ") + rnn_op_name(s.mode) + " " + pass + ": " + dtype_text(dtype) +
               " data, f32 math precision, " + (dtype == DType::f32 ? "FMA math (no TF32)" : "tensor-op math") +
               (s.bias ? "" : ", no bias"));
 }
@@ -489,7 +479,7 @@ std::int64_t reserve_elements(DType dtype, const RnnShape& shape) {
 
 void forward(const View& x, const View& w_ih, const View& w_hh, const View& b_ih, const View& b_hh, const View& h0,
              const View& c0, const RnnShape& shape, const View& y, const View& reserve) {
-  const char* op = op_name(shape.mode);
+  const char* op = rnn_op_name(shape.mode);
   const DType dtype = x.dtype;
   const std::shared_ptr<const Descs> d = descs_for(dtype, shape);
   check_reserve(reserve, *d, op);
@@ -512,7 +502,7 @@ void backward(const View& dy, const View& x, const View& w_ih, const View& w_hh,
               const View& h0, const View& c0, const View& y, const View& reserve, const RnnShape& shape,
               const View& dx, const View& dw_ih, const View& dw_hh, const View& db_ih, const View& db_hh,
               const View& dh0, const View& dc0) {
-  const char* op = op_name(shape.mode);
+  const char* op = rnn_op_name(shape.mode);
   const DType dtype = x.dtype;
   const bool lstm = shape.mode == RnnMode::lstm;
   const std::shared_ptr<const Descs> d = descs_for(dtype, shape);

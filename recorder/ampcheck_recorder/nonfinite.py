@@ -52,7 +52,7 @@ import torch
 from . import numerics as nx
 from .judge import (MAX_PARAM_NAMES, PROBING, Options, ScalerEvent, ScaleRecord, UpdateJudge, _add_producer,  # noqa: F401
                     _counts_text, _key, cause_text, event_text, flushed_gradient_text, lost_text, value_text)
-from .optypes import KEEPS_ORDER, MASK_CARRIERS, MASK_WRITERS, WALKABLE
+from .optypes import ATTENTION_OPS, KEEPS_ORDER, MASK_CARRIERS, MASK_WRITERS, WALKABLE
 
 # Forward outputs remembered within a step for the walk back from a producer's input;
 # a step with more starts over. They hold storage until the step ends.
@@ -356,14 +356,15 @@ class NanWatch(UpdateJudge):
                 c = nx.nonfinite_counts(t.detach())
                 produced = [a + b for a, b in zip(produced, c)]
         if sum(produced) == 0:
-            # A finite result of a -Inf mask: softmax is the reader a mask is meant for;
-            # another op that reads it (exp, max) may be right or not: only the user can say.
+            # A finite result of a -Inf mask: softmax is the reader a mask is meant for (and
+            # a fused attention's, whose mask is argument 3); another op that reads it (exp,
+            # max) may be right or not: only the user can say.
             if forward and self._mask_values:
-                for _, t in ev.inputs:
+                for index, t in ev.inputs:
                     roots = self._mask_roots_of(t)
                     if not roots:
                         continue
-                    if ev.op == "softmax":
+                    if ev.op == "softmax" or (ev.op in ATTENTION_OPS and index == 3):
                         for r in roots:
                             if ev.op not in self._roots[r].readers:
                                 self._roots[r].readers.append(ev.op)

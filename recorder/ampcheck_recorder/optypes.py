@@ -22,7 +22,8 @@ import torch
 
 # engine/ops/op_list.h, in its order. Checked by tests/test_optypes.py against the file.
 AMPCHECK_OPS = (
-    "matmul", "linear", "bmm", "fp8_linear", "conv2d", "batch_norm", "layer_norm", "relu", "gelu", "silu",
+    "matmul", "linear", "bmm", "scaled_dot_product_attention", "lstm", "gru", "rnn_tanh", "rnn_relu",
+    "fp8_linear", "conv2d", "batch_norm", "layer_norm", "relu", "gelu", "silu",
     "sigmoid", "tanh", "hardswish", "hardsigmoid", "add", "sub", "mul", "div", "add_scalar",
     "sub_scalar", "mul_scalar", "div_scalar", "neg", "abs", "square", "exp", "log", "sqrt",
     "rsqrt", "pow", "reciprocal", "erf", "clamp", "sum", "mean", "max", "softmax",
@@ -131,6 +132,11 @@ WALKABLE = frozenset({"cast", "reshape", "permute", "slice", "clone", "expand"})
 KEEPS_ORDER = frozenset({"cast", "reshape", "clone"})
 # Write a -Inf mask: masked_fill from its fill value, add and where from a constant.
 MASK_WRITERS = frozenset({"masked_fill", "add", "where"})
+# Attention that reads an additive mask as its argument 3 and softmaxes it inside: ampcheck's
+# op, and PyTorch's fused kernels that take one (flash attention takes none).
+ATTENTION_OPS = frozenset({
+    "scaled_dot_product_attention", "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+})
 # Pass a mask's -Inf on as -Inf (moved, shifted, scaled, or log-probabilities).
 MASK_CARRIERS = frozenset({
     "cast", "reshape", "permute", "slice", "concat", "where", "masked_fill", "add", "sub",
