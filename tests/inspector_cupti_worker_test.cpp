@@ -85,7 +85,7 @@ ActivityBatch to_batch(const std::vector<FakeRecord>& records, bool demangled) {
 
 ActivityBatch fake_parse(std::uint8_t* buffer, std::size_t valid, std::vector<std::string>&) {
   std::vector<FakeRecord> records(valid / sizeof(FakeRecord));
-  std::memcpy(records.data(), buffer, records.size() * sizeof(FakeRecord));
+  if (!records.empty()) std::memcpy(records.data(), buffer, records.size() * sizeof(FakeRecord));  // none: no pointer
   return to_batch(records, false);
 }
 
