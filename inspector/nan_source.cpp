@@ -83,8 +83,9 @@ bool under(const std::string& module, const std::string& prefix) {
 bool walkable(Op op) { return op == Op::cast || op == Op::reshape || op == Op::permute || op == Op::slice; }
 // The walk keeps element i at index i: a producer's element can be matched to the lost one.
 bool keeps_order(Op op) { return op == Op::cast || op == Op::reshape; }
-// Ops that write a -Inf mask: masked_fill from its fill value, add and where from a constant.
-bool mask_writer(Op op) { return op == Op::masked_fill || op == Op::add || op == Op::where; }
+// Ops that write a -Inf mask: masked_fill from its fill value; add, where and cast from a
+// constant (a cast: the AMP policy's of an exported mask the model holds).
+bool mask_writer(Op op) { return op == Op::masked_fill || op == Op::add || op == Op::where || op == Op::cast; }
 // Ops that pass a mask's -Inf on as -Inf (moved, shifted, scaled, or log-probabilities).
 bool mask_carrier(Op op) {
   switch (op) {

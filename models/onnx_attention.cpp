@@ -2,8 +2,10 @@
 // plain ONNX nodes, in one recognisable form (torch/onnx/symbolic_opset14.py and torchlib's
 // aten_scaled_dot_product_attention): the scale split over both operands,
 //   Mul(Q, sqrt(s)), Mul(Transpose(K, swap the last two), sqrt(s)) -> MatMul
-//   -> [Add(mask)] -> Softmax(last axis) -> MatMul(., V)
-// with a causal mask as a constant of 0 and -inf. Attention written by hand (nanoGPT's
+//   -> [Add(mask)] -> Softmax(last axis) -> [Where(IsNaN(P), 0, P)] -> MatMul(., V)
+// with a causal mask as a constant of 0 and -inf, and a boolean mask as a Where of 0 and
+// -inf followed by the safe softmax (a query that sees no key gets zeros, as the op does;
+// the op keeps a NaN of its inputs, as PyTorch's own _safe_softmax does). Attention written by hand (nanoGPT's
 // slow path, `(q @ k.transpose(-2, -1)) / sqrt(d)`) scales after the product and is not
 // this form: it runs node by node, as its framework ran it, where every op of it can be
 // black-listed. The SDPA form runs as one scaled_dot_product_attention, as the framework
@@ -73,7 +75,22 @@ std::vector<AttentionGroup> find_attention(const Graph& g, const std::set<std::s
     AttentionGroup a;
     a.out = k;
     a.softmax = sole(out.inputs[0], "Softmax");
-    if (a.softmax == kNone) continue;
+    if (a.softmax == kNone) {
+      // The exporters' safe softmax (a boolean mask, torch 2.5+):
+      // Where(IsNaN(P), 0, P), P = Softmax(...) read by those two nodes only.
+      a.safe_where = sole(out.inputs[0], "Where");
+      if (a.safe_where == kNone) continue;
+      const Node& w = g.nodes[a.safe_where];
+      if (w.inputs.size() != 3) continue;
+      a.is_nan = sole(w.inputs[0], "IsNaN");
+      const auto p = producer.find(w.inputs[2]);
+      if (a.is_nan == kNone || p == producer.end() || g.nodes[a.is_nan].inputs.size() != 1 ||
+          g.nodes[a.is_nan].inputs[0] != w.inputs[2] || readers[w.inputs[2]] != 2 || graph_outputs.count(w.inputs[2]))
+        continue;
+      const Node& sm = g.nodes[p->second];
+      if (sm.op_type != "Softmax" || !sm.domain.empty() || sm.outputs.size() != 1) continue;
+      a.softmax = p->second;
+    }
     const std::string& scores_or_sum = g.nodes[a.softmax].inputs.at(0);
     a.add = sole(scores_or_sum, "Add");
     if (a.add != kNone) {
@@ -108,6 +125,10 @@ std::vector<std::size_t> AttentionGroup::nodes() const {
   std::vector<std::size_t> n = {mul_q, transpose_k, mul_k, scores};
   if (add != kNone) n.push_back(add);
   n.push_back(softmax);
+  if (safe_where != kNone) {
+    n.push_back(is_nan);
+    n.push_back(safe_where);
+  }
   n.push_back(out);
   return n;
 }
@@ -128,6 +149,11 @@ std::optional<Tensor> run_attention(const AttentionGroup& a, const Graph& g,
   if (!one_element_float(k_scale) || transpose.inputs.empty()) return std::nullopt;
   const Value k_source = value(transpose.inputs[0]);
   const Value v = value(g.nodes[a.out].inputs[1]);
+  if (a.safe_where != kNone) {
+    // The safe softmax fills 0 where P is NaN: the op's own rule for a fully masked query.
+    const Value fill = value(g.nodes[a.safe_where].inputs[1]);
+    if (!one_element_float(fill) || fill.host->at(0) != 0) return std::nullopt;
+  }
   if (!q.t.defined() || !k_source.t.defined() || !v.t.defined()) return std::nullopt;
   const Tensor& qt = q.t;
   const Tensor& vt = v.t;

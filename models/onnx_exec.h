@@ -145,11 +145,13 @@ std::optional<CastTarget> cast_target(std::int64_t to);
 // ---- onnx_attention.cpp: F.scaled_dot_product_attention as PyTorch's exporters write it ----
 // The nodes of one such group (indices into the graph's nodes), the last being `out`, the
 // MatMul by V; `add` is absent (-1) without a mask, whose value is the Add's input
-// mask_input; K's Transpose is the Mul's input k_side.
+// mask_input; is_nan and safe_where (the safe softmax's IsNaN and Where) are absent where
+// the Softmax feeds the MatMul directly; K's Transpose is the Mul's input k_side.
 struct AttentionGroup {
   std::size_t mul_q = static_cast<std::size_t>(-1), transpose_k = static_cast<std::size_t>(-1),
               mul_k = static_cast<std::size_t>(-1), scores = static_cast<std::size_t>(-1),
               add = static_cast<std::size_t>(-1), softmax = static_cast<std::size_t>(-1),
+              is_nan = static_cast<std::size_t>(-1), safe_where = static_cast<std::size_t>(-1),
               out = static_cast<std::size_t>(-1);
   std::size_t mask_input = 1, k_side = 0;
   std::vector<std::size_t> nodes() const;  // in the graph's order of the form

@@ -264,6 +264,32 @@ NanReport masked_softmax_report(const std::vector<double>& mask, std::int64_t t,
   return watch.report();
 }
 
+TEST(InspectorNan, AConstantMaskThePolicyCastsIsIntendedAtO2) {
+  // An exported mask the model holds (a constant of 0 and -inf, as a boolean attn_mask
+  // becomes): at O2 the add runs in float16 and the policy's cast of the constant is the
+  // first op to hold its -inf. It writes the mask, as an add of the constant does at O0.
+  amp::AmpOptions o;
+  o.level = amp::Level::O2;
+  o.dtype = DType::f16;
+  const amp::Policy policy(o);
+  const double inf = std::numeric_limits<double>::infinity();
+  NanWatch watch;
+  {
+    Attach on(watch);
+    amp::Autocast autocast(&policy);
+    const ModuleScope scope("attn");
+    const Tensor x = Tensor::from(std::vector<double>{0.5, 1, 2, 0.25, 1, 3}, {2, 3});
+    const Tensor mask = Tensor::from(std::vector<double>{0, 0, -inf, 0, -inf, -inf}, {2, 3});
+    sum(softmax(add(x, mask), -1));
+  }
+  const NanReport r = watch.report();
+  EXPECT_FALSE(r.failed()) << describe(r);
+  ASSERT_EQ(r.intended.size(), 1u) << describe(r);
+  EXPECT_EQ(r.intended.front().op, Op::cast);
+  EXPECT_EQ(r.intended.front().values, 3);
+  EXPECT_EQ(r.intended.front().readers, std::vector<Op>{Op::softmax});
+}
+
 TEST(InspectorNan, MaskCarriedThroughAnInsertedCastIsIntendedAtO1) {
   // Causal: rows keep their first entry, so every softmax row has a finite value.
   const std::vector<double> causal{0, 1, 1, 0, 0, 1, 0, 0, 0};

@@ -193,6 +193,29 @@ TEST(OnnxExports, EverySkippedUpdateNamesItsCauseAndProbingIsNoFailure) {
   EXPECT_TRUE(has(r["summary"]["verdict_text"].get<std::string>(), "probing for its scale")) << r["summary"]["verdict_text"];
 }
 
+// transformers' own BERT with its default attention ("sdpa": F.scaled_dot_product_attention
+// with the padding mask as a boolean attn_mask, exported as a Where of 0 and -inf and a
+// safe softmax) runs its attention as scaled_dot_product_attention, its forward is
+// PyTorch's, and at O2 the -inf of the mask the policy casts to fp16/bf16 and the attention
+// reads is intended: healthy.
+TEST(OnnxExports, TransformersBertWithSdpaRunsItsAttentionAsOneOpAndIsHealthyAtO2) {
+  const std::string model = kDir + "hf_bert_sdpa.onnx", data = kDir + "hf_bert_sdpa.npz";
+  const std::string out = tmp("bert_sdpa.npy");
+  ASSERT_EQ(run_cli({"infer", "--model", model, "--data", data, "--out", out, "-q"}).code, 0);
+  EXPECT_LT(rel_error(npy(out), npy(kDir + "hf_bert_sdpa.ref.npy")), 2e-5);
+  std::filesystem::remove(out);
+  for (const std::string dtype : {"float16", "bfloat16"}) {
+    int code = -1;
+    const json r = run_json({"--model", model, "--data", data, "--steps", "3", "--level", "O2", "--dtype", dtype}, &code);
+    EXPECT_EQ(code, 0) << dtype << ": " << r["summary"]["verdict_text"];
+    EXPECT_EQ(r["summary"]["verdict"], "healthy") << dtype;
+    EXPECT_FALSE(r["nonfinite"]["intended"].empty()) << dtype;
+    const std::string text = r.dump();
+    EXPECT_TRUE(has(text, "\"scaled_dot_product_attention\"")) << dtype;
+    EXPECT_FALSE(has(text, "\"softmax\"")) << dtype << ": an attention ran node by node";
+  }
+}
+
 // transformers' own GPT-2 (tiny, random weights) exported as users export it: its forward
 // is PyTorch's, and a short O2 fp16 run, whose scaler skips updates 1, 3, 5, 6 and 9 as
 // the gradients grow, is healthy, each skip with its cause: a backward op's overflow, or

@@ -131,7 +131,7 @@ WALKABLE = frozenset({"cast", "reshape", "permute", "slice", "clone", "expand"})
 # Keep element i at index i, so a producer's element can be matched to the lost one.
 KEEPS_ORDER = frozenset({"cast", "reshape", "clone"})
 # Write a -Inf mask: masked_fill from its fill value, add and where from a constant.
-MASK_WRITERS = frozenset({"masked_fill", "add", "where"})
+MASK_WRITERS = frozenset({"masked_fill", "add", "where", "cast"})
 # Attention that reads an additive mask as its argument 3 and softmaxes it inside: ampcheck's
 # op, and PyTorch's fused kernels that take one (flash attention takes none).
 ATTENTION_OPS = frozenset({

@@ -9,6 +9,11 @@ gradients grow, some of them through autograd's sum over a residual.
 Beside it: hf_gpt2_tiny.npz (input_ids, attention_mask with padding, labels; 64 rows)
 and hf_gpt2_tiny.ref.npy (PyTorch's eval-mode logits for the first 8 rows).
 
+Also hf_bert_sdpa.onnx (.npz, .ref.npy the same way): a BertForSequenceClassification (2
+layers, width 32, 2 heads, 2 labels) with transformers' default attention, "sdpa"
+(F.scaled_dot_product_attention with the padding mask as a boolean attn_mask, which the
+exporter writes as a Where of 0 and -inf and a safe softmax).
+
   bench/onnx/.venv/bin/pip install transformers
   bench/onnx/.venv/bin/python tests/data/onnx/make_hf_exports.py [--out tests/data/onnx]
 """
@@ -19,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import GPT2Config, GPT2Model
+from transformers import BertConfig, BertForSequenceClassification, GPT2Config, GPT2Model
 
 SEQ, VOCAB, ROWS = 16, 50, 64
 
@@ -58,6 +63,33 @@ def main() -> None:
     with torch.no_grad():
         np.save(out / "hf_gpt2_tiny.ref.npy", model(torch.from_numpy(ids[:8]), torch.from_numpy(mask[:8])).numpy())
     print(f"wrote {out / 'hf_gpt2_tiny.onnx'}")
+    bert_sdpa(out, ids, mask, labels)
+
+
+class Logits(torch.nn.Module):
+    def __init__(self, base: torch.nn.Module):
+        super().__init__()
+        self.base = base
+
+    def forward(self, input_ids, attention_mask):
+        return self.base(input_ids=input_ids, attention_mask=attention_mask).logits
+
+
+def bert_sdpa(out: Path, ids, mask, labels) -> None:
+    torch.manual_seed(0)
+    config = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                        vocab_size=VOCAB, max_position_embeddings=SEQ, num_labels=2, attn_implementation="sdpa")
+    model = Logits(BertForSequenceClassification(config)).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (torch.from_numpy(ids[:2]), torch.from_numpy(mask[:2])), str(out / "hf_bert_sdpa.onnx"),
+                          dynamo=False, opset_version=17, input_names=["input_ids", "attention_mask"],
+                          output_names=["logits"],
+                          dynamic_axes={"input_ids": {0: "batch"}, "attention_mask": {0: "batch"}, "logits": {0: "batch"}})
+    np.savez(out / "hf_bert_sdpa.npz", input_ids=ids, attention_mask=mask, labels=labels)
+    with torch.no_grad():
+        np.save(out / "hf_bert_sdpa.ref.npy", model(torch.from_numpy(ids[:8]), torch.from_numpy(mask[:8])).numpy())
+    print(f"wrote {out / 'hf_bert_sdpa.onnx'}")
 
 
 if __name__ == "__main__":
